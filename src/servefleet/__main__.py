@@ -1,0 +1,3 @@
+from servefleet.cli import main
+
+main()

@@ -1,0 +1,15 @@
+"""One exception family for user errors: the CLI and the deploys print them as one line."""
+
+from __future__ import annotations
+
+
+class ServefleetError(ValueError):
+    """A user error (bad recipe, selection, data or environment): one line, no traceback."""
+
+
+class RecipeError(ServefleetError):
+    """A recipe that cannot be loaded, or a selection it does not offer."""
+
+
+class DataError(ServefleetError):
+    """Invalid deploy data (group_data / --data), named by its key."""

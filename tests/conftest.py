@@ -1,0 +1,47 @@
+"""Shared test set-up: repository paths, and the `hosts` marker for lab-fleet tests.
+
+Tests under tests/hosts/ run against the lab fleet (real systemd + sshd hosts in network
+namespaces). They need root and user/network namespaces; elsewhere they skip with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab_unavailable_reason() -> str | None:
+    """Why the lab fleet cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "the lab fleet needs root (network namespaces, overlay mounts)"
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "the lab fleet needs unshare (util-linux) and ip (iproute2)"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount", "--net", "true"], capture_output=True
+    )
+    if probe.returncode != 0:
+        return "namespaces are unavailable here: " + probe.stderr.decode(errors="replace").strip()
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = None
+    checked = False
+    for item in items:
+        if "tests/hosts/" in item.nodeid or item.get_closest_marker("hosts"):
+            item.add_marker(pytest.mark.hosts)
+            if not checked:
+                reason, checked = lab_unavailable_reason(), True
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
