@@ -1,14 +1,300 @@
-"""``servefleet``: a thin click CLI over the library (recipes, resolve, lab)."""
+"""``servefleet``: a thin click CLI over the library (recipes, resolve, lab).
+
+User errors (:class:`ServefleetError`, click usage errors) print one line
+``servefleet: error: ...`` on stderr and exit 2, never a traceback.
+"""
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import click
 
+from servefleet.errors import RecipeError, ServefleetError
 
-@click.group()
+
+class _Group(click.Group):
+    """A click group that turns user errors into one ``servefleet: error:`` line (exit 2)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        except ServefleetError as exc:
+            _fail(str(exc), 2)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    one_line = " ".join(message.split())
+    click.echo(f"servefleet: error: {one_line}", err=True)
+    sys.exit(code)
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="servefleet")
 def main() -> None:
     """Recipes to warm, health-checked vllm serve instances on a fleet."""
+
+
+# ---------------------------------------------------------------------------------------------
+# recipes
+
+
+@main.group("recipes")
+def recipes_group() -> None:
+    """List and inspect the shipped recipes (rbln/<name>, vllm/<org>/<name>)."""
+
+
+@recipes_group.command("list")
+@click.argument("directory", required=False, type=click.Path(path_type=Path))
+def recipes_list(directory: Path | None) -> None:
+    """Print the qualified names of the recipes under DIRECTORY (default: the shipped ones).
+
+    Example:
+
+        servefleet recipes list
+    """
+    from servefleet.recipes import list_recipes
+
+    if directory is not None and not directory.is_dir():
+        raise RecipeError(f"{directory}: not a directory")
+    for name in list_recipes(directory):
+        click.echo(name)
+
+
+def _describe_rbln(card: Any) -> dict[str, Any]:
+    from servefleet.resolve import default_selection
+
+    return {
+        "recipe": card.name,
+        "kind": "rbln",
+        "model": card.model,
+        "display_axes": card.axes,
+        "strategies": [
+            {
+                "slug": s.slug,
+                "label": s.label,
+                "targets": [
+                    {
+                        "target": o.target,
+                        "npus": o.npus,
+                        "skus": o.skus,
+                        "axes": o.grid.offered(),
+                        "defaults": default_selection(o.grid),
+                        "recommended": default_selection(o.grid, recommended=True),
+                        "excluded": o.grid.excluded,
+                    }
+                    for o in s.options
+                ],
+            }
+            for s in card.strategies
+        ],
+    }
+
+
+@recipes_group.command("show")
+@click.argument("recipe")
+def recipes_show(recipe: str) -> None:
+    """Show a recipe's axes with allowed values, defaults, recommended, targets and strategies.
+
+    Example:
+
+        servefleet recipes show rbln/gpt-oss-120b
+    """
+    from servefleet.recipes import find_recipe, load_card
+
+    kind, path = find_recipe(recipe)
+    if kind == "rbln":
+        info = _describe_rbln(load_card(path, name=recipe))
+    else:
+        from servefleet.vllm_recipes import describe_vllm, load_vllm_recipe
+
+        info = {"recipe": recipe, "kind": "vllm", **describe_vllm(load_vllm_recipe(path))}
+    click.echo(json.dumps(info, indent=2, ensure_ascii=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# resolve
+
+_RBLN_OPTIONS = ("--target", "--set", "--recommended", "--sku", "--compiler-version")
+_VLLM_OPTIONS = ("--hardware", "--variant", "--tp", "--feature", "--no-feature")
+_COMMON_OPTIONS = ("--strategy", "--format")
+
+
+def _refuse_foreign(given: list[str], recipe: str, kind: str, own: tuple[str, ...]) -> None:
+    if given:
+        label = "an RBLN recipe card" if kind == "rbln" else "a vLLM recipe"
+        raise RecipeError(
+            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the other kind "
+            f"of recipe only: {recipe} is {label} "
+            f"(its options: {', '.join(own + _COMMON_OPTIONS)})"
+        )
+
+
+def _parse_sets(
+    sets: tuple[str, ...], card: Any, target: str, strategy: str | None
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in sets:
+        axis, eq, value = item.partition("=")
+        if not eq or not axis:
+            from servefleet.resolve import pick_option, pick_strategy
+
+            grid = pick_option(card, pick_strategy(card, strategy), target).grid
+            offered = "; ".join(f"{a}: {', '.join(v)}" for a, v in grid.offered().items())
+            raise RecipeError(f"--set {item!r} is not AXIS=VALUE (offered: {offered})")
+        out[axis] = value
+    return out
+
+
+def shell_command(server: Any) -> str:
+    """One pasteable line: env assignments then the argv, each quoted for a POSIX shell.
+
+    + server: a :class:`servefleet.spec.Server`
+    """
+    words = [f"{k}={shlex.quote(v)}" for k, v in server.env.items()]
+    words += [shlex.quote(a) for a in server.argv]
+    return " ".join(words)
+
+
+def _render(spec: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(spec.to_json(), indent=2, ensure_ascii=False)
+    if fmt == "shell":
+        if len(spec.servers) == 1:
+            return shell_command(spec.servers[0])
+        return "\n".join(f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers)
+    from servefleet.systemd import unit_text
+
+    if len(spec.servers) != 1:
+        roles = ", ".join(s.role for s in spec.servers)
+        raise RecipeError(f"--format unit renders one server; this selection has {roles}")
+    server = spec.servers[0]
+    return unit_text(server.argv, server.env, description=f"servefleet {spec.recipe}").rstrip("\n")
+
+
+@main.command("resolve")
+@click.argument("recipe")
+@click.option("--target", default=None, help="RBLN: Latency (default) or Throughput, any case.")
+@click.option("--strategy", default=None, help="Strategy slug (default: the recipe's).")
+@click.option("--set", "sets", multiple=True, metavar="AXIS=VALUE", help="RBLN: choose a value.")
+@click.option("--recommended", is_flag=True, help="RBLN: start from the recommended values.")
+@click.option("--sku", default=None, help="RBLN: NPU SKU (default: the option's first).")
+@click.option(
+    "--compiler-version",
+    default=None,
+    metavar="X.Y.Z",
+    help="RBLN: rebel-compiler version for the fingerprint (default: the data's pin).",
+)
+@click.option("--hardware", default=None, help="vLLM: GPU id (h200, mi300x, b200, ...).")
+@click.option("--variant", default=None, help="vLLM: recipe variant.")
+@click.option("--tp", type=int, default=None, help="vLLM: tensor-parallel size override.")
+@click.option(
+    "--feature",
+    "features",
+    multiple=True,
+    metavar="NAME[=MODE]",
+    help="vLLM: turn a feature on (or pick its mode).",
+)
+@click.option(
+    "--no-feature", "no_features", multiple=True, metavar="NAME", help="vLLM: turn a feature off."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "shell", "unit"]),
+    default="json",
+    show_default=True,
+    help="Output: JSON spec, a pasteable shell line, a systemd unit.",
+)
+def resolve_cmd(
+    recipe: str,
+    target: str | None,
+    strategy: str | None,
+    sets: tuple[str, ...],
+    recommended: bool,
+    sku: str | None,
+    compiler_version: str | None,
+    hardware: str | None,
+    variant: str | None,
+    tp: int | None,
+    features: tuple[str, ...],
+    no_features: tuple[str, ...],
+    fmt: str,
+) -> None:
+    """Resolve a selection of RECIPE (a path or a name such as rbln/gpt-oss-120b) to the exact
+    argv and env of each server.
+
+    Example:
+
+        servefleet resolve rbln/gpt-oss-120b --target throughput --set lmcache=cpu --format shell
+    """
+    from servefleet.recipes import find_recipe
+
+    kind, path = find_recipe(recipe)
+    rbln_given = [
+        name
+        for name, value in zip(
+            _RBLN_OPTIONS, (target, sets, recommended, sku, compiler_version), strict=True
+        )
+        if value
+    ]
+    vllm_given = [
+        name
+        for name, value in zip(
+            _VLLM_OPTIONS, (hardware, variant, tp is not None, features, no_features), strict=True
+        )
+        if value
+    ]
+    if kind == "rbln":
+        from servefleet.recipes import load_card
+        from servefleet.resolve import resolve_rbln
+
+        _refuse_foreign(vllm_given, recipe, kind, _RBLN_OPTIONS)
+        card = load_card(path, name=recipe)
+        tgt = target or "Latency"
+        spec = resolve_rbln(
+            card,
+            target=tgt,
+            strategy=strategy,
+            sets=_parse_sets(sets, card, tgt, strategy),
+            recommended=recommended,
+            sku=sku,
+            compiler_version=compiler_version,
+        )
+    else:
+        from servefleet.vllm_recipes import load_vllm_recipe, resolve_vllm
+
+        _refuse_foreign(rbln_given, recipe, kind, _VLLM_OPTIONS)
+        spec = resolve_vllm(
+            load_vllm_recipe(path),
+            hardware=hardware,
+            strategy=strategy,
+            variant=variant,
+            tp=tp,
+            features=list(features),
+            no_features=list(no_features),
+        )
+    click.echo(_render(spec, fmt))
 
 
 def _register() -> None:

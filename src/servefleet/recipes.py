@@ -1,0 +1,582 @@
+"""RBLN recipe cards: load, validate, and find recipes by their qualified name.
+
+A card is the JSON object that docs.rbln.ai embeds in each recipe page (rbln.md §5). It is read
+either as bare JSON or as the page text (a title line, the JSON object, then prose): the one JSON
+object that starts at the first ``{`` is decoded. Validation collects every problem and raises
+once, naming the file, so a broken card reads as one line.
+
+What a card offers comes only from each grid's ``modes`` and ``options``; the top-level ``axes``
+list is kept for display (and for naming what a grid does *not* offer in error messages).
+
+Recipe names under ``recipes/`` are qualified by kind: ``rbln/<name>`` is
+``recipes/rbln/<name>.json``, ``vllm/<org>/<name>`` is ``recipes/vllm/models/<org>/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servefleet.errors import RecipeError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+RECIPES_DIR = Path(os.environ.get("SERVEFLEET_RECIPES") or (PACKAGE_DIR.parent.parent / "recipes"))
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What selecting one ``AXIS=VALUE`` changes in one role.
+
+    + del_args: arg keys to remove (the flag and its value)
+    + del_envs: env keys to remove
+    + add_args: arg key -> argv tokens; replaces an existing key in place, else appended
+    + add_envs: env key -> value; replaces an existing key in place, else appended
+    """
+
+    del_args: tuple[str, ...] = ()
+    del_envs: tuple[str, ...] = ()
+    add_args: dict[str, list[str]] = field(default_factory=dict)
+    add_envs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Role:
+    """One server role of a grid's base (``main`` for aggregated serving).
+
+    + role: the role name
+    + launcher: the launcher's argv tokens (``["vllm", "serve"]``)
+    + args: arg key -> argv tokens, in the card's order
+    + envs: env key -> value, in the card's order
+    """
+
+    role: str
+    launcher: list[str]
+    args: dict[str, list[str]]
+    envs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The selectable grid of one option.
+
+    + model: the model the launcher serves (``grid.model``, else the card's ``model``)
+    + base: roles before any delta
+    + modes: mode axis -> allowed values (default ``off`` if offered, else the first)
+    + options: option axis -> allowed values (default ``option_base[axis]``)
+    + option_base: option axis -> default value
+    + recommended: axis -> value overlaid by ``--recommended``
+    + excluded: partial selections that are refused
+    + deltas: ``AXIS=VALUE`` -> role -> Delta
+    """
+
+    model: str
+    base: list[Role]
+    modes: dict[str, list[str]]
+    options: dict[str, list[str]]
+    option_base: dict[str, str]
+    recommended: dict[str, str]
+    excluded: list[dict[str, str]]
+    deltas: dict[str, dict[str, Delta]]
+
+    def offered(self) -> dict[str, list[str]]:
+        """Every selectable axis with its values: modes first, then options."""
+        return {**self.modes, **self.options}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One target of a strategy (``Latency``/``Throughput``).
+
+    + target: the target name as the card spells it
+    + npus: devices per server
+    + skus: device SKUs the option is verified on (the first is the default)
+    + grid: the selectable grid
+    """
+
+    target: str
+    npus: int
+    skus: list[str]
+    grid: Grid
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A serving strategy (``aggregated``): one option per target.
+
+    + slug: the strategy's id
+    + label: its display name
+    + options: one per target, in the card's order
+    """
+
+    slug: str
+    label: str
+    options: list[Option]
+
+
+@dataclass(frozen=True)
+class Card:
+    """A loaded RBLN recipe card.
+
+    + name: the qualified recipe name (``rbln/gpt-oss-120b``) or the path it was loaded from
+    + model: the card's ``model``
+    + axes: display axes (axis -> values) from the card's top-level ``axes``
+    + strategies: the strategies, first is the default
+    + path: the file it was read from
+    """
+
+    name: str
+    model: str
+    axes: dict[str, list[str]]
+    strategies: list[Strategy]
+    path: Path | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Fragments
+
+
+def _split_fragment(what: str, fragment: object) -> list[str]:
+    """Shell-split a fragment (POSIX rules), naming ``what`` in errors."""
+    if not isinstance(fragment, str):
+        raise RecipeError(f"{what}: fragment must be a string, got {type(fragment).__name__}")
+    try:
+        return shlex.split(fragment, posix=True)
+    except ValueError as exc:
+        raise RecipeError(f"{what}: cannot parse fragment {fragment!r}: {exc}") from None
+
+
+def parse_arg_fragment(key: str, fragment: str) -> list[str]:
+    """Parse an arg's shell fragment into argv tokens; the first token must be the key.
+
+    + key: the arg's key in the card (``--max-num-seqs``)
+    + fragment: the shell fragment (``--max-num-seqs 8``, ``--flag=value``)
+    """
+    tokens = _split_fragment(f"arg {key}", fragment)
+    if not tokens or not (tokens[0] == key or tokens[0].startswith(key + "=")):
+        raise RecipeError(f"arg {key}: fragment {fragment!r} does not start with {key}")
+    return tokens
+
+
+def parse_env_fragment(key: str, fragment: str) -> str:
+    """Parse an env's shell fragment ``KEY=value`` and return the value (which may contain ``=``).
+
+    + key: the variable name
+    + fragment: the shell fragment (``LMCACHE_EXTRA_CONFIG='{...}'``)
+    """
+    if not _ENV_NAME.match(key):
+        raise RecipeError(f"env {key!r}: not a valid variable name")
+    tokens = _split_fragment(f"env {key}", fragment)
+    if len(tokens) != 1 or not tokens[0].startswith(key + "="):
+        raise RecipeError(f"env {key}: fragment {fragment!r} is not one {key}=value assignment")
+    return tokens[0][len(key) + 1 :]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def decode_card_text(text: str, source: str) -> dict[str, Any]:
+    """Decode the JSON object starting at the first ``{`` of bare JSON or a page's text.
+
+    + text: the file's text
+    + source: how to name the file in errors
+    """
+    start = text.find("{")
+    if start < 0:
+        raise RecipeError(f"{source}: no JSON object found")
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"{source}: malformed JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RecipeError(f"{source}: the card is not a JSON object")
+    return obj
+
+
+class _Errors:
+    """Collects validation problems; raises them together as one RecipeError."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.items: list[str] = []
+
+    def add(self, msg: str) -> None:
+        self.items.append(msg)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise RecipeError(f"{self.source}: " + "; ".join(self.items))
+
+
+def _str_map(obj: Any, where: str, errors: _Errors) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        errors.add(f"{where} must be an object")
+        return {}
+    return obj
+
+
+def _values_map(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for axis, values in _str_map(obj, where, errors).items():
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) for v in values)
+        ):
+            errors.add(f"{where}.{axis} must be a non-empty list of strings")
+            continue
+        out[axis] = list(values)
+    return out
+
+
+def _parse_args(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key, fragment in _str_map(obj, where, errors).items():
+        try:
+            out[key] = parse_arg_fragment(key, fragment)
+        except RecipeError as exc:
+            errors.add(f"{where}: {exc}")
+    return out
+
+
+def _parse_envs(obj: Any, where: str, errors: _Errors) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, fragment in _str_map(obj, where, errors).items():
+        try:
+            out[key] = parse_env_fragment(key, fragment)
+        except RecipeError as exc:
+            errors.add(f"{where}: {exc}")
+    return out
+
+
+def _key_list(obj: Any, where: str, errors: _Errors) -> tuple[str, ...]:
+    if obj is None:
+        return ()
+    if not isinstance(obj, list) or not all(isinstance(k, str) for k in obj):
+        errors.add(f"{where} must be a list of keys")
+        return ()
+    return tuple(obj)
+
+
+def _parse_role(obj: Any, where: str, errors: _Errors) -> Role | None:
+    if not isinstance(obj, dict):
+        errors.add(f"{where} must be an object")
+        return None
+    role = obj.get("role")
+    if not isinstance(role, str) or not role:
+        errors.add(f"{where}.role must be a non-empty string")
+        return None
+    launcher = obj.get("launcher")
+    tokens: list[str] = []
+    if not isinstance(launcher, str):
+        errors.add(f"{where}.launcher must be a string such as 'vllm serve'")
+    else:
+        try:
+            tokens = shlex.split(launcher)
+        except ValueError as exc:
+            errors.add(f"{where}.launcher: {exc}")
+        if not tokens and isinstance(launcher, str):
+            errors.add(f"{where}.launcher is empty")
+    args = _parse_args(obj.get("args"), f"{where}.args", errors)
+    envs = _parse_envs(obj.get("envs"), f"{where}.envs", errors)
+    return Role(role=role, launcher=tokens, args=args, envs=envs)
+
+
+def _parse_grid(obj: Any, where: str, card_model: str, errors: _Errors) -> Grid | None:
+    if not isinstance(obj, dict):
+        errors.add(f"{where} must be an object")
+        return None
+    model = obj.get("model") or card_model
+    if not isinstance(model, str) or not model:
+        errors.add(f"{where}: no model (grid.model or the card's model)")
+        model = ""
+    base_raw = obj.get("base")
+    base: list[Role] = []
+    if not isinstance(base_raw, list) or not base_raw:
+        errors.add(f"{where}.base must be a non-empty list of roles")
+    else:
+        for i, r in enumerate(base_raw):
+            role = _parse_role(r, f"{where}.base[{i}]", errors)
+            if role is not None:
+                base.append(role)
+    roles = {r.role for r in base}
+    if len(roles) != len(base):
+        errors.add(f"{where}.base has duplicate roles")
+    modes = _values_map(obj.get("modes"), f"{where}.modes", errors)
+    options = _values_map(obj.get("options"), f"{where}.options", errors)
+    for axis in set(modes) & set(options):
+        errors.add(f"{where}: axis {axis} is both a mode and an option")
+    offered = {**modes, **options}
+
+    def check_pairs(sel: dict[str, Any], what: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for axis, value in sel.items():
+            if axis not in offered:
+                errors.add(f"{what} names axis {axis!r}, not offered (offered: {_names(offered)})")
+            elif value not in offered[axis]:
+                errors.add(
+                    f"{what}: {axis}={value!r} is not offered (allowed: {', '.join(offered[axis])})"
+                )
+            else:
+                out[axis] = value
+        return out
+
+    option_base = check_pairs(
+        _str_map(obj.get("option_base"), f"{where}.option_base", errors), f"{where}.option_base"
+    )
+    raw_base = obj.get("option_base")
+    for axis in options:
+        if axis not in (raw_base if isinstance(raw_base, dict) else {}):
+            errors.add(f"{where}.option_base has no default for option axis {axis}")
+    recommended = check_pairs(
+        _str_map(obj.get("recommended"), f"{where}.recommended", errors), f"{where}.recommended"
+    )
+    excluded: list[dict[str, str]] = []
+    excluded_raw = obj.get("excluded") or []
+    if not isinstance(excluded_raw, list):
+        errors.add(f"{where}.excluded must be a list of partial selections")
+    else:
+        for i, entry in enumerate(excluded_raw):
+            if not isinstance(entry, dict) or not entry:
+                errors.add(f"{where}.excluded[{i}] must be a non-empty object")
+                continue
+            excluded.append(check_pairs(entry, f"{where}.excluded[{i}]"))
+    deltas: dict[str, dict[str, Delta]] = {}
+    for dkey, per_role in _str_map(obj.get("deltas"), f"{where}.deltas", errors).items():
+        dwhere = f"{where}.deltas[{dkey}]"
+        axis, eq, value = dkey.partition("=")
+        if not eq:
+            errors.add(f"{dwhere}: key must be AXIS=VALUE")
+            continue
+        check_pairs({axis: value}, dwhere)
+        deltas[dkey] = {}
+        for role_name, d in _str_map(per_role, dwhere, errors).items():
+            rwhere = f"{dwhere}.{role_name}"
+            if role_name not in roles:
+                errors.add(f"{rwhere}: no such role (roles: {', '.join(sorted(roles))})")
+                continue
+            if not isinstance(d, dict):
+                errors.add(f"{rwhere} must be an object")
+                continue
+            deltas[dkey][role_name] = Delta(
+                del_args=_key_list(d.get("del_args"), f"{rwhere}.del_args", errors),
+                del_envs=_key_list(d.get("del_envs"), f"{rwhere}.del_envs", errors),
+                add_args=_parse_args(d.get("add_args"), f"{rwhere}.add_args", errors),
+                add_envs=_parse_envs(d.get("add_envs"), f"{rwhere}.add_envs", errors),
+            )
+    return Grid(
+        model=model,
+        base=base,
+        modes=modes,
+        options=options,
+        option_base=option_base,
+        recommended=recommended,
+        excluded=excluded,
+        deltas=deltas,
+    )
+
+
+def _names(offered: dict[str, list[str]]) -> str:
+    return ", ".join(f"{a} ({'|'.join(v)})" for a, v in offered.items()) or "none"
+
+
+def _parse_option(obj: Any, where: str, card_model: str, errors: _Errors) -> Option | None:
+    if not isinstance(obj, dict):
+        errors.add(f"{where} must be an object")
+        return None
+    target = obj.get("target")
+    if not isinstance(target, str) or not target:
+        errors.add(f"{where}.target must be a non-empty string")
+        target = ""
+    npus = obj.get("npus")
+    if not isinstance(npus, int) or isinstance(npus, bool) or npus < 1:
+        errors.add(f"{where}.npus must be a positive integer, got {npus!r}")
+        npus = 1
+    skus = obj.get("skus")
+    if not isinstance(skus, list) or not skus or not all(isinstance(s, str) for s in skus):
+        errors.add(f"{where}.skus must be a non-empty list of strings")
+        skus = []
+    grid = _parse_grid(obj.get("grid"), f"{where}.grid", card_model, errors)
+    if grid is None:
+        return None
+    return Option(target=target, npus=npus, skus=list(skus), grid=grid)
+
+
+def card_from_dict(obj: dict[str, Any], *, name: str, path: Path | None = None) -> Card:
+    """Validate a decoded card and build a :class:`Card`; every problem is reported at once.
+
+    + obj: the decoded JSON object
+    + name: the qualified name or path to record in the card (and to name in errors)
+    + path: the file it came from, if any
+    """
+    errors = _Errors(name)
+    model = obj.get("model")
+    if not isinstance(model, str) or not model:
+        errors.add("the card has no 'model' string")
+        model = ""
+    axes: dict[str, list[str]] = {}
+    axes_raw = obj.get("axes") or []
+    if isinstance(axes_raw, list):
+        for a in axes_raw:
+            if isinstance(a, dict) and isinstance(a.get("axis"), str):
+                axes[a["axis"]] = [
+                    o["value"]
+                    for o in a.get("options") or []
+                    if isinstance(o, dict) and isinstance(o.get("value"), str)
+                ]
+    strategies: list[Strategy] = []
+    raw = obj.get("strategies")
+    if not isinstance(raw, list) or not raw:
+        errors.add("'strategies' must be a non-empty list")
+        raw = []
+    for i, s in enumerate(raw):
+        where = f"strategies[{i}]"
+        if not isinstance(s, dict):
+            errors.add(f"{where} must be an object")
+            continue
+        slug = s.get("slug")
+        if not isinstance(slug, str) or not slug:
+            errors.add(f"{where}.slug must be a non-empty string")
+            continue
+        where = f"strategy {slug}"
+        opts_raw = s.get("options")
+        if not isinstance(opts_raw, list) or not opts_raw:
+            errors.add(f"{where}: 'options' must be a non-empty list")
+            continue
+        options = []
+        for j, o in enumerate(opts_raw):
+            tgt = o.get("target") if isinstance(o, dict) else None
+            opt = _parse_option(o, f"{where} option {tgt or j}", model, errors)
+            if opt is not None:
+                options.append(opt)
+        targets = [o.target.lower() for o in options]
+        if len(set(targets)) != len(targets):
+            errors.add(f"{where}: duplicate targets {', '.join(o.target for o in options)}")
+        strategies.append(Strategy(slug=slug, label=str(s.get("label") or slug), options=options))
+    slugs = [s.slug for s in strategies]
+    if len(set(slugs)) != len(slugs):
+        errors.add(f"duplicate strategy slugs: {', '.join(slugs)}")
+    errors.raise_if_any()
+    return Card(name=name, model=model, axes=axes, strategies=strategies, path=path)
+
+
+def load_card(path: str | Path, *, name: str | None = None) -> Card:
+    """Read and validate an RBLN card from bare JSON or the published page text.
+
+    + path: the file
+    + name: the qualified name to record (default: the path as given)
+    """
+    p = Path(path)
+    label = name or str(path)
+    text = _read_text(p, label)
+    return card_from_dict(decode_card_text(text, label), name=label, path=p)
+
+
+def _read_text(p: Path, label: str) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise RecipeError(f"{label}: cannot read recipe: {reason}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Naming
+
+
+def _is_rbln_card(obj: Any) -> bool:
+    """An RBLN card has ``strategies`` whose options carry a ``grid``."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("strategies"), list):
+        return False
+    for s in obj["strategies"]:
+        if isinstance(s, dict) and isinstance(s.get("options"), list):
+            if any(isinstance(o, dict) and "grid" in o for o in s["options"]):
+                return True
+    return False
+
+
+def detect_kind(path: Path) -> str:
+    """``rbln`` for an RBLN card (bare JSON or page text), else ``vllm`` (YAML/JSON recipe).
+
+    + path: the recipe file
+    """
+    text = _read_text(path, str(path))
+    start = text.find("{")
+    if start >= 0:
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(text, start)
+            if _is_rbln_card(obj):
+                return "rbln"
+        except json.JSONDecodeError:
+            pass
+    try:
+        if _is_rbln_card(yaml.safe_load(text)):
+            return "rbln"
+    except yaml.YAMLError:
+        pass
+    return "vllm"
+
+
+def find_recipe(name_or_path: str, recipes_dir: Path | None = None) -> tuple[str, Path]:
+    """Locate a recipe: an existing file path, or a qualified name under the recipes directory.
+
+    ``rbln/<name>`` -> ``rbln/<name>.json``; ``vllm/<org>/<name>`` ->
+    ``vllm/models/<org>/<name>.yaml``. A path's kind is detected from its content.
+
+    + name_or_path: a file path or a qualified name
+    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    """
+    base = recipes_dir or RECIPES_DIR
+    p = Path(name_or_path)
+    if p.is_file():
+        return detect_kind(p), p
+    kind, _, rest = name_or_path.partition("/")
+    if kind == "rbln" and rest:
+        cand = base / "rbln" / f"{rest}.json"
+        if cand.is_file():
+            return "rbln", cand
+    elif kind == "vllm" and rest:
+        cand = base / "vllm" / "models" / f"{rest}.yaml"
+        if cand.is_file():
+            return "vllm", cand
+    known = list_recipes(base)
+    hint = f"known: {', '.join(known)}" if known else f"no recipes under {base}"
+    raise RecipeError(f"no recipe {name_or_path!r} (not a file, not a name under {base}; {hint})")
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[str]:
+    """Qualified names of the recipes under a directory, sorted (``rbln/...`` then ``vllm/...``).
+
+    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    """
+    base = Path(recipes_dir or RECIPES_DIR)
+    names = [f"rbln/{p.stem}" for p in sorted((base / "rbln").glob("*.json"))]
+    models = base / "vllm" / "models"
+    names += [
+        "vllm/" + p.relative_to(models).with_suffix("").as_posix()
+        for p in sorted(models.glob("*/*.yaml"))
+    ]
+    return names
+
+
+def load_rbln(name_or_path: str, recipes_dir: Path | None = None) -> Card:
+    """Find and load an RBLN card by qualified name or path.
+
+    + name_or_path: ``rbln/<name>`` or a file path
+    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    """
+    kind, path = find_recipe(name_or_path, recipes_dir)
+    if kind != "rbln":
+        raise RecipeError(f"{name_or_path}: not an RBLN recipe card (it is a {kind} recipe)")
+    return load_card(path, name=name_or_path)
