@@ -1,10 +1,111 @@
-"""``servefleet lab up|down|status|env``."""
+"""``servefleet lab up|down|status|env|ssh``."""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
 import click
+
+from servefleet.errors import ServefleetError
+from servefleet.lab import layout
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_line_errors(func: F) -> F:
+    """Print a ServefleetError as one line on stderr and exit 2 (no traceback)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ServefleetError as exc:
+            click.echo(f"servefleet lab: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _odd_skus(values: tuple[str, ...]) -> dict[str, str]:
+    skus = {}
+    for value in values:
+        host, sep, sku = value.partition("=")
+        if not sep or not host or not sku:
+            raise click.BadParameter(f"{value!r} is not HOST=SKU (e.g. lab3=RBLN-CA25)")
+        skus[host] = sku
+    return skus
 
 
 @click.group()
 def lab() -> None:
     """The local lab fleet (needs root)."""
+
+
+@lab.command()
+@click.option("--hosts", default=layout.DEFAULT_HOSTS, show_default=True, help="number of hosts")
+@click.option("--devices", default=layout.DEFAULT_DEVICES, show_default=True,
+              help="simulated NPUs per host")
+@click.option("--odd-sku", "odd_sku", multiple=True, metavar="HOST=SKU",
+              help="make one host another card SKU (repeatable), e.g. lab3=RBLN-CA25")
+@click.option("--compile-seconds", default=layout.DEFAULT_COMPILE_SECONDS, show_default=True,
+              type=float, help="how long the simulated vllm compiles")
+@_one_line_errors
+def up(hosts: int, devices: int, odd_sku: tuple[str, ...], compile_seconds: float) -> None:
+    """Clear any earlier lab, then start hosts and package servers."""
+    from servefleet.lab import fleet
+
+    state = fleet.up(hosts, devices, _odd_skus(odd_sku), compile_seconds,
+                     log=lambda line: click.echo(line, err=True))
+    for host in state["hosts"]:
+        click.echo(f"{host['name']} {host['address']} {host['sku']} running")
+    click.echo(f"lab up: state in {layout.STATE_FILE}; `eval \"$(servefleet lab env)\"` "
+               "exports the lab credentials")
+
+
+@lab.command()
+@_one_line_errors
+def down() -> None:
+    """Stop everything of the lab: hosts, servers, mounts, namespaces, bridge."""
+    from servefleet.lab import fleet
+
+    fleet.down()
+    click.echo("lab down")
+
+
+@lab.command()
+@_one_line_errors
+def status() -> None:
+    """Hosts with address and state; servers up or down."""
+    from servefleet.lab import fleet
+
+    for line in fleet.status():
+        click.echo(line)
+
+
+@lab.command()
+@_one_line_errors
+def env() -> None:
+    """Shell lines exporting the lab credentials: eval "$(servefleet lab env)"."""
+    from servefleet.lab.state import env_lines, load_state
+
+    for line in env_lines(load_state()):
+        click.echo(line)
+
+
+@lab.command(context_settings={"ignore_unknown_options": True})
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@_one_line_errors
+def ssh(host: str, command: tuple[str, ...]) -> None:
+    """Open a shell on a lab host, or run COMMAND there."""
+    from servefleet.lab.fleet import ssh_command
+    from servefleet.lab.state import load_state
+
+    argv = ssh_command(load_state(), host, list(command))
+    if not command:
+        argv.insert(1, "-t")
+    os.execvp(argv[0], argv)

@@ -40,3 +40,31 @@ STATE_FILE = STATE_DIR / "state.json"
 SIM_ETC = "/etc/rbln-sim"  # hardware.json (sku, pci id, devices), fail-health, fail-start, compile-seconds
 SIM_RUN = "/run/rbln-sim"  # device locks, vllm-<port>.json records of argv and env
 SIM_LOG = "/var/log/rbln-sim"  # compile.log: one line per simulated compile
+
+# Lab fleet internals (servefleet.lab.fleet): names the clean-up recognises as ours
+VETH_PREFIX = "sfv-"  # root-namespace end of host labN's veth: sfv-labN
+CGROUP_PREFIX = "sf-"  # sub-cgroup of host labN (name=systemd v1 and cgroup2): sf-labN
+SERVER_MODULE = "servefleet.lab.index"  # every lab server runs `python -m SERVER_MODULE ...`
+STATE_HOSTS = STATE_DIR / "hosts"  # labN/{upper,work,merged,extra,console.log,pid,cgroups}
+STATE_RUN = STATE_DIR / "run"  # <server>.pid
+STATE_LOGS = STATE_DIR / "logs"  # <server>.log
+STATE_SECRETS = STATE_DIR / "secrets"  # 0700; index-user, index-password, hf-token (0600)
+STATE_SSH = STATE_DIR / "ssh"  # id_ed25519(.pub), known_hosts
+STATE_APT = STATE_DIR / "apt"  # the signed flat apt repository (served as is)
+APT_KEY_FILE = STATE_DIR / "lab-archive-keyring.gpg"  # the apt repo's public key (binary)
+
+# PCI device id (vendor 0x1eff) of each card SKU, as `lspci -n` shows it (rbln.md §1)
+PCI_VENDOR = "1eff"
+SKU_PCI_DEVICE = {
+    "RBLN-CR13": "2130",
+    "RBLN-CR03": "2030",
+    "RBLN-CR23": "2230",
+    "RBLN-CA25": "1250",
+    "RBLN-CA22": "1220",
+    "RBLN-CA12": "1120",
+    "RBLN-CA02": "1020",
+}
+DEFAULT_SKU = "RBLN-CR13"
+DEFAULT_DEVICES = 4
+DEFAULT_COMPILE_SECONDS = 3.0
+DEFAULT_HOSTS = 3

@@ -1,0 +1,125 @@
+"""The lab's package sources: the simulated packages built from the lab sources (top-level
+``lab/``, outside the package, by its ``build.py``), cached by a hash of those sources, and the
+per-lab signed apt repository made from their .debs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from servefleet.lab.state import LabError
+
+SOURCES_ENV = "SERVEFLEET_LAB_SOURCES"  # another lab sources directory (tests, development)
+REPO_SOURCES = Path(__file__).resolve().parents[3] / "lab"
+APT_KEY_NAME = "servefleet lab archive (simulation)"
+
+
+def lab_sources() -> Path:
+    """The lab sources directory: ``$SERVEFLEET_LAB_SOURCES`` or the checkout's ``lab/``."""
+    path = Path(os.environ.get(SOURCES_ENV) or REPO_SOURCES)
+    if not (path / "build.py").is_file():
+        raise LabError(
+            f"no lab sources at {path} (expected {path / 'build.py'}); the lab runs from a "
+            f"servefleet checkout, or set {SOURCES_ENV}"
+        )
+    return path
+
+
+def sources_key(sources: Path) -> str:
+    """Hash of every file under the lab sources (names and contents).
+
+    + sources: the lab sources directory
+    """
+    digest = hashlib.sha256()
+    for path in sorted(sources.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(sources)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def ensure_artifacts(cache_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Build the lab artifacts (or reuse the cached build); return their directory and manifest.
+
+    + cache_dir: the lab cache; builds live in ``cache_dir/artifacts/<key>``
+    """
+    sources = lab_sources()
+    root = cache_dir / "artifacts"
+    out = root / sources_key(sources)
+    if not (out / "manifest.json").is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        tmp = Path(str(out) + ".tmp")
+        tmp.mkdir(parents=True)
+        code = (
+            "import sys; from pathlib import Path\n"
+            f"sys.path[:0] = [{str(sources.parent)!r}, {str(sources)!r}]\n"
+            "from importlib import import_module\n"
+            f"build = import_module({sources.name + '.build'!r})\n"
+            "build.build(Path(sys.argv[1]))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, cwd=tmp
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise LabError(f"building the lab artifacts ({sources}/build.py) failed: {tail[0]}")
+        if not (tmp / "manifest.json").is_file():
+            raise LabError(f"{sources}/build.py wrote no manifest.json")
+        tmp.rename(out)
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def _run(cmd: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    proc = subprocess.run(cmd, capture_output=True, **kwargs)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()[-1:]
+        raise LabError(f"{what} failed: {tail[0] if tail else 'no output'}")
+    return proc
+
+
+def make_apt_repo(debs: Path, repo: Path, key_file: Path) -> None:
+    """A flat apt repository of the .debs in debs, signed (InRelease) with a key made for it.
+
+    The key is generated in a throwaway GNUPGHOME whose agent is stopped afterwards; only its
+    public half is kept (key_file, binary, for ``signed-by``, also served as
+    ``/lab-archive-keyring.gpg``).
+
+    + debs: directory holding the .deb files
+    + repo: the repository directory to create (replaced)
+    + key_file: where to write the public key
+    """
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir(parents=True)
+    for deb in sorted(debs.glob("*.deb")):
+        shutil.copy2(deb, repo / deb.name)
+    packages = _run(
+        ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], "dpkg-scanpackages", cwd=repo
+    ).stdout
+    (repo / "Packages").write_bytes(packages)
+    _run(["gzip", "-kf", "Packages"], "gzip Packages", cwd=repo)
+    # never let apt-ftparchive write into the repo: Release would list itself
+    release = _run(["apt-ftparchive", "release", "."], "apt-ftparchive release", cwd=repo).stdout
+    (repo / "Release").write_bytes(release)
+    with tempfile.TemporaryDirectory(prefix="servefleet-lab-gnupg-") as home:
+        env = dict(os.environ, GNUPGHOME=home)
+        gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
+        try:
+            _run(gpg + ["--quick-gen-key", APT_KEY_NAME, "ed25519", "sign", "never"],
+                 "gpg key generation", env=env)
+            _run(gpg + ["--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release")],
+                 "signing the apt Release", env=env)
+            _run(gpg + ["--yes", "--detach-sign", "-o", str(repo / "Release.gpg"),
+                        str(repo / "Release")], "signing the apt Release", env=env)
+            public = _run(["gpg", "--batch", "--export", APT_KEY_NAME], "gpg export", env=env).stdout
+        finally:
+            subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True)
+    key_file.write_bytes(public)
+    key_file.chmod(0o644)
+    (repo / "lab-archive-keyring.gpg").write_bytes(public)

@@ -1,0 +1,534 @@
+"""Bring the lab fleet up and down: hosts (netns + overlay root + systemd as PID 1 + sshd), the
+lab's servers on the bridge, the credentials, and the state that ``inventories/lab.py`` reads.
+
+``up`` first clears whatever an earlier run left (processes found by pidfile and by scanning,
+mounts, namespaces, links, cgroups, state), so a crashed run never blocks the next one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from servefleet.lab import layout
+from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_repo
+from servefleet.lab.base import ensure_base, script
+from servefleet.lab.state import LabError, load_state, write_state
+
+TOOLS = (
+    "ip", "unshare", "nsenter", "mount", "umount", "mmdebstrap", "zstd", "tar", "ssh",
+    "ssh-keygen", "gpg", "gpgconf", "dpkg-deb", "dpkg-scanpackages", "apt-ftparchive",
+)
+HOST_CGROUP = re.compile(
+    rf"/{re.escape(layout.CGROUP_PREFIX + layout.HOST_PREFIX)}\d+(/|$)", re.MULTILINE
+)
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
+BOOT_TIMEOUT = 120.0
+
+
+# --- checks -------------------------------------------------------------------------------------
+def check_can_run() -> None:
+    """Raise LabError (one line) unless this process can run the lab: root, tools, namespaces."""
+    if os.geteuid() != 0:
+        raise LabError("the lab fleet needs root (network namespaces, overlay mounts); run as root")
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise LabError(
+            f"the lab fleet needs {', '.join(missing)} (apt-get install mmdebstrap zstd "
+            "openssh-client dpkg-dev apt-utils gnupg iproute2 util-linux)"
+        )
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount", "--net", "--time", "true"], capture_output=True
+    )
+    if probe.returncode != 0:
+        why = probe.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["unknown error"]
+        raise LabError(f"namespaces are unavailable here ({why[0]}); the lab fleet needs them")
+
+
+def _run(cmd: list[str], what: str, **kwargs: Any) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise LabError(f"{what} failed: {tail[0]}")
+    return proc.stdout
+
+
+# --- finding what is ours -----------------------------------------------------------------------
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _is_server(pid: int) -> bool:
+    argv = _cmdline(pid)
+    return any(
+        argv[i] == "-m" and argv[i + 1] == layout.SERVER_MODULE for i in range(len(argv) - 1)
+    )
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def host_pids() -> list[int]:
+    """Every process in a lab host's cgroup (launchers, their inits and all inside)."""
+    found = []
+    for pid in _pids():
+        try:
+            text = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue
+        if HOST_CGROUP.search(text):
+            found.append(pid)
+    return found
+
+
+def server_pids() -> list[int]:
+    """Every lab server process (by pidfile or by its command line)."""
+    found = {pid for pid in _pids() if _is_server(pid)}
+    for pidfile in layout.STATE_RUN.glob("*.pid") if layout.STATE_RUN.is_dir() else []:
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if _is_server(pid):
+            found.add(pid)
+    return sorted(found)
+
+
+def _launcher_pids() -> list[int]:
+    found = []
+    for pidfile in layout.STATE_HOSTS.glob("*/pid") if layout.STATE_HOSTS.is_dir() else []:
+        try:
+            found.append(int(pidfile.read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def our_mounts() -> list[str]:
+    """Mount points under the state directory, deepest first."""
+    prefix = str(layout.STATE_DIR) + "/"
+    points = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        point = line.split()[1].replace("\\040", " ")
+        if point.startswith(prefix):
+            points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def our_netns() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [name for name in names if name.startswith(layout.NETNS_PREFIX)]
+
+
+def our_links() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+    return [n for n in names if n == layout.BRIDGE or n.startswith(layout.VETH_PREFIX)]
+
+
+def our_cgroups() -> list[Path]:
+    """Host cgroups left in the name=systemd and unified hierarchies, deepest first."""
+    found: list[Path] = []
+    tag = layout.CGROUP_PREFIX + layout.HOST_PREFIX
+    for root in CGROUP_ROOTS:
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, _ in os.walk(root):
+            for name in dirnames:
+                if name.startswith(tag):
+                    top = Path(dirpath) / name
+                    found.extend(Path(d) for d, _, _ in os.walk(top, topdown=False))
+            dirnames[:] = [d for d in dirnames if not d.startswith(tag)]
+    return found
+
+
+def _kill_all(pids_of: Any, deadline: float) -> list[int]:
+    """SIGKILL what pids_of() returns until nothing is left or the deadline passes."""
+    left: list[int] = pids_of()
+    while left and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+        left = pids_of()
+    return left
+
+
+# --- clear / down -------------------------------------------------------------------------------
+def clear() -> None:
+    """Remove everything of an earlier lab (running or crashed): processes, mounts, namespaces,
+    links, cgroups and the state directory. Raises LabError when something cannot be removed."""
+    deadline = time.monotonic() + 20
+    for pid in _launcher_pids():  # stop the boot loops first, so no host comes back
+        if HOST_CGROUP.search(_read(f"/proc/{pid}/cgroup")):
+            _signal(pid, signal.SIGKILL)
+    left = _kill_all(lambda: sorted(set(host_pids()) | set(server_pids())), deadline)
+    if left:
+        raise LabError(f"lab processes do not die: {' '.join(map(str, left))}")
+    for point in our_mounts():
+        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+    for name in our_netns():
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    for link in our_links():
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    for cgroup in our_cgroups():
+        try:
+            cgroup.rmdir()
+        except OSError:
+            pass
+    problems = []
+    if our_mounts():
+        problems.append("mounts " + " ".join(our_mounts()))
+    if our_netns():
+        problems.append("namespaces " + " ".join(our_netns()))
+    if our_links():
+        problems.append("links " + " ".join(our_links()))
+    if our_cgroups():
+        problems.append("cgroups " + " ".join(map(str, our_cgroups())))
+    if problems:
+        raise LabError("cannot clear the earlier lab: " + "; ".join(problems))
+    if layout.STATE_DIR.exists():
+        shutil.rmtree(layout.STATE_DIR)
+
+
+def down() -> None:
+    """Stop and remove the whole lab (the caches stay)."""
+    check_can_run()
+    clear()
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+# --- servers ------------------------------------------------------------------------------------
+def _start_server(name: str, args: list[str], port: int) -> dict[str, Any]:
+    log = layout.STATE_LOGS / f"{name}.log"
+    pidfile = layout.STATE_RUN / f"{name}.pid"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", layout.SERVER_MODULE, *args, "--name", name,
+             "--bind", layout.BRIDGE_IP, "--port", str(port)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True,
+        )
+    pidfile.write_text(f"{proc.pid}\n")
+    return {"pid_file": str(pidfile), "log": str(log), "port": port, "_proc": proc}
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], name: str, log: str) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LabError(f"lab server {name} exited with {proc.returncode}; see {log}")
+        try:
+            socket.create_connection((layout.BRIDGE_IP, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise LabError(f"lab server {name} does not listen on {layout.BRIDGE_IP}:{port}; see {log}")
+
+
+def start_servers(artifacts: Path, secret_files: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Start every lab server on the bridge address; return their state entries.
+
+    + artifacts: the built lab artifacts (index/, files/)
+    + secret_files: the credential files by variable name
+    """
+    basic = ["--user-file", secret_files["RBLN_INDEX_USER"],
+             "--password-file", secret_files["RBLN_INDEX_PASSWORD"]]
+    specs: dict[str, tuple[list[str], int, str, str]] = {
+        "index_private": (["simple", str(artifacts / "index" / "private"), *basic],
+                          layout.PORT_INDEX_PRIVATE, "/simple/", "basic RBLN_INDEX_USER:RBLN_INDEX_PASSWORD"),
+        "index_vllm": (["simple", str(artifacts / "index" / "vllm")],
+                       layout.PORT_INDEX_VLLM, "/simple/", "none"),
+        "index_torch": (["simple", str(artifacts / "index" / "torch")],
+                        layout.PORT_INDEX_TORCH, "/simple/", "none"),
+        "index_public": (["simple", str(artifacts / "index" / "public")],
+                         layout.PORT_INDEX_PUBLIC, "/simple/", "none"),
+        "apt": (["static", str(layout.STATE_APT)], layout.PORT_APT, "/", "none"),
+        "files": (["static", str(artifacts / "files"), "--token-file", secret_files["HF_TOKEN"],
+                   "--token-path", "/models/"], layout.PORT_FILES, "/", "bearer HF_TOKEN on /models/"),
+    }
+    servers = {}
+    for name, (args, port, path, auth) in specs.items():
+        entry = _start_server(name, args, port)
+        entry.update(url=layout.url(port, path), auth=auth)
+        servers[name] = entry
+    for name, entry in servers.items():
+        _wait_port(entry["port"], entry.pop("_proc"), name, entry["log"])
+    return servers
+
+
+# --- hosts --------------------------------------------------------------------------------------
+def _keygen(kind: str, path: Path, comment: str) -> str:
+    _run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", comment, "-f", str(path)], "ssh-keygen")
+    return Path(str(path) + ".pub").read_text().strip()
+
+
+def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds: float) -> str:
+    """Lay out HOSTDIR/extra (host keys, authorized_keys, simulation files); return the host's
+    known_hosts line."""
+    hostdir = layout.STATE_HOSTS / host["name"]
+    extra = hostdir / "extra"
+    for sub, mode in (("etc", 0o755), ("etc/ssh", 0o755), ("root", 0o700), ("root/.ssh", 0o700),
+                      ("usr", 0o755), ("usr/bin", 0o755), (layout.SIM_ETC.lstrip("/"), 0o755)):
+        (extra / sub).mkdir(parents=True, exist_ok=True)
+        (extra / sub).chmod(mode)
+    keys = [_keygen(kind, extra / "etc/ssh" / f"ssh_host_{kind}_key", f"root@{host['name']}")
+            for kind in ("ed25519", "ecdsa")]
+    auth = extra / "root/.ssh/authorized_keys"
+    auth.write_text(pubkey + "\n")
+    auth.chmod(0o600)
+    sim_etc = extra / layout.SIM_ETC.lstrip("/")
+    hardware = {"sku": host["sku"], "pci_device": host["pci_device"], "devices": host["devices"]}
+    (sim_etc / "hardware.json").write_text(json.dumps(hardware, indent=2) + "\n")
+    (sim_etc / "compile-seconds").write_text(f"{compile_seconds:g}\n")
+    lspci = extra / "usr/bin/lspci"
+    shutil.copyfile(sim / "lspci", lspci)
+    lspci.chmod(0o755)
+    known = []
+    for key in keys:
+        kind, blob = key.split()[:2]
+        known.append(f"{host['name']},{host['address']} {kind} {blob}")
+    return "\n".join(known)
+
+
+def _ssh_base(state_ssh: dict[str, str]) -> list[str]:
+    return [
+        "ssh", "-F", "/dev/null", "-i", state_ssh["key"], "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={state_ssh['known_hosts']}", "-o", "ConnectTimeout=3",
+        "-o", "LogLevel=ERROR",
+    ]
+
+
+def ssh_command(state: dict[str, Any], host: str, command: list[str]) -> list[str]:
+    """The ssh argv that runs command on a lab host as root.
+
+    + state: the lab state
+    + host: a lab host name (lab1...)
+    + command: the remote command words
+    """
+    by_name = {h["name"]: h for h in state["hosts"]}
+    if host not in by_name:
+        raise LabError(f"no lab host {host!r}; the lab has {', '.join(sorted(by_name))}")
+    return [*_ssh_base(state["ssh"]), f"root@{by_name[host]['address']}", *command]
+
+
+def _wait_running(ssh: dict[str, str], host: dict[str, Any], deadline: float) -> str:
+    base = [*_ssh_base(ssh), f"root@{host['address']}"]
+    last = "unreachable"
+    while time.monotonic() < deadline:
+        proc = subprocess.run([*base, "systemctl", "is-system-running", "--wait"],
+                              capture_output=True, text=True, timeout=max(5.0, deadline - time.monotonic()))
+        out = proc.stdout.strip()
+        if out in ("running", "degraded", "maintenance", "stopping"):
+            if out != "running":
+                failed = subprocess.run([*base, "systemctl", "--failed", "--plain", "--no-legend"],
+                                        capture_output=True, text=True).stdout.split()
+                return f"{out} (failed: {' '.join(failed[::5][:5]) or '?'})"
+            return out
+        last = out or (proc.stderr.strip().splitlines() or ["unreachable"])[-1]
+        time.sleep(0.2)
+    return f"not up after {BOOT_TIMEOUT:.0f} s ({last})"
+
+
+def _new_secret_files() -> dict[str, str]:
+    layout.STATE_SECRETS.mkdir(mode=0o700, parents=True)
+    layout.STATE_SECRETS.chmod(0o700)
+    values = {
+        "RBLN_INDEX_USER": f"lab-{secrets.token_hex(3)}",
+        "RBLN_INDEX_PASSWORD": secrets.token_urlsafe(24),
+        "HF_TOKEN": "hf_lab" + secrets.token_hex(16),
+    }
+    files = {}
+    for name, value in values.items():
+        path = layout.STATE_SECRETS / name.lower().replace("_", "-")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value + "\n")
+        files[name] = str(path)
+    return files
+
+
+def plan_hosts(count: int, devices: int, odd_skus: dict[str, str]) -> list[dict[str, Any]]:
+    """The hosts of a lab: names, addresses, SKU and device count (checked lab settings).
+
+    + count: number of hosts (1..40)
+    + devices: simulated NPUs per host
+    + odd_skus: host name -> SKU for hosts that are not RBLN-CR13
+    """
+    if not 1 <= count <= 40:
+        raise LabError(f"--hosts must be between 1 and 40, not {count}")
+    if not 1 <= devices <= 16:
+        raise LabError(f"--devices must be between 1 and 16, not {devices}")
+    names = [f"{layout.HOST_PREFIX}{i}" for i in range(1, count + 1)]
+    for name, sku in odd_skus.items():
+        if name not in names:
+            raise LabError(f"--odd-sku names host {name!r}; the lab has {', '.join(names)}")
+        if sku not in layout.SKU_PCI_DEVICE:
+            raise LabError(f"--odd-sku {name}={sku}: unknown SKU; allowed: "
+                           + ", ".join(sorted(layout.SKU_PCI_DEVICE)))
+    hosts = []
+    for i, name in enumerate(names, start=1):
+        sku = odd_skus.get(name, layout.DEFAULT_SKU)
+        hosts.append({
+            "name": name, "address": layout.host_ip(i), "sku": sku,
+            "pci_device": layout.SKU_PCI_DEVICE[sku], "devices": devices,
+            "netns": layout.NETNS_PREFIX + name,
+        })
+    return hosts
+
+
+def up(
+    hosts: int = layout.DEFAULT_HOSTS,
+    devices: int = layout.DEFAULT_DEVICES,
+    odd_skus: dict[str, str] | None = None,
+    compile_seconds: float = layout.DEFAULT_COMPILE_SECONDS,
+    log: Any = print,
+) -> dict[str, Any]:
+    """Clear any earlier lab, then build and start a new one; return its state.
+
+    + hosts: number of hosts lab1..labN
+    + devices: simulated NPUs per host
+    + odd_skus: host name -> SKU for hosts that are not RBLN-CR13
+    + compile_seconds: how long the simulated vllm "compiles"
+    + log: progress callback taking one line
+    """
+    plan = plan_hosts(hosts, devices, odd_skus or {})
+    if compile_seconds < 0:
+        raise LabError(f"--compile-seconds must be >= 0, not {compile_seconds:g}")
+    check_can_run()
+    sim = lab_sources() / "sim"
+    if not (sim / "lspci").is_file():
+        raise LabError(f"the lab sources have no {sim / 'lspci'}")
+    t0 = time.monotonic()
+    clear()
+    for d in (layout.STATE_DIR, layout.STATE_RUN, layout.STATE_LOGS, layout.STATE_HOSTS,
+              layout.CACHE_DIR):
+        d.mkdir(parents=True, exist_ok=True)
+    layout.STATE_SSH.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log(f"cleared the earlier lab ({time.monotonic() - t0:.1f} s)")
+
+    artifacts, manifest = ensure_artifacts(layout.CACHE_DIR)
+    make_apt_repo(artifacts / "apt", layout.STATE_APT, layout.APT_KEY_FILE)
+    log(f"lab artifacts and signed apt repository ready ({time.monotonic() - t0:.1f} s)")
+    base = ensure_base(layout.CACHE_DIR)
+    log(f"base image ready ({time.monotonic() - t0:.1f} s)")
+
+    _run(["ip", "link", "add", layout.BRIDGE, "type", "bridge"], "creating the bridge")
+    _run(["ip", "addr", "add", f"{layout.BRIDGE_IP}/{layout.PREFIX}", "dev", layout.BRIDGE],
+         "addressing the bridge")
+    _run(["ip", "link", "set", layout.BRIDGE, "up"], "bringing the bridge up")
+
+    secret_files = _new_secret_files()
+    servers = start_servers(artifacts, secret_files)
+    log(f"servers up on {layout.BRIDGE_IP} ({time.monotonic() - t0:.1f} s)")
+
+    ssh = {"user": "root", "key": str(layout.STATE_SSH / "id_ed25519"),
+           "known_hosts": str(layout.STATE_SSH / "known_hosts")}
+    pubkey = _keygen("ed25519", Path(ssh["key"]), "servefleet-lab")
+    known = [_prepare_host(h, pubkey, sim, compile_seconds) for h in plan]
+    Path(ssh["known_hosts"]).write_text("\n".join(known) + "\n")
+    for h in plan:
+        hostdir = layout.STATE_HOSTS / h["name"]
+        _run(["bash", str(script("host-up.sh")), h["name"], h["address"], str(base), str(hostdir),
+              h["netns"], layout.VETH_PREFIX + h["name"], layout.CGROUP_PREFIX + h["name"],
+              layout.BRIDGE, str(layout.PREFIX)], f"booting {h['name']}")
+        h["root"] = str(hostdir / "merged")
+        h["console_log"] = str(hostdir / "console.log")
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    with ThreadPoolExecutor(max_workers=min(8, len(plan))) as pool:
+        states = list(pool.map(lambda h: _wait_running(ssh, h, deadline), plan))
+    bad = [f"{h['name']}: {s}" for h, s in zip(plan, states, strict=True) if s != "running"]
+    if bad:
+        raise LabError(f"lab hosts did not boot ({'; '.join(bad)}); see the console logs under "
+                       f"{layout.STATE_HOSTS}; `servefleet lab down` removes the lab")
+    log(f"{len(plan)} hosts running ({time.monotonic() - t0:.1f} s)")
+
+    files_url = layout.url(layout.PORT_FILES)
+    state: dict[str, Any] = {
+        "version": 1,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "bridge": {"name": layout.BRIDGE, "address": layout.BRIDGE_IP, "prefix": layout.PREFIX},
+        "hosts": plan,
+        "groups": {"lab": [h["name"] for h in plan], "cr13": [h["name"] for h in plan]},
+        "ssh": ssh,
+        "servers": servers,
+        "indexes": {k: servers[f"index_{k}"]["url"] for k in ("private", "vllm", "torch", "public")},
+        "secrets": secret_files,
+        "apt": {
+            "url": servers["apt"]["url"], "suite": "./", "key": str(layout.APT_KEY_FILE),
+            "key_url": layout.url(layout.PORT_APT, "/lab-archive-keyring.gpg"),
+        },
+        "driver": {
+            version: {"url": files_url + entry["path"], "sha256": entry["sha256"],
+                      "file": Path(entry["path"]).name}
+            for version, entry in sorted(manifest.get("driver", {}).items())
+        },
+        "model_store": {"url": layout.url(layout.PORT_FILES, "/models/"),
+                        "auth": "Authorization: Bearer $HF_TOKEN",
+                        "models": manifest.get("models", {})},
+        "sim": {"compile_seconds": compile_seconds, "devices": devices},
+        "artifacts": str(artifacts),
+        "manifest": manifest,
+    }
+    write_state(state)
+    return state
+
+
+def status() -> list[str]:
+    """Lines describing the lab: each host with its address and systemd state, each server."""
+    state = load_state()
+    lines = []
+    for host in state["hosts"]:
+        try:
+            proc = subprocess.run(
+                ssh_command(state, host["name"], ["systemctl", "is-system-running"]),
+                capture_output=True, text=True, timeout=10,
+            )
+            hstate = proc.stdout.strip() or "unreachable"
+        except subprocess.TimeoutExpired:
+            hstate = "unreachable (timeout)"
+        lines.append(f"{host['name']:<8} {host['address']:<13} {host['sku']:<10} "
+                     f"{host['devices']} devices  {hstate}")
+    running = set(server_pids())
+    for name, server in sorted(state["servers"].items()):
+        try:
+            pid = int(Path(server["pid_file"]).read_text().strip())
+        except (OSError, ValueError):
+            pid = -1
+        lines.append(f"{name:<14} {server['url']:<34} {'up' if pid in running else 'down'}")
+    return lines

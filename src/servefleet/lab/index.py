@@ -1,0 +1,233 @@
+"""The lab's HTTP servers (stdlib only): a PEP 503 "simple" package index over a flat directory of
+wheels and sdists, or a plain static file server (apt repository, driver runfiles, model store).
+
+Run as ``python -m servefleet.lab.index simple|static ROOT --bind IP --port N [auth]``.
+Credentials are read from files (never argv): ``--user-file``/``--password-file`` turn on HTTP
+Basic auth for every path; ``--token-file`` with ``--token-path`` requires
+``Authorization: Bearer <token>`` under that path (the model store's Hugging Face token).
+
+Index layout served: ``/simple/`` (every project, by normalized name), ``/simple/<name>/``
+(its files, linked as ``../../files/<file>#sha256=<hex>``) and ``/files/<file>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+import html
+import mimetypes
+import re
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+REALM = "servefleet-lab"
+DIST_EXTENSIONS = (".whl", ".tar.gz", ".zip")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normalized project name.
+
+    + name: a distribution name as written in a file name or a request
+    """
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_of(filename: str) -> str | None:
+    """Normalized project name of a wheel or sdist file name, or None when it is neither.
+
+    + filename: e.g. ``vllm_rbln-0.12.1-py3-none-any.whl`` or ``arctic_inference-0.1.1.tar.gz``
+    """
+    if filename.endswith(".whl"):
+        return normalize(filename.split("-", 1)[0])
+    for ext in (".tar.gz", ".zip"):
+        if filename.endswith(ext):
+            stem = filename[: -len(ext)]
+            if "-" in stem:
+                return normalize(stem.rsplit("-", 1)[0])
+    return None
+
+
+def scan_index(root: Path) -> dict[str, dict[str, str]]:
+    """Map each normalized project to ``{filename: sha256 hex}`` for the files directly in root.
+
+    + root: the flat directory of distributions
+    """
+    projects: dict[str, dict[str, str]] = {}
+    for path in sorted(root.iterdir()):
+        project = project_of(path.name) if path.is_file() else None
+        if project is None:
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        projects.setdefault(project, {})[path.name] = digest
+    return projects
+
+
+def _page(title: str, links: list[tuple[str, str]]) -> bytes:
+    body = "".join(
+        f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>\n' for href, text in links
+    )
+    return (
+        "<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+        f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}  </body>\n</html>\n"
+    ).encode()
+
+
+class Config:
+    """What one server instance serves and how it authenticates.
+
+    + mode: ``simple`` (PEP 503 index) or ``static`` (files under root)
+    + root: the directory served
+    + basic: ``(user, password)`` for HTTP Basic auth on every path, or None
+    + token: ``(path prefix, token)`` for Bearer auth under that prefix, or None
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        root: Path,
+        basic: tuple[str, str] | None = None,
+        token: tuple[str, str] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.root = root.resolve()
+        self.basic = basic
+        self.token = token
+        self.projects = scan_index(self.root) if mode == "simple" else {}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "servefleet-lab"
+    config: Config  # set on the subclass made by make_server
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
+        self._serve(head=True)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        self._serve(head=False)
+
+    # --- auth
+    def _authorized(self, path: str) -> bool:
+        header = self.headers.get("Authorization", "")
+        cfg = self.config
+        if cfg.basic is not None:
+            expected = base64.b64encode(f"{cfg.basic[0]}:{cfg.basic[1]}".encode()).decode()
+            if not hmac.compare_digest(header.encode(), f"Basic {expected}".encode()):
+                self._send(401, b"authentication required\n", "text/plain",
+                           {"WWW-Authenticate": f'Basic realm="{REALM}"'})
+                return False
+        if cfg.token is not None and path.startswith(cfg.token[0]):
+            if not hmac.compare_digest(header.encode(), f"Bearer {cfg.token[1]}".encode()):
+                self._send(401, b"a valid token is required\n", "text/plain",
+                           {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+                return False
+        return True
+
+    # --- responses
+    def _send(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None,
+              head: bool = False) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _file(self, path: Path, head: bool) -> None:
+        root = self.config.root
+        try:
+            resolved = path.resolve()
+            resolved.relative_to(root)
+        except (OSError, ValueError):
+            self._send(404, b"not found\n", "text/plain", head=head)
+            return
+        if not resolved.is_file():
+            self._send(404, b"not found\n", "text/plain", head=head)
+            return
+        data = resolved.read_bytes()
+        ctype = mimetypes.guess_type(resolved.name)[0] or "application/octet-stream"
+        self._send(200, data, ctype, head=head)
+
+    def _serve(self, head: bool) -> None:
+        path = unquote(urlsplit(self.path).path)
+        if not self._authorized(path):
+            return
+        if self.config.mode == "static":
+            self._file(self.config.root / path.lstrip("/"), head)
+            return
+        projects = self.config.projects
+        if path in ("/", "/simple"):
+            self._send(301, b"", "text/plain", {"Location": "/simple/"}, head)
+        elif path == "/simple/":
+            links = [(f"{name}/", name) for name in sorted(projects)]
+            self._send(200, _page("Simple index", links), "text/html", head=head)
+        elif path.startswith("/simple/"):
+            name = path[len("/simple/"):].strip("/")
+            if normalize(name) != name or not path.endswith("/"):
+                self._send(301, b"", "text/plain", {"Location": f"/simple/{normalize(name)}/"}, head)
+            elif name in projects:
+                links = [(f"../../files/{fn}#sha256={sha}", fn) for fn, sha in projects[name].items()]
+                self._send(200, _page(f"Links for {name}", links), "text/html", head=head)
+            else:
+                self._send(404, b"no such project\n", "text/plain", head=head)
+        elif path.startswith("/files/") and "/" not in path[len("/files/"):]:
+            self._file(self.config.root / path[len("/files/"):], head)
+        else:
+            self._send(404, b"not found\n", "text/plain", head=head)
+
+
+def make_server(config: Config, bind: str, port: int) -> ThreadingHTTPServer:
+    """A threading HTTP server for config on bind:port (not started).
+
+    + config: what to serve
+    + bind: the address to listen on
+    + port: the TCP port
+    """
+    handler = type("LabHandler", (Handler,), {"config": config})
+    server = ThreadingHTTPServer((bind, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def _read_secret(path: str) -> str:
+    return Path(path).read_text().strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m servefleet.lab.index")
+    parser.add_argument("mode", choices=["simple", "static"])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--bind", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--name", default="", help="server name (for logs and clean-up scans)")
+    parser.add_argument("--user-file")
+    parser.add_argument("--password-file")
+    parser.add_argument("--token-file")
+    parser.add_argument("--token-path", default="/")
+    args = parser.parse_args(argv)
+    basic = None
+    if args.user_file or args.password_file:
+        if not (args.user_file and args.password_file):
+            parser.error("--user-file and --password-file go together")
+        basic = (_read_secret(args.user_file), _read_secret(args.password_file))
+    token = (args.token_path, _read_secret(args.token_file)) if args.token_file else None
+    server = make_server(Config(args.mode, args.root, basic, token), args.bind, args.port)
+    print(f"{args.name or args.mode} serving {args.root} on http://{args.bind}:{args.port}/",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
