@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""Builder of the servefleet lab's package artifacts: a SIMULATION of the RBLN stack.
+
+``python3 lab/build.py OUT`` (or ``build(Path(OUT))``) writes, from the sources under lab/:
+
+    OUT/index/private/   rebel-compiler, lmcache-rbln, nixl-rbln 0.12.0 + 0.12.1 (wheels)
+    OUT/index/vllm/      vllm 0.30.0+cpu (the simulated server: console script ``vllm``)
+    OUT/index/torch/     torch 2.13.0+cpu
+    OUT/index/public/    vllm-rbln, optimum-rbln, torch-rbln 0.12.0 + 0.12.1,
+                         arctic_inference-0.1.1.tar.gz (sdist) + the setuptools wheel it builds
+                         with, and the squatters (rebel-compiler 0.12.0, lmcache-rbln and
+                         nixl-rbln 0.12.0.post1)
+    OUT/apt/             dkms and linux-headers-$(uname -r) stand-in .debs (not indexed)
+    OUT/files/driver/    rebellions-x86_64-3.5.1.run, rebellions-x86_64-3.6.0.run
+    OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model
+    OUT/manifest.json    what is where, with sha256s
+
+Wheels and sdist are written directly (no build backend). Nothing is downloaded except, once,
+the setuptools wheel the sdist builds with (``pip download`` with the machine's own pip
+config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by a hash of the
+lab sources and the kernel release: an unchanged build returns at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+LAB = Path(__file__).resolve().parent
+REPO = LAB.parent
+PACKAGES = LAB / "packages"
+RECIPES = REPO / "recipes"
+WHEEL_CACHE = Path(os.environ.get("SERVEFLEET_LAB_WHEEL_CACHE", "/var/cache/servefleet-lab/wheels"))
+FORMAT = 1  # bump when the output layout changes
+EPOCH = 315532800  # 1980-01-01: fixed timestamps make the artifacts reproducible
+SDK_VERSIONS = ["0.12.0", "0.12.1"]
+DRIVER_VERSIONS = ["3.5.1", "3.6.0"]
+VLLM_VERSION = "0.30.0+cpu"
+TORCH_VERSION = "2.13.0+cpu"
+ARCTIC_VERSION = "0.1.1"
+SIM_SUMMARY = "SIMULATION for the servefleet lab: stand-in for {name}"
+SQUAT_SUMMARY = "SIMULATION for the servefleet lab: a SQUATTER posing as {name}"
+RBLN_MODELS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Wheels
+
+
+def _record_hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name)
+
+
+def write_wheel(
+    outdir: Path,
+    name: str,
+    version: str,
+    files: Mapping[str, str | bytes],
+    requires: list[str] = [],  # noqa: B006 (never mutated)
+    extras: Mapping[str, list[str]] | None = None,
+    entry_points: Mapping[str, Mapping[str, str]] | None = None,
+    summary: str = "",
+    requires_python: str | None = None,
+) -> Path:
+    """Write a pure-Python wheel with real metadata (METADATA, WHEEL, entry points, RECORD).
+
+    + outdir: where the .whl goes
+    + name, version: distribution name and version (local versions such as +cpu allowed)
+    + files: archive path -> content
+    + requires: Requires-Dist lines (PEP 508)
+    + extras: extra name -> requirements (written with ``; extra == "<name>"`` markers)
+    + entry_points: group -> {name: object reference}
+    + summary: the Summary line
+    + requires_python: a Requires-Python specifier
+    """
+    dist = f"{_norm(name)}-{version}"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta.append(f"Summary: {summary or SIM_SUMMARY.format(name=name)}")
+    if requires_python:
+        meta.append(f"Requires-Python: {requires_python}")
+    meta += [f"Requires-Dist: {req}" for req in requires]
+    for extra, reqs in (extras or {}).items():
+        meta.append(f"Provides-Extra: {extra}")
+        for req in reqs:
+            joiner = " and " if ";" in req else "; "
+            meta.append(f'Requires-Dist: {req}{joiner}extra == "{extra}"')
+    content: dict[str, bytes] = {
+        arc: (text.encode() if isinstance(text, str) else text) for arc, text in files.items()
+    }
+    content[f"{dist}.dist-info/METADATA"] = ("\n".join(meta) + "\n").encode()
+    content[f"{dist}.dist-info/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: servefleet-lab-build\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n"
+    )
+    if entry_points:
+        ep = ""
+        for group, items in entry_points.items():
+            ep += f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in items.items()) + "\n"
+        content[f"{dist}.dist-info/entry_points.txt"] = ep.encode()
+    record = [f"{arc},{_record_hash(data)},{len(data)}" for arc, data in content.items()]
+    record.append(f"{dist}.dist-info/RECORD,,")
+    content[f"{dist}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    outdir.mkdir(parents=True, exist_ok=True)
+    path = outdir / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for arc, data in content.items():
+            info = zipfile.ZipInfo(arc, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return path
+
+
+def package_files(
+    top: str, version: str, squatter: bool = False, exclude: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The sources of package ``top`` (a dir under lab/packages) with the version filled in.
+
+    + top: a path under lab/packages, e.g. ``rebel`` or ``optimum/rbln``
+    + version: replaces ``@VERSION@``
+    + squatter: flip ``__servefleet_squatter__`` to True
+    + exclude: file names to leave out
+    """
+    out: dict[str, str] = {}
+    for path in sorted((PACKAGES / top).rglob("*.py")):
+        if path.name in exclude or "__pycache__" in path.parts:
+            continue
+        text = path.read_text().replace("@VERSION@", version)
+        if squatter:
+            text = text.replace("__servefleet_squatter__ = False", "__servefleet_squatter__ = True")
+            text = text.replace('"""', '"""SQUATTER (not from the RBLN index). ', 1)
+        out[path.relative_to(PACKAGES).as_posix()] = text
+    return out
+
+
+def _next_patch(version: str) -> str:
+    major, minor, patch = version.split(".")
+    return f"{major}.{minor}.{int(patch) + 1}"
+
+
+def build_wheels(index: Path) -> None:
+    """All wheels of the four indexes."""
+    private, public = index / "private", index / "public"
+    for v in SDK_VERSIONS:
+        rng = f"<{_next_patch(v)},>={v}"
+        write_wheel(private, "rebel-compiler", v, package_files("rebel", v))
+        write_wheel(private, "lmcache-rbln", v, package_files("lmcache_rbln", v))
+        write_wheel(private, "nixl-rbln", v, package_files("nixl_rbln", v))
+        write_wheel(
+            public,
+            "vllm-rbln",
+            v,
+            package_files("vllm_rbln", v),
+            requires=[
+                f"vllm=={VLLM_VERSION}",
+                "torch",
+                f'torch-rbln{rng}; platform_machine == "x86_64"',
+                f"optimum-rbln{rng}",
+            ],
+            extras={
+                "runtime": [f"rebel-compiler{rng}"],
+                "kv-connectors": [f"nixl-rbln{rng}", f"lmcache-rbln{rng}"],
+            },
+            entry_points={
+                "vllm.platform_plugins": {"rbln": "vllm_rbln:register"},
+                "vllm.general_plugins": {
+                    "rbln_custom_ops": "vllm_rbln:register_ops",
+                    "rbln_new_models": "vllm_rbln:register_model",
+                },
+            },
+            requires_python="<3.15,>=3.10",
+        )
+        write_wheel(
+            public,
+            "optimum-rbln",
+            v,
+            package_files("optimum/rbln", v),
+            requires=[f"torch=={TORCH_VERSION}"],
+            entry_points={"console_scripts": {"optimum-rbln-cli": "optimum.rbln.cli:main"}},
+        )
+        write_wheel(
+            public,
+            "torch-rbln",
+            v,
+            package_files("torch_rbln", v),
+            requires=[f"torch=={TORCH_VERSION}"],
+            extras={"runtime": [f"rebel-compiler{rng}"]},
+            entry_points={"torch.backends": {"autoload": "torch_rbln:torch_backends_entry_point"}},
+        )
+    # squatters: same name on the public index, same or higher version
+    for name, top, version in [
+        ("rebel-compiler", "rebel", "0.12.0"),
+        ("lmcache-rbln", "lmcache_rbln", "0.12.0.post1"),
+        ("nixl-rbln", "nixl_rbln", "0.12.0.post1"),
+    ]:
+        write_wheel(
+            public,
+            name,
+            version,
+            package_files(top, version, squatter=True),
+            summary=SQUAT_SUMMARY.format(name=name),
+        )
+    write_wheel(
+        index / "vllm",
+        "vllm",
+        VLLM_VERSION,
+        package_files("vllm", VLLM_VERSION),
+        requires=[f"torch=={TORCH_VERSION}"],
+        entry_points={"console_scripts": {"vllm": "vllm.sim:main"}},
+        requires_python=">=3.10",
+    )
+    write_wheel(index / "torch", "torch", TORCH_VERSION, package_files("torch", TORCH_VERSION))
+
+
+# ---------------------------------------------------------------------------------------------
+# The arctic-inference sdist and its build backend
+
+ARCTIC_PYPROJECT = """\
+# arctic-inference 0.1.1: a SIMULATION for the servefleet lab. Pure Python; the real sdist
+# builds a C++ extension and needs torch, nanobind and cmake to build.
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "arctic_inference"
+version = "{version}"
+description = "SIMULATION for the servefleet lab: stand-in for arctic-inference"
+requires-python = ">=3.10"
+
+[tool.setuptools]
+packages = ["arctic_inference", "arctic_inference.suffix_decoding"]
+"""
+
+
+def _tar_add(tar: tarfile.TarFile, arcname: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mode, info.mtime = len(data), mode, EPOCH
+    info.uname = info.gname = "root"
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _tar_dir(tar: tarfile.TarFile, arcname: str) -> None:
+    info = tarfile.TarInfo(arcname)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, EPOCH
+    info.uname = info.gname = "root"
+    tar.addfile(info)
+
+
+def _write_tgz(path: Path, members: list[tuple[str, bytes | None]]) -> None:
+    """A reproducible .tar.gz; a None payload is a directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for arc, data in members:
+            if data is None:
+                _tar_dir(tar, arc)
+            else:
+                _tar_add(tar, arc, data)
+    import gzip
+
+    with open(path, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=EPOCH) as gz:
+        gz.write(raw.getvalue())
+
+
+def build_sdist(public: Path) -> Path:
+    """arctic_inference-0.1.1.tar.gz (an sdist only, as the real 0.1.1)."""
+    base = f"arctic_inference-{ARCTIC_VERSION}"
+    pkg_info = (
+        f"Metadata-Version: 2.1\nName: arctic_inference\nVersion: {ARCTIC_VERSION}\n"
+        "Summary: SIMULATION for the servefleet lab: stand-in for arctic-inference\n"
+        "Requires-Python: >=3.10\n"
+    )
+    members: list[tuple[str, bytes | None]] = [
+        (base, None),
+        (f"{base}/PKG-INFO", pkg_info.encode()),
+        (f"{base}/pyproject.toml", ARCTIC_PYPROJECT.format(version=ARCTIC_VERSION).encode()),
+    ]
+    for arc, text in package_files("arctic_inference", ARCTIC_VERSION).items():
+        members.append((f"{base}/{arc}", text.encode()))
+    path = public / f"{base}.tar.gz"
+    _write_tgz(path, members)
+    return path
+
+
+def _setuptools_ok(path: Path) -> bool:
+    m = re.match(r"setuptools-(\d+)\.(\d+)", path.name)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (70, 1)  # type: ignore[union-attr]
+
+
+def setuptools_wheel() -> Path:
+    """A setuptools wheel new enough (>= 70.1) to build without the ``wheel`` package: from
+    the cache, else fetched once with ``pip download`` and the machine's own pip config."""
+    cached = sorted(p for p in WHEEL_CACHE.glob("setuptools-*.whl") if _setuptools_ok(p))
+    if cached:
+        return cached[-1]
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WHEEL_CACHE) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        cmd += ["--dest", tmp, "setuptools>=70.1"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = [p for p in Path(tmp).glob("setuptools-*.whl") if _setuptools_ok(p)]
+        if proc.returncode != 0 or not found:
+            raise RuntimeError(
+                "cannot fetch the setuptools wheel the arctic-inference sdist builds with: "
+                + (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+            )
+        target = WHEEL_CACHE / found[0].name
+        os.replace(found[0], target)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# Debian stand-ins
+
+
+def kernel_release() -> str:
+    return os.uname().release
+
+
+def _deb(outdir: Path, name: str, version: str, description: str, files: dict[str, str]) -> Path:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "DEBIAN").mkdir()
+        control = (
+            f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+            "Maintainer: servefleet lab <lab@servefleet.invalid>\nSection: misc\n"
+            f"Priority: optional\nDescription: {description}\n"
+            " A SIMULATION for the servefleet lab: it only satisfies the RBLN driver\n"
+            " runfile's prerequisite check.\n"
+        )
+        (root / "DEBIAN" / "control").write_text(control)
+        for rel, text in files.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            target.chmod(0o755 if text.startswith("#!") else 0o644)
+        outdir.mkdir(parents=True, exist_ok=True)
+        path = outdir / f"{name}_{version}_all.deb"
+        env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH))
+        cmd = ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(path)]
+        subprocess.run(cmd, check=True, capture_output=True, env=env)
+    return path
+
+
+def build_debs(apt: Path) -> str:
+    """dkms and linux-headers-<this kernel> stand-ins; returns the headers package name."""
+    release = kernel_release()
+    headers = f"linux-headers-{release}"
+    dkms = "#!/bin/sh\n# dkms: a SIMULATION for the servefleet lab; builds nothing.\n"
+    dkms += 'echo "dkms (servefleet lab stand-in): $*"\n'
+    _deb(apt, "dkms", "3.0.10-8+sim1", "DKMS stand-in (servefleet lab simulation)",
+         {"usr/sbin/dkms": dkms})  # fmt: skip
+    note = f"servefleet lab simulation: stand-in for the kernel headers of {release}\n"
+    _deb(apt, headers, "1.0+sim1", f"kernel headers stand-in for {release} (servefleet lab)",
+         {f"usr/src/{headers}/SERVEFLEET-LAB-SIMULATION": note})  # fmt: skip
+    return headers
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver runfiles
+
+
+def build_runfiles(driver_dir: Path) -> dict[str, Path]:
+    """rebellions-x86_64-<ver>.run for every driver version."""
+    template = (LAB / "driver" / "runfile.sh").read_text()
+    smi = (LAB / "driver" / "rbln_smi.py").read_text()
+    driver_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for version in DRIVER_VERSIONS:
+        text = template.replace("@RBLN_SMI@", smi.rstrip("\n")).replace("@VERSION@", version)
+        path = driver_dir / f"rebellions-x86_64-{version}.run"
+        path.write_text(text)
+        path.chmod(0o755)
+        out[version] = path
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Model store
+
+
+def _speculative_models(text: str) -> Iterator[str]:
+    try:
+        conf = json.loads(text)
+    except json.JSONDecodeError:
+        return
+    if isinstance(conf, dict) and isinstance(conf.get("model"), str):
+        yield conf["model"]
+
+
+def _walk(node: Any) -> Iterator[str]:
+    """Model ids in a parsed recipe: ``model_id``/``model`` keys and speculative drafts."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("model_id", "model") and isinstance(value, str) and "/" in value:
+                yield value
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            if item == "--speculative-config" and i + 1 < len(node):
+                yield from _speculative_models(str(node[i + 1]))
+            elif isinstance(item, str) and item.startswith("--speculative-config="):
+                yield from _speculative_models(item.partition("=")[2])
+            else:
+                yield from _walk(item)
+    elif isinstance(node, str):
+        for m in re.finditer(r"--speculative-config[ =]'(\{.*?\})'", node, re.S):
+            yield from _speculative_models(m.group(1))
+
+
+def recipe_models(recipes: Path = RECIPES) -> list[str]:
+    """Every model the shipped recipes name: the RBLN card's model and draft, each vLLM
+    recipe's ``model_id`` (variants included) and every speculative draft model.
+
+    + recipes: the recipes directory
+    """
+    import yaml
+
+    models: set[str] = set(RBLN_MODELS)
+    for path in sorted((recipes / "rbln").glob("*.json")):
+        models.update(_walk(json.loads(path.read_text())))
+    for path in sorted((recipes / "vllm" / "models").rglob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        for key in ("guide",):
+            if isinstance(data, dict):
+                data.pop(key, None)
+        models.update(_walk(data))
+    return sorted(m for m in models if re.fullmatch(r"[\w.-]+/[\w.-]+", m))
+
+
+def model_revision(model: str) -> str:
+    return hashlib.sha1(f"servefleet-lab-sim:{model}".encode()).hexdigest()
+
+
+def build_model(models_dir: Path, model: str) -> Path:
+    """``<org>/<name>.tar.gz`` holding ``models--<org>--<name>/{refs/main,snapshots/<rev>/...}``.
+
+    + models_dir: OUT/files/models
+    + model: org/name
+    """
+    org, name = model.split("/")
+    rev = model_revision(model)
+    repo = f"models--{org}--{name}"
+    config = {
+        "_name_or_path": model,
+        "architectures": ["SimulatedForCausalLM"],
+        "model_type": "servefleet-lab-simulation",
+        "servefleet_lab_simulation": True,
+    }
+    weights = f"servefleet lab simulation: stand-in weights of {model}\n".encode()
+    members: list[tuple[str, bytes | None]] = [
+        (repo, None),
+        (f"{repo}/refs", None),
+        (f"{repo}/refs/main", rev.encode()),
+        (f"{repo}/snapshots", None),
+        (f"{repo}/snapshots/{rev}", None),
+        (f"{repo}/snapshots/{rev}/config.json", (json.dumps(config, indent=2) + "\n").encode()),
+        (f"{repo}/snapshots/{rev}/model.safetensors", weights),
+    ]
+    path = models_dir / org / f"{name}.tar.gz"
+    _write_tgz(path, members)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def source_key() -> str:
+    """Hash of everything the output depends on: lab sources, recipes, kernel release."""
+    h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()}".encode())
+    paths = [p for p in LAB.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    paths += [p for p in RECIPES.rglob("*") if p.is_file()]
+    for path in sorted(paths):
+        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _build_into(out: Path, key: str) -> dict[str, Any]:
+    index = out / "index"
+    build_wheels(index)
+    build_sdist(index / "public")
+    shutil.copy2(setuptools_wheel(), index / "public")
+    headers = build_debs(out / "apt")
+    files = out / "files"
+    manifest: dict[str, Any] = {
+        "source_key": key,
+        "kernel_headers_package": headers,
+        "driver": {},
+        "models": {},
+        "wheels": {},
+        "debs": {},
+    }
+    for version, path in build_runfiles(files / "driver").items():
+        rel = path.relative_to(files).as_posix()
+        manifest["driver"][version] = {"path": rel, "sha256": _sha256(path)}
+    for model in recipe_models():
+        path = build_model(files / "models", model)
+        manifest["models"][model] = {
+            "path": path.relative_to(files).as_posix(),
+            "sha256": _sha256(path),
+            "revision": model_revision(model),
+        }
+    for sub in sorted(p for p in index.iterdir() if p.is_dir()):
+        manifest["wheels"][sub.name] = {
+            p.name: {"sha256": _sha256(p)} for p in sorted(sub.iterdir()) if p.is_file()
+        }
+    for deb in sorted((out / "apt").glob("*.deb")):
+        manifest["debs"][deb.name] = {"sha256": _sha256(deb)}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def build(out: Path) -> dict[str, Any]:
+    """Build the lab artifacts into ``out`` unless they are current; returns the manifest.
+
+    + out: the output directory (replaced as a whole when the sources changed)
+    """
+    out = Path(out)
+    key = source_key()
+    with contextlib.suppress(OSError, ValueError):
+        manifest: dict[str, Any] = json.loads((out / "manifest.json").read_text())
+        if manifest.get("source_key") == key:
+            return manifest
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
+    try:
+        manifest = _build_into(tmp, key)
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.rename(out, old)
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for stale in glob.glob(str(out.parent / f".{out.name}.old-*")):
+        shutil.rmtree(stale, ignore_errors=True)
+    return manifest
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python3 lab/build.py OUT\n")
+        return 2
+    manifest = build(Path(argv[0]))
+    print(f"{argv[0]}: {len(manifest['models'])} models, {len(manifest['driver'])} runfiles")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
