@@ -1,0 +1,5 @@
+"""Only the RBLN driver (after the SKU check): `pyinfra inventories/prod.py deploys/driver.py`."""
+
+from servefleet.deploys import driver, host_plan
+
+driver(host_plan())

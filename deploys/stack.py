@@ -1,0 +1,5 @@
+"""Only the pinned Python release (after the SKU check): `pyinfra INVENTORY deploys/stack.py`."""
+
+from servefleet.deploys import host_plan, stack
+
+stack(host_plan())

@@ -1,0 +1,149 @@
+"""A release: one venv holding the exact pinned SDK a selection needs, named by what it holds.
+
+Every package comes only from the index that owns it. pip cannot pin a package to one index
+(with ``--extra-index-url`` it takes the highest version from any index, so a squatter on the
+public index would win), so owned packages are downloaded from their owner alone and then
+installed as direct ``name @ file://`` references; pip never looks them up anywhere else.
+Everything else comes from the public index, constrained to the pins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from servefleet.data import Settings, canonical_name
+from servefleet.errors import DataError
+from servefleet.spec import ServeSpec
+
+MARKER = ".servefleet-release.json"  # written last, after every check passed
+
+
+@dataclass(frozen=True)
+class Download:
+    """An owned package, fetched from its own index only."""
+
+    name: str
+    version: str
+    index: str
+    auth: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "index": self.index, "auth": self.auth}
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """What the host-side installer (``remote/install_release.py``) does for one release.
+
+    + id: hash of everything that decides the venv's content
+    + path: the venv, ``<serve_root>/releases/<id>``
+    + downloads: owned packages, each from its own index
+    + requirements: what pip installs from the public index (top level; owned ones by path)
+    + constraints: the pins of every public package
+    + expect: name -> pinned version, checked after install for every installed pin
+    + must_have: distributions that must be installed
+    + imports: modules that must import in the venv
+    """
+
+    id: str
+    path: str
+    python: str
+    downloads: list[Download]
+    requirements: list[str]
+    constraints: list[str]
+    public_index: str | None
+    trusted_hosts: list[str]
+    expect: dict[str, str]
+    must_have: list[str]
+    imports: list[str]
+    netrc: str | None = field(default=None)
+
+    @property
+    def marker(self) -> str:
+        return f"{self.path}/{MARKER}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "python": self.python,
+            "downloads": [d.to_json() for d in self.downloads],
+            "requirements": self.requirements,
+            "constraints": self.constraints,
+            "public_index": self.public_index,
+            "trusted_hosts": self.trusted_hosts,
+            "expect": self.expect,
+            "must_have": self.must_have,
+            "imports": self.imports,
+            "netrc": self.netrc,
+            "marker": MARKER,
+        }
+
+
+def _pin(settings: Settings, name: str) -> str:
+    return f"{name}=={settings.pins[name]}"
+
+
+def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> ReleasePlan:
+    """The release a host needs for ``spec`` under ``settings``.
+
+    + settings: validated deploy data (pins, indexes, paths)
+    + spec: the resolved selection (its requirements pick extras and extra packages)
+    + netrc: path of the 0600 netrc on the host holding index credentials, if any index needs them
+    """
+    req = spec.requirements
+    skipped = {
+        pkg
+        for extra, pkgs in settings.extra_packages.items()
+        if extra not in req.vllm_rbln_extras
+        for pkg in pkgs
+    }
+    downloads = [
+        Download(name, settings.pins[name], index.url, index.auth)
+        for index in settings.indexes
+        for name in index.packages
+        if name not in skipped
+    ]
+    owned = {d.name for d in downloads} | skipped
+    extras = f"[{','.join(req.vllm_rbln_extras)}]" if req.vllm_rbln_extras else ""
+    top = [f"vllm-rbln{extras}=={settings.pins['vllm-rbln']}"]
+    for package in (canonical_name(p) for p in req.packages):
+        if package not in settings.pins:
+            raise DataError(
+                f"sdk_pins: the selection needs {package}, which has no pin; "
+                f"pinned: {', '.join(sorted(settings.pins))}"
+            )
+        if package not in owned:
+            top.append(_pin(settings, package))
+    constraints = [_pin(settings, n) for n in sorted(settings.pins) if n not in owned]
+    must_have = sorted(
+        {d.name for d in downloads} | {"vllm-rbln"} | set(map(canonical_name, req.packages))
+    )
+    for extra in req.vllm_rbln_extras:
+        must_have = sorted(set(must_have) | set(settings.extra_packages.get(extra, ())))
+    content = {
+        "python": settings.sdk_python,
+        "downloads": [d.to_json() for d in downloads],
+        "requirements": top,
+        "constraints": constraints,
+        "public_index": settings.public_index,
+        "imports": req.imports,
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    return ReleasePlan(
+        id=digest,
+        path=f"{settings.root}/releases/{digest}",
+        python=settings.sdk_python,
+        downloads=downloads,
+        requirements=top,
+        constraints=constraints,
+        public_index=settings.public_index,
+        trusted_hosts=list(settings.trusted_hosts),
+        expect=dict(sorted(settings.pins.items())),
+        must_have=must_have,
+        imports=list(req.imports),
+        netrc=netrc if any(d.auth for d in downloads) else None,
+    )
