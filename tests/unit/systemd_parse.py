@@ -177,7 +177,7 @@ def parse_unit(text: str) -> tuple[list[str], dict[str, str]]:
     """ExecStart argv and the merged Environment= of a ``[Service]`` section."""
     argv: list[str] | None = None
     env: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # systemd splits on \n only (not U+2028 etc.)
         if line.endswith("\\"):
             raise ParseError("line continuation is not expected")
         key, eq, value = line.partition("=")
