@@ -1,0 +1,217 @@
+"""The CLI: recipes list/show, resolve in every format, one-line errors, vLLM dispatch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
+from rbln_cases import COMPILER, DATA, TINY, combinations, seed
+from systemd_parse import parse_unit
+
+from servefleet.cli import main
+from servefleet.errors import RecipeError
+from servefleet.spec import Requirements, Server, ServeSpec
+
+GOLDEN = DATA / "golden" / "rbln"
+SEED_COMBOS = list(combinations(seed()))
+
+
+def run(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "cmd", [[], ["recipes"], ["recipes", "list"], ["recipes", "show"], ["resolve"]]
+)
+def test_help(cmd: list[str]) -> None:
+    result = run(*cmd, "--help")
+    assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_recipes_list_and_show() -> None:
+    out = run("recipes", "list").output.splitlines()
+    assert out[0] == "rbln/gpt-oss-120b" and "vllm/openai/gpt-oss-120b" in out
+    info = json.loads(run("recipes", "show", "rbln/gpt-oss-120b").output)
+    target = info["strategies"][0]["targets"][1]
+    assert target["target"] == "Throughput" and target["skus"] == ["RBLN-CR13"]
+    assert target["axes"]["spec_decode"] == ["off", "eagle3", "suffix"]
+    assert target["defaults"]["tool_calling"] == "on"
+    assert target["recommended"]["lmcache"] == "rds"
+
+
+@pytest.mark.parametrize("case", sorted(p.stem for p in GOLDEN.glob("*.json")))
+def test_golden(case: str) -> None:
+    path = GOLDEN / f"{case}.json"
+    data = json.loads(path.read_text())
+    result = run("resolve", *data["args"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    if os.environ.get("SERVEFLEET_UPDATE_GOLDEN"):
+        data["output"] = got
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    assert got == data["output"]
+
+
+def test_golden_cases_exist() -> None:
+    names = {p.stem for p in GOLDEN.glob("*.json")}
+    assert {
+        "latency-base",
+        "latency-recommended",
+        "throughput-base",
+        "throughput-recommended",
+    } <= names
+
+
+combo_index = st.integers(min_value=0, max_value=len(SEED_COMBOS) - 1)
+
+
+def _set_args(sel: dict[str, str]) -> list[str]:
+    return [a for k, v in sel.items() for a in ("--set", f"{k}={v}")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(combo_index)
+def test_shell_format_parses_back(i: int) -> None:
+    _, target, sel = SEED_COMBOS[i]
+    args = [
+        "resolve",
+        "rbln/gpt-oss-120b",
+        "--target",
+        target,
+        *_set_args(sel),
+        "--compiler-version",
+        COMPILER,
+    ]
+    spec = json.loads(run(*args).output)["servers"][0]
+    words = shlex.split(run(*args, "--format", "shell").output)
+    n = len(spec["env"])
+    assert dict(w.split("=", 1) for w in words[:n]) == spec["env"]
+    assert list(dict(w.split("=", 1) for w in words[:n])) == list(spec["env"])
+    assert words[n:] == spec["argv"]
+
+
+def test_shell_and_unit_of_the_fixture_card() -> None:
+    args = ["resolve", str(TINY), "--set", "lmcache=cpu", "--compiler-version", COMPILER]
+    spec = json.loads(run(*args).output)["servers"][0]
+    words = shlex.split(run(*args, "--format", "shell").output)
+    assert words == [f"{k}={v}" for k, v in spec["env"].items()] + spec["argv"]
+    unit = run(*args, "--format", "unit").output
+    assert parse_unit(unit) == (spec["argv"], spec["env"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["rbln/gpt-oss-120b", "--set", "spec_decode=ngram"], "is shown on the card but"),
+        (["rbln/gpt-oss-120b", "--set", "lmcache"], "--set 'lmcache' is not AXIS=VALUE"),
+        (["rbln/gpt-oss-120b", "--target", "fast"], "allowed: Latency, Throughput"),
+        (["rbln/gpt-oss-120b", "--strategy", "pd"], "allowed: aggregated"),
+        (["rbln/gpt-oss-120b", "--compiler-version", "x"], "not a version like 0.12.0"),
+        (
+            ["rbln/gpt-oss-120b", "--hardware", "h200", "--tp", "2"],
+            "--hardware, --tp apply to the other kind of recipe only",
+        ),
+        (["rbln/nope"], "no recipe 'rbln/nope'"),
+        (["rbln/gpt-oss-120b", "--format", "yaml"], "'yaml' is not one of 'json', 'shell', 'unit'"),
+        ([str(TINY), "--set", "lmcache=cpu", "--set", "spec_decode=suffix"], "is excluded"),
+        ([str(DATA / "rbln" / "broken" / "npus-zero.json")], "npus must be a positive integer"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["resolve", *args])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("servefleet: error: ")
+    assert message in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_missing_argument_is_one_line() -> None:
+    result = CliRunner().invoke(main, ["resolve"])
+    assert result.exit_code == 2
+    assert result.stderr == "servefleet: error: Missing argument 'RECIPE'.\n"
+
+
+@pytest.fixture
+def vllm_stub(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    calls: list[dict] = []
+    mod = types.ModuleType("servefleet.vllm_recipes")
+
+    def load_vllm_recipe(path: Path) -> object:
+        calls.append({"load": path})
+        return "recipe-object"
+
+    def resolve_vllm(recipe: object, **kw: object) -> ServeSpec:
+        calls.append({"recipe": recipe, **kw})
+        if kw.get("hardware") == "bad":
+            raise RecipeError("unknown hardware 'bad' (allowed: h200)")
+        return ServeSpec(
+            recipe="vllm/openai/gpt-oss-120b",
+            kind="vllm",
+            selection={"hardware": "h200"},
+            servers=[Server("main", ["vllm", "serve", "m", "--x", "a b"], {"E": "1"})],
+            requirements=Requirements(),
+        )
+
+    def describe_vllm(recipe: object) -> dict:
+        return {"hardware": ["h200"]}
+
+    mod.load_vllm_recipe = load_vllm_recipe  # type: ignore[attr-defined]
+    mod.resolve_vllm = resolve_vllm  # type: ignore[attr-defined]
+    mod.describe_vllm = describe_vllm  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "servefleet.vllm_recipes", mod)
+    return calls
+
+
+def test_vllm_dispatch(vllm_stub: list[dict]) -> None:
+    result = run(
+        "resolve",
+        "vllm/openai/gpt-oss-120b",
+        "--hardware",
+        "h200",
+        "--tp",
+        "2",
+        "--feature",
+        "a=b",
+        "--feature",
+        "c",
+        "--no-feature",
+        "d",
+        "--strategy",
+        "s",
+        "--format",
+        "shell",
+    )
+    assert result.output == "E=1 vllm serve m --x 'a b'\n"
+    assert vllm_stub[0]["load"].as_posix().endswith("recipes/vllm/models/openai/gpt-oss-120b.yaml")
+    assert vllm_stub[1] == {
+        "recipe": "recipe-object",
+        "hardware": "h200",
+        "strategy": "s",
+        "variant": None,
+        "tp": 2,
+        "features": ["a=b", "c"],
+        "no_features": ["d"],
+    }
+    shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b").output)
+    assert shown == {"recipe": "vllm/openai/gpt-oss-120b", "kind": "vllm", "hardware": ["h200"]}
+
+
+def test_vllm_refuses_rbln_options_and_reports_errors(vllm_stub: list[dict]) -> None:
+    result = CliRunner().invoke(
+        main, ["resolve", "vllm/openai/gpt-oss-120b", "--recommended", "--sku", "X"]
+    )
+    assert result.exit_code == 2
+    assert "--recommended, --sku apply to the other kind of recipe only" in result.stderr
+    assert "its options: --hardware" in result.stderr
+    result = CliRunner().invoke(main, ["resolve", "vllm/openai/gpt-oss-120b", "--hardware", "bad"])
+    assert result.exit_code == 2
+    assert result.stderr == "servefleet: error: unknown hardware 'bad' (allowed: h200)\n"
