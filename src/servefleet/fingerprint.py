@@ -136,6 +136,7 @@ def _rbln(field: str, parse: Callable[[Any], Any], default: Any, *env: str) -> C
 
 
 _CFG = "vLLM config hash (compute_hash, ports zeroed) and the docs' key list (§3.5)"
+_UPSTREAM = "another field of the vLLM config hash that §3.5 hashes whole (ports zeroed)"
 _SIG = "added to the mega-cache signature by vllm-rbln (§3.5)"
 
 COMPILE_INPUTS: tuple[CompileInput, ...] = (
@@ -196,6 +197,18 @@ COMPILE_INPUTS: tuple[CompileInput, ...] = (
         _bool,
         False,
         "parallel layout (EP) is in the config hash (§3.5)",
+    ),
+    CompileInput("vllm.quantization", "flag", ("quantization",), _str, None, _UPSTREAM),
+    CompileInput("vllm.kv_cache_dtype", "flag", ("kv-cache-dtype",), _str, "auto", _UPSTREAM),
+    CompileInput("vllm.enforce_eager", "flag", ("enforce-eager",), _bool, False, _UPSTREAM),
+    CompileInput("vllm.trust_remote_code", "flag", ("trust-remote-code",), _bool, False, _UPSTREAM),
+    CompileInput(
+        "vllm.distributed_executor_backend",
+        "flag",
+        ("distributed-executor-backend",),
+        _str,
+        None,
+        _UPSTREAM,
     ),
     CompileInput(
         "vllm.model_impl",
