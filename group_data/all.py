@@ -13,8 +13,8 @@ driver_installer_args = ["--silent"]  # arguments for the runfile: unattended in
 driver_apt_packages = ["dkms", "linux-headers-{kernel}"]  # prerequisites; {kernel} = `uname -r`
 driver_apt_repo = None  # extra apt source for them: {"src": "deb [signed-by=KEYRING] URL SUITE", "key": local key file}
 
-# --- sdk: exact pins of the RBLN SDK 0.12.0 stack (rbln.md §0); only `==` pins are accepted
-sdk_pins = [
+# --- sdk: the RBLN SDK 0.12.0 stack (rbln.md §0)
+sdk_pins = [  # exact pins of every SDK package; only `==` is accepted
     "rebel-compiler==0.12.0",  # compiler and runtime (`import rebel`), private RBLN index
     "vllm-rbln==0.12.0",  # the vLLM platform plugin
     "optimum-rbln==0.12.0",  # required by vllm-rbln
@@ -29,13 +29,13 @@ sdk_pins = [
     "transformers==5.15.1",  # pinned by optimum-rbln
     "arctic-inference==0.1.1",  # suffix decoding only; an sdist, built on the host
 ]
-sdk_extra_packages = {
-    "kv-connectors": ["lmcache-rbln", "nixl-rbln"]
-}  # what each vllm-rbln extra brings
+sdk_extra_packages = {  # vllm-rbln extra -> what it brings (installed only when the selection needs it)
+    "kv-connectors": ["lmcache-rbln", "nixl-rbln"],
+}
 sdk_python = "python3"  # interpreter the release venvs are made with
 
-# --- pip: which index owns which packages (each package comes only from its owner)
-pip_indexes = {
+# --- pip: where packages come from
+pip_indexes = {  # index -> url and the packages it owns; each package comes only from its owner
     "rbln": {  # private RBLN index: needs the RBLN Portal credentials (creds_index_*)
         "url": "https://pypi.rbln.ai/simple",
         "packages": ["rebel-compiler", "lmcache-rbln", "nixl-rbln"],

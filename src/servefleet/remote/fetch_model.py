@@ -23,13 +23,16 @@ import urllib.request
 from pathlib import Path
 
 
-def from_store(model: str, hub: Path, store: str) -> None:
+def from_store(model: str, hub: Path, store: str, token_file: str | None) -> None:
     org, name = model.split("/", 1)
     url = f"{store.rstrip('/')}/{org}/{name}.tar.gz"
     target = hub / f"models--{org}--{name}"
+    request = urllib.request.Request(url)
+    if token_file:  # the token travels in a header, never in argv or the URL
+        request.add_header("Authorization", "Bearer " + Path(token_file).read_text().strip())
     with tempfile.TemporaryDirectory(dir=hub, prefix=".fetch-") as tmp:
         archive = Path(tmp) / "model.tar.gz"
-        with urllib.request.urlopen(url, timeout=60) as r, open(archive, "wb") as out:
+        with urllib.request.urlopen(request, timeout=60) as r, open(archive, "wb") as out:
             shutil.copyfileobj(r, out)
         unpacked = Path(tmp) / "unpacked"
         with tarfile.open(archive) as tar:
@@ -74,7 +77,7 @@ def main() -> None:
     hub = a.hf_home / "hub"
     hub.mkdir(parents=True, exist_ok=True)
     if a.store:
-        from_store(a.model, hub, a.store)
+        from_store(a.model, hub, a.store, a.token_file)
     else:
         from_hub(a.model, a.hf_home, a.hub, a.token_file)
     subprocess.run(["chown", "-R", f"{a.owner}:{a.owner}", str(a.hf_home)], check=True)

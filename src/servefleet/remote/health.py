@@ -66,7 +66,7 @@ def main() -> None:
     host = "127.0.0.1" if a.host in ("0.0.0.0", "::", "") else a.host
     base = f"http://{host}:{a.port}"
     deadline = time.monotonic() + a.timeout
-    why = "not checked"
+    why: str | None = "not checked"
     while time.monotonic() < deadline:
         state, restarts = unit_state(a.unit)
         if state == "failed" or restarts > 0:

@@ -1,0 +1,21 @@
+#!/bin/bash
+# setup.sh: make a fresh Debian machine ready for servefleet.
+#  - as root: the Debian packages the lab fleet needs (only those missing)
+#  - always: .venv/ in the repo root with servefleet (editable), pyinfra and the dev tools
+set -euo pipefail
+cd "$(dirname "$0")"
+PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg openssh-client iproute2 util-linux python3-venv"
+if [ "$(id -u)" = 0 ]; then
+  missing=""
+  for p in $PKGS; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing="$missing $p"
+  done
+  if [ -n "$missing" ]; then
+    echo "setup.sh: installing$missing" >&2
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >/dev/null
+  fi
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+echo "setup.sh: ready (.venv/bin/servefleet, .venv/bin/pyinfra)" >&2

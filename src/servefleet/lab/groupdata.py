@@ -1,0 +1,48 @@
+"""``group_data/lab.py``'s values, derived from the running lab's state.
+
+pyinfra loads every file in group_data/ for every inventory, so with no lab up this returns
+nothing instead of failing (inventories/lab.py is the one that says the lab is not up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servefleet.errors import ServefleetError
+from servefleet.lab import layout
+from servefleet.lab.state import load_state
+
+KEYRING = "/etc/apt/keyrings/servefleet-lab.gpg"
+
+
+def lab_group_data() -> dict[str, Any]:
+    """Data keys pointing a deploy at the lab's own package sources (see group_data/all.py)."""
+    try:
+        state = load_state()
+    except ServefleetError:
+        return {}
+    files = layout.url(layout.PORT_FILES)
+    idx = state["indexes"]
+    return {
+        "driver_runfile_url": files + "driver/rebellions-x86_64-{version}.run",
+        "driver_sha256": {v: d["sha256"] for v, d in state["driver"].items()},
+        "driver_apt_repo": {
+            "src": f"deb [signed-by={KEYRING}] {state['apt']['url']} {state['apt']['suite']}",
+            "key": state["apt"]["key"],
+        },
+        "pip_indexes": {
+            "rbln": {
+                "url": idx["private"],
+                "packages": ["rebel-compiler", "lmcache-rbln", "nixl-rbln"],
+                "auth": True,
+            },
+            "vllm": {"url": idx["vllm"], "packages": ["vllm"]},
+            "torch": {
+                "url": idx["torch"],
+                "packages": ["torch"],
+            },  # the lab's fakes need no companions
+        },
+        "pip_public_index": idx["public"],
+        "pip_trusted_hosts": [layout.BRIDGE_IP],
+        "models_store_url": files + "models",
+    }

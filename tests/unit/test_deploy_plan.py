@@ -1,0 +1,226 @@
+"""The deploy's pure core: data validation, release plans, host plans, rendered units, data docs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servefleet.data import load_defaults, settings_from
+from servefleet.datadoc import BEGIN, END, data_table
+from servefleet.errors import DataError
+from servefleet.hostplan import hardware_from_probe, plan_host, resolve_for
+from servefleet.release import plan_release
+from systemd_parse import parse_unit
+
+REPO = Path(__file__).resolve().parents[2]
+CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
+CR13_PCI = [
+    "03:00.0 1200: 1eff:2130",
+    "04:00.0 1200: 1eff:2130",
+    "05:00.0 1200: 1eff:2130",
+    "06:00.0 1200: 1eff:2130",
+]
+
+
+def settings(**over: Any):
+    data = load_defaults()
+    data.update(over)
+    return settings_from(data.get, CREDS)
+
+
+def probe(**over: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "kernel": "6.1.0-x",
+        "smi": None,
+        "pci": CR13_PCI,
+        "releases": [],
+        "current": None,
+        "units": {},
+        "warm": [],
+        "models": [],
+    }
+    p.update(over)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "sdk_pins",
+            ["rebel-compiler>=0.12.0", "vllm-rbln==0.12.0"],
+            "sdk_pins: 'rebel-compiler>=0.12.0' is not an exact pin",
+        ),
+        (
+            "serve_target",
+            "Fast",
+            "serve_target: 'Fast' is not a target; allowed: Latency, Throughput",
+        ),
+        ("serve_base_port", "eighty", "serve_base_port: expected a whole number"),
+        ("serve_selection", "lmcache", "serve_selection: expected AXIS=VALUE pairs"),
+        (
+            "pip_indexes",
+            {"rbln": {"url": "https://u:p@idx/simple", "packages": ["rebel-compiler"]}},
+            "credentials do not belong in data",
+        ),
+        (
+            "pip_indexes",
+            {"x": {"url": "https://idx/simple", "packages": ["left-pad"]}},
+            "left-pad has no pin in sdk_pins",
+        ),
+    ],
+)
+def test_bad_data_names_the_key(key: str, value: Any, message: str) -> None:
+    with pytest.raises(DataError) as e:
+        settings(**{key: value})
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_credential_variable_names_it() -> None:
+    data = load_defaults()
+    with pytest.raises(
+        DataError, match=r"creds_index_user_env: environment variable RBLN_INDEX_USER is not set"
+    ):
+        settings_from(data.get, {})
+
+
+def test_target_is_case_insensitive() -> None:
+    assert settings(serve_target="throughput").target == "Throughput"
+
+
+def test_release_owned_packages_come_only_from_their_index() -> None:
+    s = settings()
+    rel = plan_release(s, resolve_for(s), "/etc/servefleet/secrets/netrc")
+    by_name = {d.name: d.index for d in rel.downloads}
+    assert by_name["rebel-compiler"] == "https://pypi.rbln.ai/simple"
+    assert by_name["vllm"] == "https://wheels.vllm.ai/0.30.0/cpu"
+    assert by_name["torch"] == "https://download.pytorch.org/whl/cpu"
+    # LMCache off: no kv-connectors extra, and its packages are neither fetched nor constrained
+    assert "lmcache-rbln" not in by_name and "nixl-rbln" not in by_name
+    assert rel.requirements == ["vllm-rbln==0.12.0"]
+    assert not any(
+        c.startswith(("rebel-compiler", "lmcache-rbln", "vllm==", "torch=="))
+        for c in rel.constraints
+    )
+    assert "transformers==5.15.1" in rel.constraints
+    assert rel.netrc == "/etc/servefleet/secrets/netrc"
+
+
+def test_release_kv_offload_and_suffix_decoding() -> None:
+    s = settings(serve_selection={"lmcache": "cpu", "spec_decode": "suffix"})
+    rel = plan_release(s, resolve_for(s), None)
+    assert rel.requirements == ["vllm-rbln[kv-connectors]==0.12.0", "arctic-inference==0.1.1"]
+    assert {"lmcache-rbln", "nixl-rbln"} <= {d.name for d in rel.downloads}
+    assert {"lmcache_rbln", "arctic_inference"} <= set(rel.imports)
+    assert {"lmcache-rbln", "arctic-inference"} <= set(rel.must_have)
+
+
+def test_release_id_follows_pins_and_indexes() -> None:
+    base = settings()
+    spec = resolve_for(base)
+    ids = {
+        plan_release(base, spec, None).id,
+        plan_release(
+            settings(sdk_pins=[p.replace("0.12.0", "0.12.1") for p in load_defaults()["sdk_pins"]]),
+            spec,
+            None,
+        ).id,
+        plan_release(settings(pip_public_index="http://mirror.invalid/simple"), spec, None).id,
+    }
+    assert len(ids) == 3
+    assert (
+        plan_release(base, spec, None).id
+        == plan_release(settings(), resolve_for(settings()), None).id
+    )
+
+
+def test_hardware_from_lspci_then_rbln_smi() -> None:
+    hw = hardware_from_probe(probe())
+    assert (hw.source, hw.sku, hw.devices, hw.driver_version) == (
+        "lspci",
+        "RBLN-CR13",
+        (0, 1, 2, 3),
+        None,
+    )
+    smi = {
+        "KMD_version": "3.5.1",
+        "devices": [
+            {"npu": 0, "name": "RBLN-CR13", "device": "rbln0"},
+            {"npu": 1, "name": "RBLN-CR13", "device": "rbln1"},
+        ],
+    }
+    hw = hardware_from_probe(probe(smi=smi, pci=[]))
+    assert (hw.source, hw.sku, hw.devices, hw.driver_version) == (
+        "rbln-smi",
+        "RBLN-CR13",
+        (0, 1),
+        "3.5.1",
+    )
+
+
+def test_host_plan_one_instance_per_npu_group() -> None:
+    plan = plan_host(settings(), probe())
+    assert plan.refusal is None and plan.driver_needed
+    assert [(i.unit, i.port, i.devices) for i in plan.instances] == [
+        (f"servefleet-vllm-{n}.service", 8000 + n, str(n)) for n in range(4)
+    ]
+    server = plan.spec.servers[0]
+    for inst in plan.instances:
+        argv, env = parse_unit(inst.text)
+        assert argv == [f"{plan.release.path}/bin/vllm", *server.argv[1:], "--port", str(inst.port)]
+        assert env == {
+            **server.env,
+            "RBLN_VISIBLE_DEVICES": inst.devices,
+            "VLLM_CACHE_ROOT": "/var/cache/servefleet/vllm",
+            "HOME": "/var/lib/servefleet",
+            "HF_HOME": "/var/lib/servefleet/hf",
+            "HF_HUB_OFFLINE": "1",
+        }
+
+
+def test_host_plan_groups_npus_per_server(tmp_path: Path) -> None:
+    card = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
+    plan = plan_host(settings(serve_recipe=str(card), serve_host="127.0.0.1"), probe())
+    assert [i.devices for i in plan.instances] == ["0,1", "2,3"]
+    argv, _ = parse_unit(plan.instances[1].text)
+    assert argv[-4:] == ["--port", "8001", "--host", "127.0.0.1"]
+
+
+def test_host_plan_refuses_another_sku() -> None:
+    plan = plan_host(settings(), probe(pci=["03:00.0 1200: 1eff:1250"]))
+    assert (
+        plan.refusal == "host SKU RBLN-CA25 is not one rbln/gpt-oss-120b is verified on (RBLN-CR13)"
+    )
+    assert "no RBLN NPU" in (plan_host(settings(), probe(pci=[])).refusal or "")
+
+
+def test_host_plan_reads_state() -> None:
+    s = settings()
+    first = plan_host(s, probe())
+    again = plan_host(
+        s,
+        probe(
+            smi={
+                "KMD_version": "3.5.1",
+                "devices": [{"npu": n, "name": "RBLN-CR13"} for n in range(4)],
+            },
+            releases=[first.release.id],
+            warm=[first.spec.compile_fingerprint],
+            models=["openai/gpt-oss-120b"],
+            units={"servefleet-vllm-0.service": "active", "servefleet-vllm-7.service": "inactive"},
+        ),
+    )
+    assert not again.driver_needed and again.release_complete and again.warm
+    assert again.missing_models == ()
+    assert again.stale_units == ("servefleet-vllm-7.service",)
+    assert again.active_units == {"servefleet-vllm-0.service"}
+
+
+def test_readme_data_table_matches_group_data() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert BEGIN in readme and END in readme, "README lacks the data-table markers"
+    table = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip() + "\n"
+    assert table == data_table(), "README data table is stale: run python -m servefleet.datadoc"
