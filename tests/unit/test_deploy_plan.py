@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from systemd_parse import parse_unit
 
 from servefleet.data import load_defaults, settings_from
 from servefleet.datadoc import BEGIN, END, data_table
 from servefleet.errors import DataError
 from servefleet.hostplan import hardware_from_probe, plan_host, resolve_for
 from servefleet.release import plan_release
-from systemd_parse import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
