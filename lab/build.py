@@ -369,11 +369,21 @@ def build_debs(apt: Path) -> str:
     headers = f"linux-headers-{release}"
     dkms = "#!/bin/sh\n# dkms: a SIMULATION for the servefleet lab; builds nothing.\n"
     dkms += 'echo "dkms (servefleet lab stand-in): $*"\n'
-    _deb(apt, "dkms", "3.0.10-8+sim1", "DKMS stand-in (servefleet lab simulation)",
-         {"usr/sbin/dkms": dkms})  # fmt: skip
+    _deb(
+        apt,
+        "dkms",
+        "3.0.10-8+sim1",
+        "DKMS stand-in (servefleet lab simulation)",
+        {"usr/sbin/dkms": dkms},
+    )
     note = f"servefleet lab simulation: stand-in for the kernel headers of {release}\n"
-    _deb(apt, headers, "1.0+sim1", f"kernel headers stand-in for {release} (servefleet lab)",
-         {f"usr/src/{headers}/SERVEFLEET-LAB-SIMULATION": note})  # fmt: skip
+    _deb(
+        apt,
+        headers,
+        "1.0+sim1",
+        f"kernel headers stand-in for {release} (servefleet lab)",
+        {f"usr/src/{headers}/SERVEFLEET-LAB-SIMULATION": note},
+    )
     return headers
 
 

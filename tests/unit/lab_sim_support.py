@@ -1,0 +1,133 @@
+"""Helpers for tests/unit/test_lab_sim.py: load the lab builder and the simulated server's
+module from lab/ (outside the servefleet package), make throwaway venvs, run the simulation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "lab"
+SQUATTERS = {
+    "rebel_compiler-0.12.0-py3-none-any.whl",
+    "lmcache_rbln-0.12.0.post1-py3-none-any.whl",
+    "nixl_rbln-0.12.0.post1-py3-none-any.whl",
+}
+PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def load(path: Path, name: str) -> ModuleType:
+    """Import a file from lab/ under a private module name."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def metadata(wheel: Path) -> list[tuple[str, str]]:
+    """The METADATA headers of a wheel, in order."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(name).decode()
+    return [tuple(line.split(": ", 1)) for line in text.splitlines() if ": " in line]  # type: ignore[misc]
+
+
+def pip(python: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **PIP_ENV)
+    cmd = [str(python), "-m", "pip", "--isolated", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def derived_venv(
+    base: Path, dest: Path, drop: tuple[str, ...] = (), wheels: tuple[Path, ...] = ()
+) -> Path:
+    """A copy of venv ``base`` without the top-level packages ``drop`` and with ``wheels``
+    unpacked over it; returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    target = site_packages(dest)
+    shutil.rmtree(target)
+    shutil.copytree(
+        site_packages(base), target, ignore=lambda d, names: [n for n in names if n in drop]
+    )
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(target)
+    return dest / "bin" / "python"
+
+
+def extract_model(tgz: Path, hf_home: Path) -> None:
+    (hf_home / "hub").mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tgz) as tar:
+        tar.extractall(hf_home / "hub")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http(port: int, path: str, body: Any = None) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class Server:
+    """A running simulated ``vllm serve`` (stopped with SIGTERM)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], port: int) -> None:
+        self.port = port
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out, err = self.proc.communicate()
+                raise AssertionError(f"server exited {self.proc.returncode}:\n{err}")
+            try:
+                status, _ = http(self.port, "/v1/models")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError("server did not come up")
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        _, err = self.proc.communicate(timeout=10)
+        return self.proc.returncode, err
