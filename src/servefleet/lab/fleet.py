@@ -25,6 +25,7 @@ from typing import Any
 from servefleet.lab import layout
 from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_repo
 from servefleet.lab.base import ensure_base, script
+from servefleet.lab.index import fetch
 from servefleet.lab.state import LabError, load_state, write_state
 
 TOOLS = (
@@ -530,5 +531,10 @@ def status() -> list[str]:
             pid = int(Path(server["pid_file"]).read_text().strip())
         except (OSError, ValueError):
             pid = -1
-        lines.append(f"{name:<14} {server['url']:<34} {'up' if pid in running else 'down'}")
+        try:
+            answers = fetch(server["url"], timeout=3)[0] in (200, 401)
+        except OSError:
+            answers = False
+        up_ = pid in running and answers
+        lines.append(f"{name:<14} {server['url']:<34} {'up' if up_ else 'down'}")
     return lines

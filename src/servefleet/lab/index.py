@@ -20,6 +20,8 @@ import html
 import mimetypes
 import re
 import sys
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -195,6 +197,22 @@ def make_server(config: Config, bind: str, port: int) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((bind, port), handler)
     server.daemon_threads = True
     return server
+
+
+def fetch(url: str, headers: dict[str, str] | None = None,
+          timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    """GET url without raising on HTTP errors: ``(status, headers, body)``.
+
+    + url: the URL to fetch
+    + headers: extra request headers (e.g. Authorization)
+    + timeout: seconds before giving up (raises OSError)
+    """
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
 
 
 def _read_secret(path: str) -> str:

@@ -1,0 +1,118 @@
+"""The lab's stdlib PEP 503 index and static file server, in-process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servefleet.lab.index import Config, fetch as _get, make_server, normalize, project_of
+
+
+def _serve(config: Config) -> Iterator[str]:
+    server = make_server(config, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+
+
+@pytest.fixture
+def dists(tmp_path: Path) -> Path:
+    root = tmp_path / "dists"
+    root.mkdir()
+    (root / "Vllm_RBLN-0.12.1-py3-none-any.whl").write_bytes(b"wheel one")
+    (root / "arctic_inference-0.1.1.tar.gz").write_bytes(b"sdist")
+    (root / "torch-2.13.0+cpu-py3-none-any.whl").write_bytes(b"torch")
+    (root / "notes.txt").write_text("not a distribution")
+    (tmp_path / "secret.whl").write_bytes(b"outside the root")
+    return root
+
+
+@pytest.fixture
+def index(dists: Path) -> Iterator[str]:
+    yield from _serve(Config("simple", dists))
+
+
+@pytest.fixture
+def private(dists: Path) -> Iterator[str]:
+    yield from _serve(Config("simple", dists, basic=("lab-user", "pa:ss")))
+
+
+@pytest.mark.parametrize(("filename", "project"), [
+    ("vllm_rbln-0.12.1-py3-none-any.whl", "vllm-rbln"),
+    ("torch-2.13.0+cpu-py3-none-any.whl", "torch"),
+    ("arctic_inference-0.1.1.tar.gz", "arctic-inference"),
+    ("Foo.Bar-1.0.zip", "foo-bar"),
+    ("README.md", None),
+    ("nodash.tar.gz", None),
+])
+def test_project_of_file_names(filename: str, project: str | None) -> None:
+    assert project_of(filename) == project
+
+
+def test_normalize_follows_pep503() -> None:
+    assert normalize("Friendly-Bard") == normalize("FRIENDLY_BARD") == "friendly-bard"
+    assert normalize("a._-b") == "a-b"
+
+
+def test_root_lists_normalized_projects(index: str) -> None:
+    code, headers, body = _get(index + "/simple/")
+    assert code == 200 and headers["Content-Type"] == "text/html"
+    text = body.decode()
+    for name in ("arctic-inference", "torch", "vllm-rbln"):
+        assert f'<a href="{name}/">{name}</a>' in text
+    assert "notes" not in text
+
+
+def test_project_page_links_files_with_sha256(index: str, dists: Path) -> None:
+    code, _, body = _get(index + "/simple/vllm-rbln/")
+    digest = hashlib.sha256(b"wheel one").hexdigest()
+    assert code == 200
+    assert f'href="../../files/Vllm_RBLN-0.12.1-py3-none-any.whl#sha256={digest}"' in body.decode()
+    code, _, data = _get(index + "/files/Vllm_RBLN-0.12.1-py3-none-any.whl")
+    assert code == 200 and data == b"wheel one"
+
+
+def test_unnormalized_names_redirect_and_unknown_projects_404(index: str) -> None:
+    code, _, body = _get(index + "/simple/Vllm_Rbln/")
+    assert code == 200 and b"Links for vllm-rbln" in body  # after the 301
+    assert _get(index + "/simple/nope/")[0] == 404
+
+
+def test_files_outside_the_root_are_not_served(index: str) -> None:
+    assert _get(index + "/files/../secret.whl")[0] == 404
+    assert _get(index + "/files/%2e%2e%2fsecret.whl")[0] == 404
+
+
+def test_basic_auth_refuses_anonymous_and_wrong_credentials(private: str) -> None:
+    code, headers, _ = _get(private + "/simple/")
+    assert code == 401 and headers["WWW-Authenticate"] == 'Basic realm="servefleet-lab"'
+    wrong = base64.b64encode(b"lab-user:nope").decode()
+    assert _get(private + "/simple/", {"Authorization": f"Basic {wrong}"})[0] == 401
+    good = base64.b64encode(b"lab-user:pa:ss").decode()
+    assert _get(private + "/simple/torch/", {"Authorization": f"Basic {good}"})[0] == 200
+    assert _get(private + "/files/torch-2.13.0+cpu-py3-none-any.whl")[0] == 401
+
+
+def test_static_server_guards_only_the_token_path(tmp_path: Path) -> None:
+    (tmp_path / "models" / "org").mkdir(parents=True)
+    (tmp_path / "models" / "org" / "m.tar.gz").write_bytes(b"model")
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "driver" / "d.run").write_bytes(b"runfile")
+    for base in _serve(Config("static", tmp_path, token=("/models/", "hf_x"))):
+        assert _get(base + "/driver/d.run")[2] == b"runfile"
+        assert _get(base + "/models/org/m.tar.gz")[0] == 401
+        assert _get(base + "/models/org/m.tar.gz", {"Authorization": "Bearer hf_y"})[0] == 401
+        ok = _get(base + "/models/org/m.tar.gz", {"Authorization": "Bearer hf_x"})
+        assert ok[0] == 200 and ok[2] == b"model"
+        assert _get(base + "/driver/missing.run")[0] == 404
