@@ -298,8 +298,10 @@ def resolve_cmd(
 
 
 def _register() -> None:
+    from servefleet.lab.chat import chat
     from servefleet.lab.cli import lab
 
+    lab.add_command(chat)
     main.add_command(lab)
 
 
