@@ -352,8 +352,13 @@ def _wait_running(ssh: dict[str, str], host: dict[str, Any], deadline: float) ->
     base = [*_ssh_base(ssh), f"root@{host['address']}"]
     last = "unreachable"
     while time.monotonic() < deadline:
-        proc = subprocess.run([*base, "systemctl", "is-system-running", "--wait"],
-                              capture_output=True, text=True, timeout=max(5.0, deadline - time.monotonic()))
+        try:
+            proc = subprocess.run([*base, "systemctl", "is-system-running", "--wait"],
+                                  capture_output=True, text=True,
+                                  timeout=max(5.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            last = "systemctl is-system-running --wait timed out"
+            continue
         out = proc.stdout.strip()
         if out in ("running", "degraded", "maintenance", "stopping"):
             if out != "running":
