@@ -153,6 +153,12 @@ def _netrc(s: Settings) -> str:
     return "".join(f"machine {h} login {s.index_user} password {s.index_password}\n" for h in hosts)
 
 
+def _secrets_dir(plan: HostPlan) -> None:
+    """The 0700 directory secrets pass through and live in, when this host gets any."""
+    if plan.release.netrc or plan.settings.hf_token:
+        files.directory(name=f"Create {SECRETS_DIR} (0700)", path=SECRETS_DIR, mode="700")
+
+
 def _stack_ops(plan: HostPlan) -> OperationMeta:
     s, rel = plan.settings, plan.release
     for path in (s.root, plan.lib, f"{s.root}/plans", f"{s.root}/releases"):
@@ -171,7 +177,6 @@ def _stack_ops(plan: HostPlan) -> OperationMeta:
         mode="644",
     )
     if rel.netrc:
-        files.directory(name=f"Create {SECRETS_DIR}", path=SECRETS_DIR, mode="700")
         secret_file(
             name="Write the index credentials (netrc, 0600)",
             dest=rel.netrc,
@@ -187,11 +192,24 @@ def _stack_ops(plan: HostPlan) -> OperationMeta:
     return installed
 
 
+def _user_ops(s: Settings) -> None:
+    server.group(name=f"Create group {s.user}", group=s.user, system=True)
+    server.user(
+        name=f"Create system user {s.user}",
+        user=s.user,
+        group=s.user,
+        system=True,
+        home=s.home,
+        create_home=True,
+        shell="/usr/sbin/nologin",
+    )
+
+
 def _models_ops(plan: HostPlan) -> None:
     s = plan.settings
+    _user_ops(s)
     token = None
     if s.hf_token:
-        files.directory(name=f"Create {SECRETS_DIR}", path=SECRETS_DIR, mode="700")
         secret_file(
             name="Write the Hugging Face token (0600)",
             dest=plan.hf_token_file,
@@ -218,16 +236,6 @@ def _models_ops(plan: HostPlan) -> None:
 
 def _units_ops(plan: HostPlan, triggers: list[OperationMeta]) -> None:
     s = plan.settings
-    server.group(name=f"Create group {s.user}", group=s.user, system=True)
-    server.user(
-        name=f"Create system user {s.user}",
-        user=s.user,
-        group=s.user,
-        system=True,
-        home=s.home,
-        create_home=True,
-        shell="/usr/sbin/nologin",
-    )
     for path in (s.cache_root, s.hf_home):
         files.directory(name=f"Create {path}", path=path, user=s.user, group=s.user, mode="755")
     files.put(
@@ -287,6 +295,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the pinned release the selection needs."""
     if _refused(plan):
         return None
+    _secrets_dir(plan)
     return _stack_ops(plan)
 
 
@@ -294,6 +303,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
 def models(plan: HostPlan) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
     if not _refused(plan):
+        _secrets_dir(plan)
         _models_ops(plan)
 
 
@@ -302,6 +312,7 @@ def serve(plan: HostPlan) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
     if _refused(plan):
         return
+    _secrets_dir(plan)
     changed = [op for op in (_driver_ops(plan), _stack_ops(plan)) if op is not None]
     _models_ops(plan)
     _units_ops(plan, changed)

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 
-def from_store(model: str, hub: Path, store: str, token_file: str | None) -> None:
+def from_store(model: str, hub: Path, store: str, token_file: str | None, owner: str) -> None:
     org, name = model.split("/", 1)
     url = f"{store.rstrip('/')}/{org}/{name}.tar.gz"
     target = hub / f"models--{org}--{name}"
@@ -48,9 +48,15 @@ def from_store(model: str, hub: Path, store: str, token_file: str | None) -> Non
         got = unpacked / target.name
         if not (got / "refs" / "main").is_file():
             sys.exit(f"servefleet: {url} does not hold {target.name}/refs/main")
+        chown(got, owner)  # complete and owned before it appears under its name
         if target.exists():
             shutil.rmtree(target)
         got.rename(target)
+
+
+def chown(path: Path, owner: str) -> None:
+    if subprocess.run(["chown", "-R", f"{owner}:{owner}", str(path)]).returncode != 0:
+        sys.exit(f"servefleet: cannot give {path} to {owner}")
 
 
 def from_hub(model: str, hf_home: Path, python: str, token_file: str | None) -> None:
@@ -77,10 +83,10 @@ def main() -> None:
     hub = a.hf_home / "hub"
     hub.mkdir(parents=True, exist_ok=True)
     if a.store:
-        from_store(a.model, hub, a.store, a.token_file)
+        from_store(a.model, hub, a.store, a.token_file, a.owner)
     else:
         from_hub(a.model, a.hf_home, a.hub, a.token_file)
-    subprocess.run(["chown", "-R", f"{a.owner}:{a.owner}", str(a.hf_home)], check=True)
+        chown(a.hf_home, a.owner)
     print(f"{a.model} is in {hub}")
 
 
