@@ -27,7 +27,7 @@ from pyinfra.operations.util import any_changed
 
 from servefleet.data import Settings, settings_from
 from servefleet.deploys.operations import HostProbe, current_link, release, secret_file
-from servefleet.errors import ServefleetError
+from servefleet.errors import RecipeError, ServefleetError
 from servefleet.hostplan import SECRETS_DIR, HostPlan, plan_host, resolve_for
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
@@ -53,6 +53,8 @@ def host_plan() -> HostPlan:
         )
         plan = plan_host(settings, probe)
         _check_driver_data(plan)
+    except RecipeError as e:
+        raise PyinfraError(f"servefleet: {host.name}: serve_recipe/serve_selection: {e}") from None
     except ServefleetError as e:
         raise PyinfraError(f"servefleet: {host.name}: {e}") from None
     return plan
