@@ -126,9 +126,14 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
     )
 
 
-def plan_host(settings: Settings, probe: dict[str, Any]) -> HostPlan:
-    """Everything one host needs, from its validated data and its probe."""
-    spec = resolve_for(settings)
+def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None = None) -> HostPlan:
+    """Everything one host needs, from its validated data and its probe.
+
+    + settings: the host's validated data
+    + probe: the output of the PROBE script on the host
+    + spec: ``resolve_for(settings)``, when the caller has it already
+    """
+    spec = spec or resolve_for(settings)
     hardware = hardware_from_probe(probe)
     refusal = None
     if not hardware.devices:

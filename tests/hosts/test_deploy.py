@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from labhelpers import on_host
 
 from servefleet.lab import layout
+from servefleet.lab.chat import chat_once
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -102,20 +102,7 @@ def upper_snapshot() -> dict[str, list[tuple[str, float, int]]]:
 
 
 def chat(address: str, port: int) -> str:
-    body = json.dumps(
-        {
-            "model": "openai/gpt-oss-120b",
-            "max_tokens": 8,
-            "messages": [{"role": "user", "content": "Hello"}],
-        }
-    ).encode()
-    req = urllib.request.Request(
-        f"http://{address}:{port}/v1/chat/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.load(r)["choices"][0]["message"]["content"]
+    return chat_once(address, port, "openai/gpt-oss-120b", "Hello", max_tokens=8)
 
 
 def unit_starts(state: dict[str, Any], host: str) -> list[int]:
@@ -336,6 +323,31 @@ def test_suffix_decoding_builds_arctic_inference_and_serves(lab: dict[str, Any])
     assert_records(lab, resolved("--set", "spec_decode=suffix"))
 
 
+@pytest.mark.parametrize("target", ["Latency", "Throughput"])
+def test_recommended_selection_offloads_kv_with_the_private_packages(
+    lab: dict[str, Any], target: str
+) -> None:
+    ok(deploy(lab, "--data", "serve_recommended=true", "--data", f"serve_target={target}"))
+    assert_records(lab, resolved("--recommended", "--target", target.lower()))
+    probe = (
+        "import json, lmcache_rbln, nixl_rbln, importlib.metadata as m; print(json.dumps(["
+        "getattr(lmcache_rbln, '__servefleet_squatter__', False), getattr(nixl_rbln, '__servefleet_squatter__', False), "
+        "m.version('lmcache-rbln'), m.version('nixl-rbln')]))"
+    )
+    for host in HOSTS:
+        out = on_host(lab, host, f'/opt/servefleet/current/bin/python -c "{probe}"').stdout
+        assert json.loads(out) == [False, False, "0.12.0", "0.12.0"], (
+            f"{host}: kv-connectors from the wrong index"
+        )
+        on_host(
+            lab,
+            host,
+            "test -f /var/lib/servefleet/hf/hub/models--nvidia--gpt-oss-120b-Eagle3-v3/refs/main",
+        )
+    for host in lab["hosts"]:
+        assert all(chat(host["address"], p) for p in PORTS)
+
+
 def test_sdk_upgrade_restarts_one_by_one_without_recompiling(
     lab: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -368,13 +380,44 @@ def test_sdk_upgrade_restarts_one_by_one_without_recompiling(
 
 
 def test_driver_upgrade(lab: dict[str, Any]) -> None:
+    ok(deploy(lab))  # settle on the default data first: only the driver changes below
+    starts = {h: unit_starts(lab, h) for h in HOSTS}
     ok(deploy(lab, "--data", "driver_version=3.6.0"))
     for host in HOSTS:
         smi = json.loads(on_host(lab, host, "rbln-smi -j").stdout)
         assert smi["KMD_version"] == "3.6.0"
+        now = unit_starts(lab, host)
+        assert all(n > s for n, s in zip(now, starts[host], strict=True)), (
+            "servers came back after the driver"
+        )
     for host in lab["hosts"]:
         assert all(chat(host["address"], p) for p in PORTS)
     assert json_run(lab, "--data", "driver_version=3.6.0")["results"]["totals"]["success"] == 0
+
+
+@pytest.mark.parametrize("switch", ["fail-health", "fail-start"])
+def test_health_gate_fails_the_host_with_its_journal(lab: dict[str, Any], switch: str) -> None:
+    ok(deploy(lab))  # settle on the default data (driver included): only the port changes below
+    on_host(lab, "lab2", f"touch /etc/rbln-sim/{switch}")
+    try:
+        port = 8200 if switch == "fail-health" else 8300  # a change: every instance restarts
+        proc = deploy(lab, "--data", f"serve_base_port={port}", "--data", "serve_health_timeout=8")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0
+        assert "servefleet: health gate: servefleet-vllm-0.service" in out
+        assert "--- journal tail of servefleet-vllm-0.service ---" in out
+        assert ("/health answered 500" if switch == "fail-health" else "restart(s)") in out
+        for host in lab["hosts"]:  # the other hosts went on and serve on the new port
+            if host["name"] != "lab2":
+                assert chat(host["address"], port + 3)
+        # lab2 stopped at its first instance: the other three still serve the old config
+        assert (
+            on_host(lab, "lab2", "systemctl is-active servefleet-vllm-3.service").stdout.strip()
+            == "active"
+        )
+    finally:
+        on_host(lab, "lab2", f"rm -f /etc/rbln-sim/{switch}")
+    ok(deploy(lab))
 
 
 def test_host_of_another_sku_fails_before_any_change(lab: dict[str, Any]) -> None:
@@ -393,3 +436,30 @@ def test_host_of_another_sku_fails_before_any_change(lab: dict[str, Any]) -> Non
         assert upper_snapshot()["lab3"] == before
     finally:
         on_host(lab, "lab3", f"cat > {hw}", stdin=saved)
+
+
+@pytest.mark.lab_destructive
+def test_readme_main_command(lab: dict[str, Any]) -> None:
+    """The README's first command: set up, bring up a 3-host lab, deploy, a chat from each host."""
+    readme = (REPO / "README.md").read_text()
+    command = readme.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    assert (
+        command.startswith("./setup.sh && ")
+        and "lab up" in command
+        and command.endswith("lab chat")
+    )
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("RBLN_", "HF_"))},
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    replies = [line for line in proc.stdout.splitlines() if ":8000): " in line]
+    assert [r.split(" ", 1)[0] for r in replies] == list(HOSTS)
+    from servefleet.lab.state import load_state
+
+    lab.clear()
+    lab.update(load_state())

@@ -32,11 +32,21 @@ def test_state_lists_the_hosts_and_servers(lab: dict[str, Any]) -> None:
     assert [h["name"] for h in lab["hosts"]] == ["lab1", "lab2", "lab3"]
     assert [h["address"] for h in lab["hosts"]] == ["10.213.0.11", "10.213.0.12", "10.213.0.13"]
     assert all(h["sku"] == "RBLN-CR13" and h["devices"] == 4 for h in lab["hosts"])
-    assert set(lab["servers"]) == {"index_private", "index_vllm", "index_torch", "index_public",
-                                   "apt", "files"}
+    assert set(lab["servers"]) == {
+        "index_private",
+        "index_vllm",
+        "index_torch",
+        "index_public",
+        "apt",
+        "files",
+    }
     assert lab["groups"] == {"lab": ["lab1", "lab2", "lab3"], "cr13": ["lab1", "lab2", "lab3"]}
-    for path in [lab["ssh"]["key"], lab["ssh"]["known_hosts"], lab["apt"]["key"],
-                 *lab["secrets"].values()]:
+    for path in [
+        lab["ssh"]["key"],
+        lab["ssh"]["known_hosts"],
+        lab["apt"]["key"],
+        *lab["secrets"].values(),
+    ]:
         assert Path(path).is_file(), path
     for path in lab["secrets"].values():
         assert Path(path).stat().st_mode & 0o777 == 0o600, path
@@ -46,7 +56,11 @@ def test_every_host_answers_pyinfra_over_ssh(lab: dict[str, Any], repo_root: Pat
     pyinfra = Path(sys.executable).parent / "pyinfra"
     proc = subprocess.run(
         [str(pyinfra), "-y", "inventories/lab.py", "exec", "--", "echo host-is-$(hostname)"],
-        cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+        cwd=repo_root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout
     for host in lab["hosts"]:
@@ -55,8 +69,12 @@ def test_every_host_answers_pyinfra_over_ssh(lab: dict[str, Any], repo_root: Pat
 
 def test_hosts_run_systemd_as_pid1_without_route_or_dns(lab: dict[str, Any]) -> None:
     for host in lab["hosts"]:
-        out = on_host(lab, host["name"], "systemctl is-system-running; cat /proc/1/comm; "
-                      "ip route; grep -c nameserver /etc/resolv.conf || true").stdout.split("\n")
+        out = on_host(
+            lab,
+            host["name"],
+            "systemctl is-system-running; cat /proc/1/comm; "
+            "ip route; grep -c nameserver /etc/resolv.conf || true",
+        ).stdout.split("\n")
         assert out[0] == "running", out
         assert out[1] == "systemd", out
         assert not any(line.startswith("default") for line in out), out
@@ -67,15 +85,28 @@ def test_a_unit_started_by_systemd_runs(lab: dict[str, Any]) -> None:
     host = lab["hosts"][-1]["name"]
     unit = "[Unit]\nDescription=lab test\n[Service]\nExecStart=/bin/sleep 1000\n"
     try:
-        on_host(lab, host, "cat > /etc/systemd/system/sf-lab-test.service && "
-                "systemctl daemon-reload && systemctl start sf-lab-test", stdin=unit)
-        out = on_host(lab, host, "systemctl is-active sf-lab-test; "
-                      "systemctl show -p MainPID --value sf-lab-test").stdout.split()
+        on_host(
+            lab,
+            host,
+            "cat > /etc/systemd/system/sf-lab-test.service && "
+            "systemctl daemon-reload && systemctl start sf-lab-test",
+            stdin=unit,
+        )
+        out = on_host(
+            lab,
+            host,
+            "systemctl is-active sf-lab-test; systemctl show -p MainPID --value sf-lab-test",
+        ).stdout.split()
         assert out[0] == "active"
-        on_host(lab, host, f"test \"$(cat /proc/{out[1]}/comm)\" = sleep")
+        on_host(lab, host, f'test "$(cat /proc/{out[1]}/comm)" = sleep')
     finally:
-        on_host(lab, host, "systemctl stop sf-lab-test; rm -f /etc/systemd/system/sf-lab-test.service;"
-                " systemctl daemon-reload", check=False)
+        on_host(
+            lab,
+            host,
+            "systemctl stop sf-lab-test; rm -f /etc/systemd/system/sf-lab-test.service;"
+            " systemctl daemon-reload",
+            check=False,
+        )
 
 
 def test_hosts_see_their_simulated_cards(lab: dict[str, Any]) -> None:
@@ -105,8 +136,10 @@ def test_pip_in_a_host_downloads_from_the_private_index_with_credentials(
 ) -> None:
     host = lab["hosts"][0]["name"]
     index = lab["indexes"]["private"].replace("http://", "")
-    pip = ("python3 -m pip download --no-input --no-deps --retries 0 --trusted-host "
-           f"{layout.BRIDGE_IP} -d /tmp/sf-dl rebel-compiler")
+    pip = (
+        "python3 -m pip download --no-input --no-deps --retries 0 --trusted-host "
+        f"{layout.BRIDGE_IP} -d /tmp/sf-dl rebel-compiler"
+    )
     anonymous = on_host(lab, host, f"{pip} --index-url http://{index} 2>&1", check=False)
     assert anonymous.returncode != 0
     assert "from versions: none" in anonymous.stdout
@@ -114,8 +147,13 @@ def test_pip_in_a_host_downloads_from_the_private_index_with_credentials(
     assert re.search(r'"GET /simple/rebel-compiler/ HTTP/1.1" 401', log), log[-2000:]
     # credentials on stdin, never in argv
     creds = f"{_secret(lab, 'RBLN_INDEX_USER')}\n{_secret(lab, 'RBLN_INDEX_PASSWORD')}\n"
-    got = on_host(lab, host, f'read -r U; read -r P; PIP_INDEX_URL="http://$U:$P@{index}" '
-                  f"{pip} 2>&1 && ls /tmp/sf-dl && rm -rf /tmp/sf-dl", stdin=creds)
+    got = on_host(
+        lab,
+        host,
+        f'read -r U; read -r P; PIP_INDEX_URL="http://$U:$P@{index}" '
+        f"{pip} 2>&1 && ls /tmp/sf-dl && rm -rf /tmp/sf-dl",
+        stdin=creds,
+    )
     assert re.search(r"^rebel_compiler-[^ ]+\.whl$", got.stdout, re.MULTILINE), got.stdout
 
 
@@ -137,28 +175,51 @@ def test_apt_repo_is_signed_and_a_host_installs_dkms(lab: dict[str, Any], tmp_pa
     code, _, inrelease = _get(lab["apt"]["url"] + "InRelease")
     assert code == 200 and inrelease.startswith(b"-----BEGIN PGP SIGNED MESSAGE-----")
     (tmp_path / "InRelease").write_bytes(inrelease)
-    verify = subprocess.run(["gpgv", "--keyring", lab["apt"]["key"], str(tmp_path / "InRelease")],
-                            capture_output=True, text=True)
+    verify = subprocess.run(
+        ["gpgv", "--keyring", lab["apt"]["key"], str(tmp_path / "InRelease")],
+        capture_output=True,
+        text=True,
+    )
     assert verify.returncode == 0, verify.stderr
     host = lab["hosts"][-1]["name"]
     key = Path(lab["apt"]["key"]).read_bytes()
     repo = f"{lab['apt']['url']} {lab['apt']['suite']}"
+    # a source list of its own, so whatever a deploy configured on this host does not interfere
+    apt = "apt-get -o Dir::Etc::SourceList=/etc/apt/sf-test.list -o Dir::Etc::SourceParts=/nonexistent"
+    had_dkms = (
+        on_host(lab, host, "dpkg-query -W -f '${Status}' dkms", check=False).stdout
+        == "install ok installed"
+    )
     try:
-        on_host(lab, host, "install -d /etc/apt/keyrings && base64 -d > /etc/apt/keyrings/sf-test.gpg",
-                stdin=base64.b64encode(key).decode())
+        on_host(
+            lab,
+            host,
+            "install -d /etc/apt/keyrings && base64 -d > /etc/apt/keyrings/sf-test.gpg",
+            stdin=base64.b64encode(key).decode(),
+        )
         # unsigned-by (no key): apt refuses the repository
-        on_host(lab, host, f"echo 'deb {repo}' > /etc/apt/sources.list.d/sf-test.list")
-        refused = on_host(lab, host, "apt-get update 2>&1", check=False).stdout
+        on_host(lab, host, f"echo 'deb {repo}' > /etc/apt/sf-test.list")
+        refused = on_host(lab, host, f"{apt} update 2>&1", check=False).stdout
         assert "NO_PUBKEY" in refused or "not signed" in refused, refused
-        on_host(lab, host, f"echo 'deb [signed-by=/etc/apt/keyrings/sf-test.gpg] {repo}' "
-                "> /etc/apt/sources.list.d/sf-test.list")
-        on_host(lab, host, "apt-get update -q && DEBIAN_FRONTEND=noninteractive "
-                "apt-get install -y -q dkms")
-        assert on_host(lab, host, "dpkg-query -W -f '${Status}' dkms").stdout == "install ok installed"
+        on_host(
+            lab,
+            host,
+            f"echo 'deb [signed-by=/etc/apt/keyrings/sf-test.gpg] {repo}' > /etc/apt/sf-test.list",
+        )
+        on_host(
+            lab, host, f"{apt} update -q && DEBIAN_FRONTEND=noninteractive {apt} install -y -q dkms"
+        )
+        assert (
+            on_host(lab, host, "dpkg-query -W -f '${Status}' dkms").stdout == "install ok installed"
+        )
     finally:
-        on_host(lab, host, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q dkms; "
-                "rm -f /etc/apt/sources.list.d/sf-test.list /etc/apt/keyrings/sf-test.gpg; "
-                "rm -rf /var/lib/apt/lists/*", check=False)
+        purge = "" if had_dkms else "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q dkms; "
+        on_host(
+            lab,
+            host,
+            purge + "rm -f /etc/apt/sf-test.list /etc/apt/keyrings/sf-test.gpg",
+            check=False,
+        )
 
 
 def test_file_server_serves_driver_runfiles_and_guards_the_model_store(
@@ -185,24 +246,41 @@ def test_lab_env_exports_credentials_without_printing_them(lab: dict[str, Any]) 
     for name in names:
         assert _secret(lab, name) not in out
     shell = subprocess.run(
-        ["bash", "-c", 'eval "$1"; printf "%s\\n" "$RBLN_INDEX_USER" "$RBLN_INDEX_PASSWORD" "$HF_TOKEN"',
-         "_", out], capture_output=True, text=True, check=True,
+        [
+            "bash",
+            "-c",
+            'eval "$1"; printf "%s\\n" "$RBLN_INDEX_USER" "$RBLN_INDEX_PASSWORD" "$HF_TOKEN"',
+            "_",
+            out,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert shell.stdout.split("\n")[:3] == [_secret(lab, n) for n in
-                                            ("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD", "HF_TOKEN")]
+    assert shell.stdout.split("\n")[:3] == [
+        _secret(lab, n) for n in ("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD", "HF_TOKEN")
+    ]
 
 
 def test_lab_status_shows_hosts_running_and_servers_up(lab: dict[str, Any]) -> None:
     out = servefleet("lab", "status").stdout
     for host in lab["hosts"]:
-        assert re.search(rf"^{host['name']}\s+{re.escape(host['address'])}\s.*\srunning$", out,
-                         re.MULTILINE), out
+        assert re.search(
+            rf"^{host['name']}\s+{re.escape(host['address'])}\s.*\srunning$", out, re.MULTILINE
+        ), out
     for name in lab["servers"]:
         assert re.search(rf"^{name}\s.*\sup$", out, re.MULTILINE), out
 
 
-@pytest.mark.parametrize("args", [["--hosts", "0"], ["--odd-sku", "lab9=RBLN-CA25"],
-                                  ["--odd-sku", "lab1=RBLN-XX99"], ["--odd-sku", "lab1"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--hosts", "0"],
+        ["--odd-sku", "lab9=RBLN-CA25"],
+        ["--odd-sku", "lab1=RBLN-XX99"],
+        ["--odd-sku", "lab1"],
+    ],
+)
 def test_bad_lab_settings_are_one_line_errors(lab: dict[str, Any], args: list[str]) -> None:
     proc = servefleet("lab", "up", *args, check=False)
     assert proc.returncode == 2

@@ -51,7 +51,7 @@ def host_plan() -> HostPlan:
             cache_root=settings.cache_root,
             models=tuple(spec.requirements.models),
         )
-        plan = plan_host(settings, probe)
+        plan = plan_host(settings, probe, spec)
         _check_driver_data(plan)
     except RecipeError as e:
         raise PyinfraError(f"servefleet: {host.name}: serve_recipe/serve_selection: {e}") from None
