@@ -4,7 +4,7 @@
 usage: health.py UNIT PORT MODEL TIMEOUT [--host ADDR] [--warm-marker FILE]
 
 Passes when the instance answers GET /health with 200 and a one-token chat completion within
-TIMEOUT seconds. Fails at once when systemd reports the unit failed or restarted since this start.
+TIMEOUT seconds. Fails at once when systemd reports the unit failed, or restarted it on failure since this check began.
 On failure it prints the reason and the tail of the unit's journal (stderr) and exits 1.
 On success it writes the warm marker, if given (the compile cache holds this config now).
 """
@@ -67,10 +67,11 @@ def main() -> None:
     base = f"http://{host}:{a.port}"
     deadline = time.monotonic() + a.timeout
     why: str | None = "not checked"
+    _, baseline = unit_state(a.unit)  # NRestarts survives a manual restart: count from here
     while time.monotonic() < deadline:
         state, restarts = unit_state(a.unit)
-        if state == "failed" or restarts > 0:
-            why = f"{a.unit} is {state} after {restarts} restart(s)"
+        if state == "failed" or restarts > baseline:
+            why = f"{a.unit} is {state} after {restarts - baseline} automatic restart(s)"
             break
         why = probe(base, a.model)
         if why is None:
