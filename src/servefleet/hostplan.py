@@ -28,7 +28,9 @@ SKU_BY_PCI_DEVICE = {
     "2131": "RBLN-CR13", "2230": "RBLN-CR23", "2231": "RBLN-CR23",
 }  # fmt: skip
 
-SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: netrc, hf_token
+SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets live on a host
+NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
+HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
 UNIT_PREFIX = "servefleet-vllm-"
 
 
@@ -96,14 +98,6 @@ class HostPlan:
     kernel: str
 
     @property
-    def netrc(self) -> str:
-        return f"{SECRETS_DIR}/netrc"
-
-    @property
-    def hf_token_file(self) -> str:
-        return f"{SECRETS_DIR}/hf_token"
-
-    @property
     def warm_marker(self) -> str:
         return f"{self.settings.cache_root}/servefleet-warm/{self.spec.compile_fingerprint}"
 
@@ -149,7 +143,7 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         except RecipeError as e:  # pragma: no cover - sku was checked above
             refusal = str(e)
     server = spec.servers[0]
-    release = plan_release(settings, spec, f"{SECRETS_DIR}/netrc")
+    release = plan_release(settings, spec, NETRC)
     groups = [
         hardware.devices[i : i + server.npus]
         for i in range(0, len(hardware.devices) - server.npus + 1, server.npus)

@@ -18,13 +18,16 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from servefleet.errors import RecipeError
+
+T = TypeVar("T")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 RECIPES_DIR = Path(os.environ.get("SERVEFLEET_RECIPES") or (PACKAGE_DIR.parent.parent / "recipes"))
@@ -240,24 +243,25 @@ def _values_map(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
     return out
 
 
-def _parse_args(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
+def _parse_fragments(
+    obj: Any, where: str, errors: _Errors, parse: Callable[[str, str], T]
+) -> dict[str, T]:
+    """Parse each ``key -> shell fragment`` of a map, collecting every error."""
+    out: dict[str, T] = {}
     for key, fragment in _str_map(obj, where, errors).items():
         try:
-            out[key] = parse_arg_fragment(key, fragment)
+            out[key] = parse(key, fragment)
         except RecipeError as exc:
             errors.add(f"{where}: {exc}")
     return out
+
+
+def _parse_args(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
+    return _parse_fragments(obj, where, errors, parse_arg_fragment)
 
 
 def _parse_envs(obj: Any, where: str, errors: _Errors) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, fragment in _str_map(obj, where, errors).items():
-        try:
-            out[key] = parse_env_fragment(key, fragment)
-        except RecipeError as exc:
-            errors.add(f"{where}: {exc}")
-    return out
+    return _parse_fragments(obj, where, errors, parse_env_fragment)
 
 
 def _key_list(obj: Any, where: str, errors: _Errors) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from pyinfra.operations.util import any_changed
 from servefleet.data import Settings, settings_from
 from servefleet.deploys.operations import HostProbe, current_link, release, secret_file
 from servefleet.errors import RecipeError, ServefleetError
-from servefleet.hostplan import SECRETS_DIR, HostPlan, plan_host, resolve_for
+from servefleet.hostplan import HF_TOKEN_FILE, SECRETS_DIR, HostPlan, plan_host, resolve_for
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
 RUNFILE_DIR = "/var/cache/servefleet/driver"
@@ -128,7 +128,7 @@ def _driver_ops(plan: HostPlan) -> OperationMeta | None:
         f"mv {runfile}.part {runfile}"
     )
     server.shell(name=f"Fetch the driver {version} runfile and check its sha256", commands=[fetch])
-    if plan.active_units or plan.instances:
+    if plan.active_units:
         server.shell(
             name="Stop this host's servers for the driver change",
             commands=["systemctl stop 'servefleet-vllm-*.service'"],
@@ -214,10 +214,10 @@ def _models_ops(plan: HostPlan) -> None:
     if s.hf_token:
         secret_file(
             name="Write the Hugging Face token (0600)",
-            dest=plan.hf_token_file,
+            dest=HF_TOKEN_FILE,
             content=HiddenValue(s.hf_token),
         )
-        token = plan.hf_token_file
+        token = HF_TOKEN_FILE
     source = (
         ["--store", s.models_store_url]
         if s.models_store_url

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.error
 import urllib.request
 
 import click
@@ -57,7 +56,7 @@ def chat(port: int, model: str, prompt: str) -> None:
         try:
             reply = chat_once(host["address"], port, model, prompt)
             click.echo(f"{host['name']} ({host['address']}:{port}): {reply}")
-        except (OSError, ValueError, KeyError, urllib.error.URLError) as e:
+        except (OSError, ValueError, KeyError) as e:  # URLError is an OSError
             failed += 1
             click.echo(f"{host['name']} ({host['address']}:{port}): no answer: {e}", err=True)
     sys.exit(1 if failed else 0)
