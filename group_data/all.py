@@ -48,7 +48,7 @@ pip_indexes = {  # index -> url and the packages it owns; each package comes onl
     },
 }
 pip_public_index = None  # index for every other package; None = the host's own pip configuration
-pip_trusted_hosts = []  # hosts pip may reach over plain http (the lab's servers)
+pip_trusted_hosts = []  # hosts reached over plain http (pip, driver runfile, model store): the lab's servers
 
 # --- creds: names of the controller's environment variables holding secrets (never the values)
 creds_index_user_env = "RBLN_INDEX_USER"  # user name for indexes with "auth": True
@@ -73,3 +73,5 @@ serve_health_timeout = 300  # seconds a warm (re)start may take to answer /healt
 # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
 models_hf_home = "/var/lib/servefleet/hf"  # HF_HOME of the servers (models in $HF_HOME/hub)
 models_store_url = None  # None = the Hugging Face hub; else a store serving <org>/<name>.tar.gz
+models_revisions = {}  # model id -> 40-hex commit it is pinned to; none = the hub's main / the store's manifest
+models_sha256 = {}  # model id -> sha256 of its store archive; none = the store's manifest

@@ -1,27 +1,81 @@
 """Deploy data: read ``group_data/all.py`` defaults and validate a host's data into Settings.
 
 Pure Python (no pyinfra import): the deploy files call :func:`settings_from` on ``host.data`` at
-the top, before any operation is added, so bad data stops the run with one line naming the key
-and no host changes.
+the top, before any operation is added. The data is validated whole, one check per key of
+``group_data/all.py`` in its order (:func:`_checks`), then across keys; the first bad key stops
+the run with one line ``<key>: <value> <what is wrong>; allowed: <what is>`` and no host changes.
 """
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import os
+import posixpath
 import re
 import runpy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from packaging.version import InvalidVersion, Version
 
 from servefleet.errors import DataError
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_DATA_ALL = REPO / "group_data" / "all.py"
 
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
+MAX_PORT = 65535
 TARGETS = ("Latency", "Throughput")
+PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_")
+REQUIRED_PINS = ("rebel-compiler", "vllm-rbln")
+# Directories a serve_*/models_* path may be below but never be (any /usr/<dir> too)
+SYSTEM_DIRS = frozenset(
+    ["/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32"]
+    + ["/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys"]
+    + ["/tmp", "/usr", "/var", "/var/backups", "/var/cache", "/var/lib", "/var/local"]
+    + ["/var/lock", "/var/log", "/var/mail", "/var/opt", "/var/run", "/var/spool", "/var/tmp"]
+)
+VIRTUAL_DIRS = ("/dev/", "/proc/", "/sys/")
+
+_PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 name
+_DEB_PACKAGE = re.compile(r"[a-z0-9]([a-z0-9+.-]|\{kernel\})+")
+_SLUG = re.compile(r"[a-z0-9_-]+")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # axes, index names
+_AXIS_VALUE = re.compile(r"[^\x00-\x1f\x7f-\x9f%$]+")
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")  # fmt: skip
+_PATH = re.compile(r"[A-Za-z0-9._/-]+")
+_COMMAND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|(/[A-Za-z0-9._-]+)+")
+_DEB_LINE = re.compile(r"deb (\[[^\]]+\] )?(?P<url>\S+) \S+( \S+)*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_REVISION = re.compile(r"[0-9a-f]{40}")
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NOT_IN_URL = re.compile(r"[\s\"'`\\<>{}|^\x00-\x1f\x7f-\x9f]")
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+_URL_ALLOWED = "an https URL (http only on a host of pip_trusted_hosts), without user:password@"
+_CREDS_ALLOWED = "a URL without user:password@ (creds_*_env name the variables holding secrets)"
+_DIR_ALLOWED = "an absolute, normalised path of [A-Za-z0-9._/-] below a system directory"
+_HOST_ALLOWED = "an IP address or a host name of [A-Za-z0-9.-]"
+_VERSION_ALLOWED = "a PEP 440 version string in normal form, such as '3.5.1'"
+_PIN_ALLOWED = "'name==version' (a PEP 508 name, a PEP 440 version), one pin per package"
+_PACKAGES_ALLOWED = "a list of PEP 508 package names"
+_INDEX_ALLOWED = "index name -> {'url': URL, 'packages': [names], 'auth': True or False}"
+_DEB_ALLOWED = "one line 'deb [signed-by=KEYRING] URL SUITE [COMPONENT...]', no user:password@"
+_REPO_ALLOWED = "{'src': deb source line, 'key': local key file (optional)}"
+_DEB_PACKAGE_ALLOWED = "a list of Debian package names ([a-z0-9+.-], {kernel} = `uname -r`)"
+_COMMAND_ALLOWED = "a command name or an absolute path, of [A-Za-z0-9._/-]"
+_SELECTION_ALLOWED = (
+    "axis -> value (or 'axis=value,...'), values without %, $ or control characters"
+)
+_USER_ALLOWED = "a system user name [a-z_][a-z0-9_-]{0,31}, not root"
+_MODELS_ALLOWED = "model id ORG/NAME of [A-Za-z0-9._-] -> hex digest"
 
 
 def canonical_name(name: str) -> str:
@@ -32,24 +86,6 @@ def canonical_name(name: str) -> str:
 def load_defaults(path: Path = GROUP_DATA_ALL) -> dict[str, Any]:
     """The keys of ``group_data/all.py`` with their default values."""
     return {k: v for k, v in runpy.run_path(str(path)).items() if not k.startswith("__")}
-
-
-def parse_pins(pins: Any, key: str = "sdk_pins") -> dict[str, str]:
-    """``["name==1.0", ...]`` -> ``{canonical name: version}``; anything but ``==`` is refused."""
-    if not isinstance(pins, (list, tuple)):
-        raise DataError(f"{key}: expected a list of 'name==version' pins, got {pins!r}")
-    out: dict[str, str] = {}
-    for pin in pins:
-        m = _PIN.match(str(pin).strip())
-        if not m:
-            raise DataError(f"{key}: {pin!r} is not an exact pin; write it as 'name==version'")
-        out[canonical_name(m.group(1))] = m.group(2)
-    return out
-
-
-def default_compiler_version() -> str:
-    """The rebel-compiler version the deploy's data pins (``group_data/all.py``)."""
-    return parse_pins(load_defaults()["sdk_pins"])["rebel-compiler"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +132,8 @@ class Settings:
     health_timeout: int
     hf_home: str
     models_store_url: str | None
+    models_revisions: dict[str, str]
+    models_sha256: dict[str, str]
 
     def owner_of(self, package: str) -> Index | None:
         """The index that owns ``package``, or None for the public index."""
@@ -103,167 +141,565 @@ class Settings:
         return next((i for i in self.indexes if name in i.packages), None)
 
 
-def _str(get: Callable[[str], Any], key: str, *, optional: bool = False) -> Any:
-    value = get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        allowed = "a non-empty string" + (" or None" if optional else "")
-        raise DataError(f"{key}: expected {allowed}, got {value!r}")
-    return value
+# ---------------------------------------------------------------------------------------------
+# Checks: each takes a value as pyinfra gives it and returns it converted, or raises _Refused
 
 
-def _int(get: Callable[[str], Any], key: str, minimum: int = 1) -> int:
-    value = get(key)
+class _Refused(Exception):
+    """A refused value: ``head`` says what is wrong, ``allowed`` what would do; ``where`` is the
+    path below the data key (``.rbln.url``)."""
+
+    def __init__(self, head: str, allowed: str, where: str = "") -> None:
+        super().__init__(head)
+        self.head, self.allowed, self.where = head, allowed, where
+
+    def error(self, key: str) -> DataError:
+        return DataError(f"{key}{self.where}: {self.head}; allowed: {self.allowed}")
+
+
+Check = Callable[[Any], Any]
+
+
+def _show(value: Any) -> str:
+    """A value for a one-line message: its repr (which escapes newlines), cut when long, with
+    any ``user:password@`` of a URL in it masked."""
+    text = re.sub(r"(?<=[:/])[^/@\s'\"]*@", "***@", repr(value))
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _bad(value: Any, problem: str, allowed: str) -> _Refused:
+    return _Refused(f"{_show(value)} {problem}", allowed)
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], what: str, allowed: str) -> Any:
+    """``value`` if it is a ``kind`` (str, list, Mapping: never converted), else refused."""
+    if isinstance(value, kind):
+        return value
+    raise _Refused(f"expected {what}, got {_show(value)}", allowed)
+
+
+def _one_line(what: str, allowed: str, *, empty: bool = False) -> Check:
+    def check(value: Any) -> str:
+        text = _typed(value, str, "a string", allowed)
+        if not text and not empty:
+            raise _bad(text, f"is not {what}", allowed)
+        if _CONTROL.search(text):
+            raise _bad(text, "holds a control character", allowed)
+        return text
+
+    return check
+
+
+def _matching(pattern: re.Pattern[str], what: str, allowed: str) -> Check:
+    def check(value: Any) -> str:
+        text = _typed(value, str, "a string", allowed)
+        if not pattern.fullmatch(text):
+            raise _bad(text, f"is not {what}", allowed)
+        return text
+
+    return check
+
+
+def _whole(low: int, high: int | None = None) -> Check:
+    """An int (or a string of digits), never a bool or a float, within [low, high]."""
+    allowed = f"{low}-{high}" if high is not None else f"a whole number >= {low}"
+
+    def check(value: Any) -> int:
+        if isinstance(value, str) and _DIGITS.fullmatch(value):
+            number = int(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            raise _Refused(f"expected a whole number, got {_show(value)}", allowed)
+        if number < low or (high is not None and number > high):
+            raise _bad(value, "is out of range", allowed)
+        return number
+
+    return check
+
+
+def _optional(check: Check) -> Check:
+    def optional(value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except _Refused as e:
+            raise _Refused(e.head, f"{e.allowed}, or None", e.where) from None
+
+    return optional
+
+
+def _within(where: str, check: Check, value: Any) -> Any:
+    """``check(value)``, a refusal naming ``.<where>`` below the key."""
     try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise DataError(f"{key}: expected a whole number >= {minimum}, got {value!r}") from None
-    if number < minimum:
-        raise DataError(f"{key}: expected a whole number >= {minimum}, got {value!r}")
-    return number
+        return check(value)
+    except _Refused as e:
+        raise _Refused(e.head, e.allowed, f".{where}{e.where}") from None
 
 
-def _bool(get: Callable[[str], Any], key: str) -> bool:
-    value = get(key)
+def _listed(item: Check, allowed: str, *, empty: bool = True) -> Check:
+    """A list (or tuple) of items, each checked; a tuple of the results."""
+
+    def check(value: Any) -> tuple[Any, ...]:
+        items = _typed(value, (list, tuple), "a list", allowed)
+        if not items and not empty:
+            raise _bad(value, "is empty", allowed)
+        return tuple(item(v) for v in items)
+
+    return check
+
+
+def _entries(key: Check, value: Check, allowed: str) -> Check:
+    """A mapping, its keys and values checked (a bad value is named ``.<key>``)."""
+
+    def check(data: Any) -> dict[Any, Any]:
+        out = {}
+        for k, v in _typed(data, Mapping, "a mapping", allowed).items():
+            k = key(k)
+            out[k] = _within(str(k), value, v)
+        return out
+
+    return check
+
+
+def _record(fields: Mapping[str, Check], required: tuple[str, ...], allowed: str) -> Check:
+    """A mapping with only these fields (the required ones present), each checked."""
+
+    def check(value: Any) -> dict[str, Any]:
+        given = _typed(value, Mapping, "a mapping", allowed)
+        for name in given:
+            if name not in fields:
+                close = _closest(name, fields)
+                hint = f" (did you mean {close}?)" if close else ""
+                raise _bad(name, f"is not a field{hint}", ", ".join(fields))
+        missing = [name for name in required if name not in given]
+        if missing:
+            raise _Refused(f"has no {missing[0]!r}", allowed)
+        return {name: _within(name, fields[name], v) for name, v in given.items()}
+
+    return check
+
+
+def _closest(name: Any, known: Iterable[str]) -> str | None:
+    """The known name ``name`` is most likely a misspelling of (difflib), if any."""
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return close[0] if close else None
+
+
+def _is_host(text: str) -> bool:
+    """An IP address, or a host name of dot-separated [A-Za-z0-9-] labels (the last one not all
+    digits: ``10.0.0.300`` is a bad address, not a name)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return bool(_HOSTNAME.fullmatch(text)) and not text.rsplit(".", 1)[-1].isdigit()
+    return True
+
+
+def _host(value: Any) -> str:
+    text = _typed(value, str, "a string", _HOST_ALLOWED)
+    if not _is_host(text):
+        raise _bad(text, "is not an IP address or a host name", _HOST_ALLOWED)
+    return text
+
+
+def _authority(url: str) -> str:
+    """What stands between a URL's scheme and its path (``user:password@host:port``)."""
+    rest = url.split(":", 1)[-1].lstrip("/")
+    return re.split(r"[/?#]", rest, maxsplit=1)[0]
+
+
+def _url(trusted: frozenset[str] | None, placeholder: str = "") -> Check:
+    """An https URL, or http on a ``trusted`` host (any host when None: pip_trusted_hosts is
+    bad, and refused in its turn); never with credentials (nor shows them)."""
+    allowed = _URL_ALLOWED + (f" ({placeholder} is filled in)" if placeholder else "")
+
+    def check(value: Any) -> str:
+        url = _typed(value, str, "a string", allowed)
+        if "@" in _authority(url):  # before any message that would show the password
+            raise _Refused("credentials do not belong in data", _CREDS_ALLOWED)
+        if _NOT_IN_URL.search(url.replace(placeholder, "") if placeholder else url):
+            raise _bad(url, "holds a space, quote, brace or control character", allowed)
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise _bad(url, "has an invalid host or port", allowed) from None
+        host = parts.hostname or ""
+        if parts.scheme not in ("http", "https"):
+            raise _bad(url, "is not an https URL", allowed)
+        if not _is_host(host) or port == 0:
+            raise _bad(url, "has no valid host and port", allowed)
+        if parts.scheme == "http" and trusted is not None and host not in trusted:
+            raise _bad(url, f"is http on {host}, a host not in pip_trusted_hosts", allowed)
+        return url
+
+    return check
+
+
+_trusted_hosts = _listed(_host, "a list of IP addresses or host names")
+
+
+def _trusted(value: Any) -> frozenset[str] | None:
+    """pip_trusted_hosts as the URL checks see it, None when it is bad."""
+    try:
+        return frozenset(host.lower() for host in _trusted_hosts(value))
+    except _Refused:
+        return None
+
+
+def _directory(value: Any) -> str:
+    """An absolute, normalised path of safe characters that is not a system directory."""
+    path = _typed(value, str, "a string", _DIR_ALLOWED)
+    if not path.startswith("/"):
+        raise _bad(path, "is not absolute", _DIR_ALLOWED)
+    if not _PATH.fullmatch(path):
+        raise _bad(path, "holds a character outside [A-Za-z0-9._/-]", _DIR_ALLOWED)
+    normal = "/" + posixpath.normpath(path).lstrip("/")
+    if path != normal:
+        raise _bad(path, f"is not normalised (write {normal!r})", _DIR_ALLOWED)
+    if path in SYSTEM_DIRS or posixpath.dirname(path) == "/usr":
+        raise _bad(path, "is a system directory", _DIR_ALLOWED)
+    if path.startswith(VIRTUAL_DIRS):
+        raise _bad(path, "is on a virtual file system", _DIR_ALLOWED)
+    return path
+
+
+def _version(value: Any) -> str:
+    """A PEP 440 version, written as ``packaging`` normalises it (so it compares as text)."""
+    text = _typed(value, str, "a string", _VERSION_ALLOWED)
+    try:
+        normal = str(Version(text))
+    except InvalidVersion:
+        raise _bad(text, "is not a PEP 440 version", _VERSION_ALLOWED) from None
+    if text != normal:
+        raise _bad(text, f"is not in normal form (write {normal!r})", _VERSION_ALLOWED)
+    return text
+
+
+def _pins(value: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pin in _typed(value, (list, tuple), "a list of 'name==version' pins", _PIN_ALLOWED):
+        text = _typed(pin, str, "a 'name==version' string", _PIN_ALLOWED)
+        name, exact, version = text.partition("==")
+        if not exact or not _PACKAGE.fullmatch(name):
+            raise _bad(text, "is not an exact pin", _PIN_ALLOWED)
+        try:
+            _version(version)
+        except _Refused as e:
+            raise _bad(text, f"has a bad version: {e.head}", _PIN_ALLOWED) from None
+        if canonical_name(name) in out:
+            raise _bad(text, f"pins {canonical_name(name)} a second time", _PIN_ALLOWED)
+        out[canonical_name(name)] = version
+    return out
+
+
+def parse_pins(pins: Any, key: str = "sdk_pins") -> dict[str, str]:
+    """``["name==1.0", ...]`` -> ``{canonical name: version}``; anything but ``==`` is refused."""
+    try:
+        return _pins(pins)
+    except _Refused as e:
+        raise e.error(key) from None
+
+
+def default_compiler_version() -> str:
+    """The rebel-compiler version the deploy's data pins (``group_data/all.py``)."""
+    return parse_pins(load_defaults()["sdk_pins"])["rebel-compiler"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The keys of group_data/all.py
+
+
+def _package(value: Any) -> str:
+    name = _matching(_PACKAGE, "a package name", "a PEP 508 package name")(value)
+    return canonical_name(name)
+
+
+def _deb_source(value: Any) -> str:
+    line = _one_line("a deb source line", _DEB_ALLOWED)(value)
+    found = _DEB_LINE.fullmatch(line)
+    if not found:
+        raise _bad(line, "is not a deb source line", _DEB_ALLOWED)
+    if "@" in _authority(found["url"]):
+        raise _Refused("credentials do not belong in data", _CREDS_ALLOWED)
+    if not found["url"].startswith(("http://", "https://", "file:/")):
+        raise _bad(line, "has no http, https or file URL", _DEB_ALLOWED)
+    return line
+
+
+def _apt_repo(value: Any) -> dict[str, str]:
+    key = _optional(_one_line("a file path", "a local file path (the repository's key)"))
+    repo = _record({"src": _deb_source, "key": key}, ("src",), _REPO_ALLOWED)(value)
+    if repo.get("key") and "signed-by=" not in repo["src"]:
+        raise _bad(repo["key"], "is given but src has no [signed-by=KEYRING]", _REPO_ALLOWED)
+    return {k: v for k, v in repo.items() if v is not None}
+
+
+def _sdk_pins(value: Any) -> dict[str, str]:
+    pins = _pins(value)
+    for name in REQUIRED_PINS:
+        if name not in pins:
+            raise _Refused(f"{name} must be pinned", f"a list that pins {', '.join(REQUIRED_PINS)}")
+    return pins
+
+
+def _indexes(url: Check) -> Check:
+    spec = _record(
+        {"url": url, "packages": _listed(_package, _PACKAGES_ALLOWED, empty=False), "auth": _bool},
+        ("url", "packages"),
+        _INDEX_ALLOWED,
+    )
+    by_name = _entries(_matching(_NAME, "an index name", _INDEX_ALLOWED), spec, _INDEX_ALLOWED)
+
+    def check(value: Any) -> tuple[Index, ...]:
+        owners: dict[str, str] = {}
+        out = []
+        for name, index in by_name(value).items():
+            for package in index["packages"]:
+                if package in owners:
+                    raise _Refused(
+                        f"{package} is owned by the {owners[package]} index already",
+                        "each package in one index at most",
+                        f".{name}.packages",
+                    )
+                owners[package] = name
+            out.append(
+                Index(name, index["url"].rstrip("/"), index["packages"], index.get("auth", False))
+            )
+        return tuple(out)
+
+    return check
+
+
+def _bool(value: Any) -> bool:
+    """A bool, nothing else (pip_indexes.*.auth)."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise DataError(f"{key}: expected true or false, got {value!r}")
+    raise _Refused(f"expected true or false, got {_show(value)}", "True or False")
 
 
-def _strings(get: Callable[[str], Any], key: str) -> tuple[str, ...]:
-    value = get(key)
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise DataError(f"{key}: expected a list of strings, got {value!r}")
-    return tuple(value)
+def _flag(value: Any) -> bool:
+    """A bool, or one of the strings true/false/yes/no/1/0 (never an int)."""
+    if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+        return value.lower() in _TRUE
+    try:
+        return _bool(value)
+    except _Refused as e:
+        raise _Refused(e.head, "true, false (or 'yes', 'no', '1', '0')") from None
 
 
-def _mapping(get: Callable[[str], Any], key: str) -> dict[str, Any]:
-    value = get(key)
+def _target(value: Any) -> str:
+    allowed = ", ".join(TARGETS)
+    text = _typed(value, str, "a string", allowed)
+    target = {t.lower(): t for t in TARGETS}.get(text.lower())
+    if target is None:
+        raise _bad(text, "is not a target", allowed)
+    return target
+
+
+_axes = _entries(
+    _matching(_NAME, "an axis name", _SELECTION_ALLOWED),
+    _matching(_AXIS_VALUE, "an axis value", _SELECTION_ALLOWED),
+    _SELECTION_ALLOWED,
+)
+
+
+def _selection(value: Any) -> dict[str, str]:
+    """A mapping axis -> value, or its command-line form ``axis=value,axis=value``."""
     if isinstance(value, str):  # --data serve_selection=lmcache=cpu,spec_decode=suffix
-        pairs = [p for p in value.split(",") if p]
-        if not all("=" in p for p in pairs):
-            raise DataError(f"{key}: expected AXIS=VALUE pairs separated by commas, got {value!r}")
-        return dict(p.split("=", 1) for p in pairs)
-    if not isinstance(value, Mapping):
-        raise DataError(f"{key}: expected a mapping, got {value!r}")
-    return dict(value)
-
-
-def _secret(env_key: str, get: Callable[[str], Any], environ: Mapping[str, str]) -> str | None:
-    name = _str(get, env_key)
-    return environ.get(name) or None
-
-
-def _indexes(get: Callable[[str], Any]) -> tuple[Index, ...]:
-    value = get("pip_indexes")
-    if not isinstance(value, Mapping):
-        raise DataError(
-            f"pip_indexes: expected a mapping of name -> {{url, packages}}, got {value!r}"
-        )
-    out = []
-    for name, spec in value.items():
-        if not isinstance(spec, Mapping) or not isinstance(spec.get("url"), str):
-            raise DataError(f"pip_indexes.{name}: expected {{'url': ..., 'packages': [...]}}")
-        packages = spec.get("packages")
-        if not isinstance(packages, (list, tuple)) or not packages:
-            raise DataError(f"pip_indexes.{name}.packages: expected a non-empty list of names")
-        unknown = set(spec) - {"url", "packages", "auth"}
-        if unknown:
-            raise DataError(
-                f"pip_indexes.{name}: unknown keys {sorted(unknown)}; allowed: url, packages, auth"
+        pairs = [p.split("=", 1) for p in value.split(",") if p]
+        if not all(len(p) == 2 for p in pairs):
+            raise _Refused(
+                f"expected AXIS=VALUE pairs separated by commas, got {_show(value)}",
+                _SELECTION_ALLOWED,
             )
-        if "@" in spec["url"].split("//", 1)[-1].split("/", 1)[0]:
-            raise DataError(
-                f"pip_indexes.{name}.url: credentials do not belong in data; "
-                "set creds_index_user_env / creds_index_password_env"
-            )
-        out.append(
-            Index(
-                name=str(name),
-                url=spec["url"].rstrip("/"),
-                packages=tuple(canonical_name(p) for p in packages),
-                auth=bool(spec.get("auth", False)),
-            )
-        )
-    return tuple(out)
+        axes = [axis for axis, _ in pairs]
+        twice = next((axis for axis in axes if axes.count(axis) > 1), None)
+        if twice is not None:
+            raise _bad(value, f"sets axis {twice!r} twice", _SELECTION_ALLOWED)
+        value = dict(pairs)
+    return dict(_axes(value))
 
 
-def settings_from(get: Callable[[str], Any], environ: Mapping[str, str] | None = None) -> Settings:
-    """Validate a host's data (``host.data.get``) into Settings; DataError names the bad key.
+def _command(value: Any) -> str:
+    command = _matching(_COMMAND, "a command name or absolute path", _COMMAND_ALLOWED)(value)
+    if command.startswith("/") and posixpath.normpath(command) != command:
+        raise _bad(command, "is not normalised", _COMMAND_ALLOWED)
+    return command
+
+
+def _user(value: Any) -> str:
+    name = _matching(_USER, "a system user name", _USER_ALLOWED)(value)
+    if name == "root":
+        raise _bad(name, "may not run the servers", _USER_ALLOWED)
+    return name
+
+
+def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
+    """One check per key of group_data/all.py, in its order; http is allowed on ``trusted``."""
+    url = _url(trusted)
+    env_name = _matching(_ENV_NAME, "an environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
+    sha256 = _matching(_SHA256, "a sha256", "64 lowercase hex digits")
+    model = _matching(_MODEL_ID, "a model id", _MODELS_ALLOWED)
+    return {
+        "driver_version": _version,
+        "driver_runfile_url": _optional(_url(trusted, "{version}")),
+        "driver_sha256": _entries(_version, sha256, "driver version -> sha256 of its runfile"),
+        "driver_installer_args": _listed(
+            _one_line("an argument", "arguments without control characters", empty=True),
+            "a list of arguments without control characters",
+        ),
+        "driver_apt_packages": _listed(
+            _matching(_DEB_PACKAGE, "a Debian package name", _DEB_PACKAGE_ALLOWED),
+            _DEB_PACKAGE_ALLOWED,
+        ),
+        "driver_apt_repo": _optional(_apt_repo),
+        "sdk_pins": _sdk_pins,
+        "sdk_extra_packages": _entries(
+            _package, _listed(_package, _PACKAGES_ALLOWED), "extra -> package names"
+        ),
+        "sdk_python": _command,
+        "pip_indexes": _indexes(url),
+        "pip_public_index": _optional(url),
+        "pip_trusted_hosts": _trusted_hosts,
+        "creds_index_user_env": env_name,
+        "creds_index_password_env": env_name,
+        "creds_hf_token_env": env_name,
+        "serve_recipe": _one_line("a recipe", "a recipe name (rbln/<name>) or a recipe file path"),
+        "serve_strategy": _optional(_matching(_SLUG, "a strategy slug", "a slug of [a-z0-9_-]")),
+        "serve_target": _target,
+        "serve_selection": _selection,
+        "serve_recommended": _flag,
+        "serve_base_port": _whole(1, MAX_PORT),
+        "serve_host": _optional(_host),
+        "serve_user": _user,
+        "serve_root": _directory,
+        "serve_home": _directory,
+        "serve_cache_root": _directory,
+        "serve_prewarm_timeout": _whole(1),
+        "serve_health_timeout": _whole(1),
+        "models_hf_home": _directory,
+        "models_store_url": _optional(url),
+        "models_revisions": _entries(
+            model, _matching(_REVISION, "a commit", "40 lowercase hex digits"), _MODELS_ALLOWED
+        ),
+        "models_sha256": _entries(model, sha256, _MODELS_ALLOWED),
+    }
+
+
+KEYS = tuple(_checks(frozenset()))  # every data key, in the order of group_data/all.py
+
+
+# ---------------------------------------------------------------------------------------------
+# Across keys: run right after the later key of each pair, so the first bad key is reported
+
+
+def _all_pinned(values: dict[str, Any], owners: dict[str, tuple[str, ...]]) -> None:
+    pins = values["sdk_pins"]
+    for where, packages in owners.items():
+        for package in packages:
+            if package not in pins:
+                raise DataError(
+                    f"{where}: {package} has no pin in sdk_pins; "
+                    f"allowed: one of {', '.join(sorted(pins))}"
+                )
+
+
+def _extras_pinned(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    extras = values["sdk_extra_packages"].items()
+    _all_pinned(values, {f"sdk_extra_packages.{name}": packages for name, packages in extras})
+
+
+def _indexes_pinned(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    _all_pinned(values, {f"pip_indexes.{i.name}": i.packages for i in values["pip_indexes"]})
+
+
+def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    for index in values["pip_indexes"]:
+        if index.auth:
+            for key in ("creds_index_user_env", "creds_index_password_env"):
+                if not environ.get(values[key]):
+                    raise DataError(
+                        f"{key}: environment variable {values[key]} is not set "
+                        f"(needed for the {index.name} index)"
+                    )
+
+
+_ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
+    "sdk_extra_packages": _extras_pinned,
+    "pip_indexes": _indexes_pinned,
+    "creds_index_password_env": _credentials,
+}
+
+
+def _refuse_unknown(keys: Iterable[str]) -> None:
+    for key in sorted(k for k in keys if isinstance(k, str) and k.startswith(PREFIXES)):
+        if key not in KEYS:
+            close = _closest(key, KEYS)
+            hint = f"did you mean {close}?" if close else "allowed: the keys of group_data/all.py"
+            raise DataError(f"{key if key.isprintable() else repr(key)}: unknown data key; {hint}")
+
+
+def settings_from(
+    get: Callable[[str], Any],
+    environ: Mapping[str, str] | None = None,
+    keys: Iterable[str] | None = None,
+) -> Settings:
+    """Validate a host's data (``host.data.get``) whole into Settings; DataError names the key.
 
     + get: returns the value of a data key (None when unset)
     + environ: where credential variables are read from (default: this process's environment)
+    + keys: every data key the host has (``host.data.dict().keys()``); ones with our prefixes
+      that group_data/all.py does not define are refused (None: not checked)
     """
     environ = os.environ if environ is None else environ
-    target = _str(get, "serve_target")
-    canonical_target = {t.lower(): t for t in TARGETS}.get(target.lower())
-    if canonical_target is None:
-        raise DataError(f"serve_target: {target!r} is not a target; allowed: {', '.join(TARGETS)}")
-    pins = parse_pins(get("sdk_pins"))
-    extras = {
-        k: tuple(canonical_name(p) for p in v)
-        for k, v in _mapping(get, "sdk_extra_packages").items()
-    }
-    indexes = _indexes(get)
-    sha = _mapping(get, "driver_sha256")
-    repo = get("driver_apt_repo")
-    if repo is not None and (not isinstance(repo, Mapping) or "src" not in repo):
-        raise DataError(
-            f"driver_apt_repo: expected None or {{'src': ..., 'key': ...}}, got {repo!r}"
-        )
-    settings = Settings(
-        driver_version=_str(get, "driver_version"),
-        driver_runfile_url=_str(get, "driver_runfile_url", optional=True),
-        driver_sha256={str(k): str(v).lower() for k, v in sha.items()},
-        driver_installer_args=_strings(get, "driver_installer_args"),
-        driver_apt_packages=_strings(get, "driver_apt_packages"),
-        driver_apt_repo=dict(repo) if repo is not None else None,
-        pins=pins,
-        extra_packages=extras,
-        sdk_python=_str(get, "sdk_python"),
-        indexes=indexes,
-        public_index=_str(get, "pip_public_index", optional=True),
-        trusted_hosts=_strings(get, "pip_trusted_hosts"),
-        index_user=_secret("creds_index_user_env", get, environ),
-        index_password=_secret("creds_index_password_env", get, environ),
-        hf_token=_secret("creds_hf_token_env", get, environ),
-        recipe=_str(get, "serve_recipe"),
-        strategy=_str(get, "serve_strategy", optional=True),
-        target=canonical_target,
-        selection={str(k): str(v) for k, v in _mapping(get, "serve_selection").items()},
-        recommended=_bool(get, "serve_recommended"),
-        base_port=_int(get, "serve_base_port"),
-        host=_str(get, "serve_host", optional=True),
-        user=_str(get, "serve_user"),
-        root=_str(get, "serve_root"),
-        home=_str(get, "serve_home"),
-        cache_root=_str(get, "serve_cache_root"),
-        prewarm_timeout=_int(get, "serve_prewarm_timeout"),
-        health_timeout=_int(get, "serve_health_timeout"),
-        hf_home=_str(get, "models_hf_home"),
-        models_store_url=_str(get, "models_store_url", optional=True),
+    if keys is not None:
+        _refuse_unknown(keys)
+    values: dict[str, Any] = {}
+    for key, check in _checks(_trusted(get("pip_trusted_hosts"))).items():
+        try:
+            values[key] = check(get(key))
+        except _Refused as e:
+            raise e.error(key) from None
+        if key in _ACROSS:
+            _ACROSS[key](values, environ)
+
+    def secret(key: str) -> str | None:
+        return environ.get(values[key]) or None
+
+    return Settings(
+        driver_version=values["driver_version"],
+        driver_runfile_url=values["driver_runfile_url"],
+        driver_sha256=values["driver_sha256"],
+        driver_installer_args=values["driver_installer_args"],
+        driver_apt_packages=values["driver_apt_packages"],
+        driver_apt_repo=values["driver_apt_repo"],
+        pins=values["sdk_pins"],
+        extra_packages=values["sdk_extra_packages"],
+        sdk_python=values["sdk_python"],
+        indexes=values["pip_indexes"],
+        public_index=values["pip_public_index"],
+        trusted_hosts=values["pip_trusted_hosts"],
+        index_user=secret("creds_index_user_env"),
+        index_password=secret("creds_index_password_env"),
+        hf_token=secret("creds_hf_token_env"),
+        recipe=values["serve_recipe"],
+        strategy=values["serve_strategy"],
+        target=values["serve_target"],
+        selection=values["serve_selection"],
+        recommended=values["serve_recommended"],
+        base_port=values["serve_base_port"],
+        host=values["serve_host"],
+        user=values["serve_user"],
+        root=values["serve_root"],
+        home=values["serve_home"],
+        cache_root=values["serve_cache_root"],
+        prewarm_timeout=values["serve_prewarm_timeout"],
+        health_timeout=values["serve_health_timeout"],
+        hf_home=values["models_hf_home"],
+        models_store_url=values["models_store_url"],
+        models_revisions=values["models_revisions"],
+        models_sha256=values["models_sha256"],
     )
-    for index in indexes:
-        for package in index.packages:
-            if package not in pins:
-                raise DataError(
-                    f"pip_indexes.{index.name}: {package} has no pin in sdk_pins; "
-                    f"pinned: {', '.join(sorted(pins))}"
-                )
-        if index.auth:
-            for key, value in (
-                ("creds_index_user_env", settings.index_user),
-                ("creds_index_password_env", settings.index_password),
-            ):
-                if not value:
-                    raise DataError(
-                        f"{key}: environment variable {get(key)} is not set "
-                        f"(needed for the {index.name} index)"
-                    )
-    for required in ("rebel-compiler", "vllm-rbln"):
-        if required not in pins:
-            raise DataError(f"sdk_pins: {required} must be pinned")
-    return settings

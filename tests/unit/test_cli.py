@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 import types
@@ -48,15 +47,11 @@ def test_recipes_list_and_show() -> None:
 
 @pytest.mark.parametrize("case", sorted(p.stem for p in GOLDEN.glob("*.json")))
 def test_golden(case: str) -> None:
-    path = GOLDEN / f"{case}.json"
-    data = json.loads(path.read_text())
+    """The golden only compares; tests/regen_goldens.py rewrites it after a wanted change."""
+    data = json.loads((GOLDEN / f"{case}.json").read_text())
     result = run("resolve", *data["args"])
     assert result.exit_code == 0, result.output
-    got = json.loads(result.output)
-    if os.environ.get("SERVEFLEET_UPDATE_GOLDEN"):
-        data["output"] = got
-        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    assert got == data["output"]
+    assert json.loads(result.output) == data["output"]
 
 
 def test_golden_cases_exist() -> None:

@@ -1,0 +1,122 @@
+"""Bad deploy data that ``--data key=value`` can express, with the one line it must be refused with.
+
+``BAD_DATA_CASES``: (key, value, a substring of the DataError line). Every value is an int, a
+bool, a float or a plain string that pyinfra's ``parse_cli_arg`` gives back unchanged from
+``f"{key}={value}"``, so a lab test can pass each case as ``--data`` (test_data.py checks that).
+Each case fails on its own key given the defaults of group_data/all.py or the lab's data.
+Misspelled keys are refused only when the deploy passes the host's keys to ``settings_from``.
+"""
+
+from __future__ import annotations
+
+from servefleet.data import KEYS
+
+LAB_HTTP = "http://10.213.0.1:8080"  # the lab's file server (pip_trusted_hosts there)
+UNTRUSTED = "http://10.9.9.9:8080"
+
+# key -> (a value of the wrong type, the substring)
+WRONG_TYPE: dict[str, tuple[object, str]] = {
+    "driver_version": (3, "driver_version: expected a string, got 3"),
+    "driver_runfile_url": (5, "driver_runfile_url: expected a string, got 5"),
+    "driver_sha256": ("abc", "driver_sha256: expected a mapping, got 'abc'"),
+    "driver_installer_args": ("--silent", "driver_installer_args: expected a list, got '--silent'"),
+    "driver_apt_packages": ("dkms", "driver_apt_packages: expected a list, got 'dkms'"),
+    "driver_apt_repo": (
+        "deb http://10.9.9.9/ ./",
+        "driver_apt_repo: expected a mapping, got 'deb http://10.9.9.9/ ./'",
+    ),
+    "sdk_pins": ("vllm==1.0", "sdk_pins: expected a list of 'name==version' pins, got 'vllm==1.0'"),
+    "sdk_extra_packages": ("kv", "sdk_extra_packages: expected a mapping, got 'kv'"),
+    "sdk_python": (3, "sdk_python: expected a string, got 3"),
+    "pip_indexes": ("https://idx.example/simple", "pip_indexes: expected a mapping, got 'https:"),
+    "pip_public_index": (7, "pip_public_index: expected a string, got 7; allowed: an https URL"),
+    "pip_trusted_hosts": ("10.213.0.1", "pip_trusted_hosts: expected a list, got '10.213.0.1'"),
+    "creds_index_user_env": (1, "creds_index_user_env: expected a string, got 1"),
+    "creds_index_password_env": (True, "creds_index_password_env: expected a string, got True"),
+    "creds_hf_token_env": (2, "creds_hf_token_env: expected a string, got 2"),
+    "serve_recipe": (42, "serve_recipe: expected a string, got 42"),
+    "serve_strategy": (1, "serve_strategy: expected a string, got 1; allowed: a slug of"),
+    "serve_target": (1, "serve_target: expected a string, got 1; allowed: Latency, Throughput"),
+    "serve_selection": (5, "serve_selection: expected a mapping, got 5"),
+    "serve_recommended": (1, "serve_recommended: expected true or false, got 1"),
+    "serve_base_port": (
+        True,
+        "serve_base_port: expected a whole number, got True; allowed: 1-65535",
+    ),
+    "serve_host": (5, "serve_host: expected a string, got 5"),
+    "serve_user": (1000, "serve_user: expected a string, got 1000"),
+    "serve_root": (1, "serve_root: expected a string, got 1"),
+    "serve_home": (False, "serve_home: expected a string, got False"),
+    "serve_cache_root": (2, "serve_cache_root: expected a string, got 2"),
+    "serve_prewarm_timeout": (1.5, "serve_prewarm_timeout: expected a whole number, got 1.5"),
+    "serve_health_timeout": (False, "serve_health_timeout: expected a whole number, got False"),
+    "models_hf_home": (3, "models_hf_home: expected a string, got 3"),
+    "models_store_url": (True, "models_store_url: expected a string, got True"),
+    "models_revisions": ("main", "models_revisions: expected a mapping, got 'main'"),
+    "models_sha256": ("abc", "models_sha256: expected a mapping, got 'abc'"),
+}
+
+# (key, a value of the right type that is out of range or malformed, the substring)
+WRONG_VALUE: list[tuple[str, object, str]] = [
+    ("driver_version", "3.x", "driver_version: '3.x' is not a PEP 440 version"),
+    ("driver_version", "v3.5.1", "driver_version: 'v3.5.1' is not in normal form (write '3.5.1')"),
+    (
+        "driver_runfile_url",
+        UNTRUSTED + "/driver/r-{version}.run",
+        "driver_runfile_url: 'http://10.9.9.9:8080/driver/r-{version}.run' is http on 10.9.9.9, "
+        "a host not in pip_trusted_hosts",
+    ),
+    ("driver_runfile_url", "ftp://10.213.0.1/r.run", "driver_runfile_url: 'ftp://10.213.0.1/r.run' is not an https URL"),
+    ("driver_runfile_url", "https://example.com/{ver}.run", "holds a space, quote, brace or control character"),
+    ("sdk_python", "python 3", "sdk_python: 'python 3' is not a command name or absolute path"),
+    ("sdk_python", "bin/python3", "sdk_python: 'bin/python3' is not a command name or absolute path"),
+    ("pip_public_index", "http://mirror.invalid/simple", "pip_public_index: 'http://mirror.invalid/simple' is http on mirror.invalid"),
+    ("pip_public_index", "https://u:hunter2@mirror.example/simple", "pip_public_index: credentials do not belong in data"),
+    ("creds_index_user_env", "RBLN-USER", "creds_index_user_env: 'RBLN-USER' is not an environment variable name"),
+    ("creds_index_password_env", "1PASSWORD", "creds_index_password_env: '1PASSWORD' is not an environment variable name"),
+    ("creds_hf_token_env", "HF TOKEN", "creds_hf_token_env: 'HF TOKEN' is not an environment variable name"),
+    ("serve_recipe", "", "serve_recipe: '' is not a recipe"),
+    ("serve_strategy", "Aggregated", "serve_strategy: 'Aggregated' is not a strategy slug"),
+    ("serve_target", "Fast", "serve_target: 'Fast' is not a target; allowed: Latency, Throughput"),
+    ("serve_selection", "lmcache", "serve_selection: expected AXIS=VALUE pairs separated by commas, got 'lmcache'"),
+    ("serve_selection", "lmcache=cpu,lmcache=off", "serve_selection: 'lmcache=cpu,lmcache=off' sets axis 'lmcache' twice"),
+    ("serve_selection", "lmcache=50%", "serve_selection.lmcache: '50%' is not an axis value"),
+    ("serve_recommended", "maybe", "serve_recommended: expected true or false, got 'maybe'"),
+    ("serve_base_port", 99999, "serve_base_port: 99999 is out of range; allowed: 1-65535"),
+    ("serve_base_port", 0, "serve_base_port: 0 is out of range; allowed: 1-65535"),
+    ("serve_base_port", "eighty", "serve_base_port: expected a whole number, got 'eighty'"),
+    ("serve_host", "my_host", "serve_host: 'my_host' is not an IP address or a host name"),
+    ("serve_host", "10.0.0.300", "serve_host: '10.0.0.300' is not an IP address or a host name"),
+    ("serve_user", "root", "serve_user: 'root' may not run the servers; allowed: a system user name"),
+    ("serve_user", "Serve", "serve_user: 'Serve' is not a system user name"),
+    ("serve_root", "/opt", "serve_root: '/opt' is a system directory"),
+    ("serve_root", "/opt/servefleet/", "serve_root: '/opt/servefleet/' is not normalised (write '/opt/servefleet')"),
+    ("serve_home", "var/lib/servefleet", "serve_home: 'var/lib/servefleet' is not absolute"),
+    ("serve_home", "/var/lib", "serve_home: '/var/lib' is a system directory"),
+    ("serve_cache_root", "/var/cache/../x", "serve_cache_root: '/var/cache/../x' is not normalised (write '/var/x')"),
+    ("serve_cache_root", "/usr/local", "serve_cache_root: '/usr/local' is a system directory"),
+    ("serve_prewarm_timeout", 0, "serve_prewarm_timeout: 0 is out of range; allowed: a whole number >= 1"),
+    ("serve_health_timeout", -5, "serve_health_timeout: -5 is out of range; allowed: a whole number >= 1"),
+    ("serve_health_timeout", "soon", "serve_health_timeout: expected a whole number, got 'soon'"),
+    ("models_hf_home", "/var/lib/servefleet/hf hub", "models_hf_home: '/var/lib/servefleet/hf hub' holds a character outside [A-Za-z0-9._/-]"),
+    ("models_hf_home", "/proc/hf", "models_hf_home: '/proc/hf' is on a virtual file system"),
+    ("models_store_url", UNTRUSTED + "/models", "models_store_url: 'http://10.9.9.9:8080/models' is http on 10.9.9.9"),
+    ("models_store_url", "https://store.example:99999/models", "models_store_url: 'https://store.example:99999/models' has an invalid host or port"),
+]  # fmt: skip
+
+
+def misspelled(key: str) -> str:
+    """``key`` with its last two letters swapped (``serve_target`` -> ``serve_targte``)."""
+    return key[:-2] + key[-1] + key[-2]
+
+
+MISSPELLED: list[tuple[str, object, str]] = [
+    (misspelled(key), "x", f"{misspelled(key)}: unknown data key; did you mean {key}?")
+    for key in KEYS
+]
+
+BAD_DATA_CASES: list[tuple[str, object, str]] = [
+    *((key, value, message) for key, (value, message) in WRONG_TYPE.items()),
+    *WRONG_VALUE,
+    *MISSPELLED,
+]

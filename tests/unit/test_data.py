@@ -1,0 +1,351 @@
+"""Deploy data (servefleet.data): every key is refused for a wrong type, a wrong value and a
+misspelling, with one line that starts with the key; the defaults and the lab's data validate.
+
+The cases pyinfra's ``--data key=value`` can express live in bad_data_cases.py (a lab test
+reuses them); the ones only Python data can express (mappings, lists) are here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+from bad_data_cases import BAD_DATA_CASES, MISSPELLED, WRONG_TYPE, WRONG_VALUE
+from pyinfra_cli.util import parse_cli_arg
+
+from servefleet.data import KEYS, SYSTEM_DIRS, load_defaults, parse_pins, settings_from
+from servefleet.errors import DataError
+from servefleet.lab import groupdata, layout
+
+CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
+SHA = "0123456789abcdef" * 4
+REV = "0123456789abcdef0123456789abcdef01234567"
+PINS = ["rebel-compiler==0.12.0", "vllm-rbln==0.12.0"]
+INDEX = {"url": "https://idx.example/simple", "packages": ["torch"]}
+LAB_STATE = {  # the parts of a running lab's state group_data/lab.py reads
+    "indexes": {
+        name: layout.url(port, "/simple/")
+        for name, port in [
+            ("private", layout.PORT_INDEX_PRIVATE),
+            ("vllm", layout.PORT_INDEX_VLLM),
+            ("torch", layout.PORT_INDEX_TORCH),
+            ("public", layout.PORT_INDEX_PUBLIC),
+        ]
+    },
+    "driver": {"3.5.1": {"sha256": SHA}, "3.6.0": {"sha256": SHA}},
+    "apt": {"url": layout.url(layout.PORT_APT), "suite": "./", "key": str(layout.APT_KEY_FILE)},
+}
+
+
+def lab_data() -> dict[str, Any]:
+    """group_data/all.py overlaid with group_data/lab.py's values for a running lab."""
+    with mock.patch.object(groupdata, "load_state", return_value=LAB_STATE):
+        return {**load_defaults(), **groupdata.lab_group_data()}
+
+
+BASES = {"defaults": load_defaults(), "lab": lab_data()}
+
+
+def validate(keys: bool = False, base: str = "defaults", **over: Any):  # type: ignore[no-untyped-def]
+    data = {**BASES[base], **over}
+    return settings_from(data.get, CREDS, keys=data.keys() if keys else None)
+
+
+def refused(keys: bool = False, base: str = "defaults", **over: Any) -> str:
+    """The one line DataError refusing ``over`` on top of ``base``."""
+    with pytest.raises(DataError) as e:
+        validate(keys, base, **over)
+    message = str(e.value)
+    assert len(message.splitlines()) == 1, message
+    assert "Traceback" not in message and "pydantic" not in message
+    return message
+
+
+# Mappings and lists: what only group_data / inventory data (Python) can express
+PYTHON_CASES: list[tuple[str, object, str]] = [
+    ("driver_sha256", {"3.5.1": "ABC"}, "driver_sha256.3.5.1: 'ABC' is not a sha256; allowed: 64 lowercase hex digits"),
+    ("driver_sha256", {"3.5.1": SHA.upper()}, "driver_sha256.3.5.1: '0123456789ABCDEF"),
+    ("driver_sha256", {"3.x": SHA}, "driver_sha256: '3.x' is not a PEP 440 version"),
+    ("driver_installer_args", ["--silent", "a\nb"], "driver_installer_args: 'a\\nb' holds a control character"),
+    ("driver_installer_args", ["--x", 5], "driver_installer_args: expected a string, got 5"),
+    ("driver_apt_packages", ["dkms", "Linux-Headers"], "driver_apt_packages: 'Linux-Headers' is not a Debian package name"),
+    ("driver_apt_packages", ["linux-headers-{arch}"], "'linux-headers-{arch}' is not a Debian package name"),
+    ("driver_apt_repo", {"src": "deb http://x/ ./", "keys": "/k"}, "driver_apt_repo: 'keys' is not a field (did you mean key?); allowed: src, key"),
+    ("driver_apt_repo", {"key": "/k"}, "driver_apt_repo: has no 'src'"),
+    ("driver_apt_repo", {"src": "deb http://x/ ./\ndeb http://y/ ./"}, "driver_apt_repo.src: 'deb http://x/ ./\\ndeb http://y/ ./' holds a control character"),
+    ("driver_apt_repo", {"src": "rpm http://x/"}, "driver_apt_repo.src: 'rpm http://x/' is not a deb source line"),
+    ("driver_apt_repo", {"src": "deb http://u:hunter2@x/ ./"}, "driver_apt_repo.src: credentials do not belong in data"),
+    ("driver_apt_repo", {"src": "deb http://x/ ./", "key": "/k"}, "driver_apt_repo: '/k' is given but src has no [signed-by=KEYRING]"),
+    ("sdk_pins", ["rebel-compiler>=0.12.0", "vllm-rbln==0.12.0"], "sdk_pins: 'rebel-compiler>=0.12.0' is not an exact pin"),
+    ("sdk_pins", ["rebel-compiler==0.12.0"], "sdk_pins: vllm-rbln must be pinned"),
+    ("sdk_pins", [*PINS, "Vllm_Rbln==0.12.1"], "sdk_pins: 'Vllm_Rbln==0.12.1' pins vllm-rbln a second time"),
+    ("sdk_pins", [*PINS, "torch==2.*"], "sdk_pins: 'torch==2.*' has a bad version: '2.*' is not a PEP 440 version"),
+    ("sdk_pins", [*PINS, 5], "sdk_pins: expected a 'name==version' string, got 5"),
+    ("sdk_extra_packages", {"kv-connectors": "lmcache-rbln"}, "sdk_extra_packages.kv-connectors: expected a list, got 'lmcache-rbln'"),
+    ("sdk_extra_packages", {"kv-connectors": ["left-pad"]}, "sdk_extra_packages.kv-connectors: left-pad has no pin in sdk_pins; allowed: one of"),
+    ("sdk_extra_packages", {"kv connectors": []}, "sdk_extra_packages: 'kv connectors' is not a package name"),
+    ("sdk_python", "/usr/bin/../python3", "sdk_python: '/usr/bin/../python3' is not normalised"),
+    ("pip_indexes", {"rbln": {"url": "https://u:p@idx/simple", "packages": ["rebel-compiler"]}}, "pip_indexes.rbln.url: credentials do not belong in data"),
+    ("pip_indexes", {"x": {**INDEX, "packages": ["left-pad"]}}, "pip_indexes.x: left-pad has no pin in sdk_pins"),
+    ("pip_indexes", {"x": {**INDEX, "auth": "true"}}, "pip_indexes.x.auth: expected true or false, got 'true'; allowed: True or False"),
+    ("pip_indexes", {"x": {"urll": "https://idx/simple", "packages": ["torch"]}}, "pip_indexes.x: 'urll' is not a field (did you mean url?); allowed: url, packages, auth"),
+    ("pip_indexes", {"x": {"url": "https://idx/simple"}}, "pip_indexes.x: has no 'packages'"),
+    ("pip_indexes", {"x": {**INDEX, "packages": []}}, "pip_indexes.x.packages: [] is empty"),
+    ("pip_indexes", {"a": INDEX, "b": INDEX}, "pip_indexes.b.packages: torch is owned by the a index already"),
+    ("pip_indexes", {"my index": INDEX}, "pip_indexes: 'my index' is not an index name"),
+    ("pip_indexes", {"x": {**INDEX, "url": "http://idx.example/simple"}}, "pip_indexes.x.url: 'http://idx.example/simple' is http on idx.example"),
+    ("pip_trusted_hosts", ["10.213.0.1", "bad host"], "pip_trusted_hosts: 'bad host' is not an IP address or a host name"),
+    ("serve_selection", {"lmcache": 1}, "serve_selection.lmcache: expected a string, got 1"),
+    ("serve_selection", {"lm cache": "cpu"}, "serve_selection: 'lm cache' is not an axis name"),
+    ("serve_selection", {"lmcache": "$HOME"}, "serve_selection.lmcache: '$HOME' is not an axis value"),
+    ("models_revisions", {"gpt-oss-120b": REV}, "models_revisions: 'gpt-oss-120b' is not a model id; allowed: model id ORG/NAME"),
+    ("models_revisions", {"openai/gpt-oss-120b": "main"}, "models_revisions.openai/gpt-oss-120b: 'main' is not a commit; allowed: 40 lowercase hex digits"),
+    ("models_revisions", {"openai/../x": REV}, "models_revisions: 'openai/../x' is not a model id"),
+    ("models_sha256", {"openai/gpt-oss-120b": SHA[:-1]}, "models_sha256.openai/gpt-oss-120b: '0123456789abcdef"),
+    ("models_sha256", {"../x": SHA}, "models_sha256: '../x' is not a model id"),
+]  # fmt: skip
+
+
+def test_keys_are_group_data_all_in_its_order() -> None:
+    assert KEYS == tuple(load_defaults())
+
+
+def test_every_key_has_a_wrong_type_a_wrong_value_and_a_misspelling() -> None:
+    assert set(WRONG_TYPE) == set(KEYS)
+    assert {key for key, _, _ in WRONG_VALUE + PYTHON_CASES} == set(KEYS)
+    assert len({key for key, _, _ in MISSPELLED} - set(KEYS)) == len(KEYS)
+
+
+def _case_id(case: tuple[str, object, str]) -> str:
+    return f"{case[0]}={case[1]!r}"
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+@pytest.mark.parametrize(
+    ("key", "value", "expected"), BAD_DATA_CASES, ids=map(_case_id, BAD_DATA_CASES)
+)
+def test_command_line_bad_data_is_one_line_naming_the_key(
+    base: str, key: str, value: object, expected: str
+) -> None:
+    given = parse_cli_arg(f"{key}={value}".split("=", 1)[1])  # as `--data key=value` gives it
+    assert (type(given), given) == (type(value), value), "not expressible on the command line"
+    message = refused(keys=True, base=base, **{key: given})
+    assert message.startswith((f"{key}:", f"{key}.")), message
+    assert expected in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"), PYTHON_CASES, ids=map(_case_id, PYTHON_CASES)
+)
+def test_python_bad_data_is_one_line_naming_the_key(key: str, value: object, expected: str) -> None:
+    message = refused(**{key: value})
+    assert message.startswith((f"{key}:", f"{key}.")), message
+    assert expected in message
+
+
+def test_defaults_validate() -> None:
+    s = validate(keys=True)
+    assert (s.base_port, s.target, s.recommended, s.driver_apt_repo) == (
+        8000,
+        "Latency",
+        False,
+        None,
+    )
+    assert s.pins["rebel-compiler"] == "0.12.0" and s.owner_of("Rebel_Compiler").name == "rbln"
+    assert (s.models_revisions, s.models_sha256) == ({}, {})
+
+
+def test_lab_data_validates_with_http_on_its_trusted_host() -> None:
+    s = validate(keys=True, base="lab")
+    assert s.trusted_hosts == ("10.213.0.1",)
+    assert s.driver_runfile_url == "http://10.213.0.1:8080/driver/rebellions-x86_64-{version}.run"
+    assert s.models_store_url == "http://10.213.0.1:8080/models"
+    assert [i.url for i in s.indexes][0] == "http://10.213.0.1:8101/simple"
+    assert s.driver_apt_repo == {
+        "src": "deb [signed-by=/etc/apt/keyrings/servefleet-lab.gpg] http://10.213.0.1:8090/ ./",
+        "key": str(layout.APT_KEY_FILE),
+    }
+    assert "http on 10.213.0.1" in refused(base="lab", pip_trusted_hosts=[])
+
+
+def test_bool_is_not_an_int_and_an_int_is_not_a_bool() -> None:
+    assert "expected a whole number, got True" in refused(serve_base_port=True)
+    assert "expected a whole number, got False" in refused(serve_prewarm_timeout=False)
+    assert "expected true or false, got 1" in refused(serve_recommended=1)
+    assert "expected true or false, got 0" in refused(serve_recommended=0)
+    assert validate(serve_base_port="8100").base_port == 8100  # a string of digits
+    assert "expected a whole number, got ' 8100'" in refused(serve_base_port=" 8100")
+    for text, flag in [("yes", True), ("TRUE", True), ("1", True), ("no", False), ("0", False)]:
+        assert validate(serve_recommended=text).recommended is flag
+
+
+@pytest.mark.parametrize(
+    ("url", "trusted"),
+    [
+        ("https://store.example/models", []),
+        ("https://10.0.0.5:8443/models", []),
+        ("https://[::1]:8443/models", []),
+        ("http://10.213.0.1:8080/models", ["10.213.0.1"]),
+        ("http://Mirror.LAN/simple", ["mirror.lan"]),
+    ],
+)
+def test_urls_accepted(url: str, trusted: list[str]) -> None:
+    s = validate(models_store_url=url, pip_public_index=url, pip_trusted_hosts=trusted)
+    assert s.models_store_url == s.public_index == url
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://10.213.0.1/models", "is http on 10.213.0.1, a host not in pip_trusted_hosts"),
+        ("ftp://store.example/models", "is not an https URL"),
+        ("file:///srv/models", "is not an https URL"),
+        ("https:///models", "has no valid host and port"),
+        ("https://store_1.example/models", "has no valid host and port"),
+        ("https://store.example:0/models", "has no valid host and port"),
+        ("https://store.example/my models", "holds a space, quote, brace or control character"),
+        ("https://store.example/m'odels", "holds a space, quote, brace or control character"),
+        ('https://store.example/m"odels', "holds a space, quote, brace or control character"),
+        ("https://store.example/m`id`", "holds a space, quote, brace or control character"),
+        ("https://store.example/m\x1b", "holds a space, quote, brace or control character"),
+        ("https://store.example/{version}", "holds a space, quote, brace or control character"),
+        ("https://store.example\n/models", "holds a space, quote, brace or control character"),
+    ],
+)
+def test_urls_refused(url: str, problem: str) -> None:
+    message = refused(models_store_url=url)
+    assert message.startswith(f"models_store_url: {url!r} {problem}; allowed: an https URL")
+
+
+def test_version_placeholder_only_in_the_runfile_url() -> None:
+    url = "https://files.example/rebellions-x86_64-{version}.run"
+    assert validate(driver_runfile_url=url).driver_runfile_url == url
+    assert "brace" in refused(driver_runfile_url=url.replace("{version}", "{kernel}"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:hunter2@store.example/models",
+        "https://hunter2@store.example/models",
+        "https:user:hunter2@store.example/models",
+        "https://user:hunter2@store.example/my models",
+        "http://user:hunter2@10.213.0.1/models",
+    ],
+)
+def test_credentials_in_urls_are_refused_without_being_shown(url: str) -> None:
+    for key in ("driver_runfile_url", "pip_public_index", "models_store_url"):
+        message = refused(**{key: url})
+        assert message.startswith(f"{key}: credentials do not belong in data"), message
+        assert "hunter2" not in message
+    index = {"rbln": {"url": url, "packages": ["rebel-compiler"], "auth": "maybe"}}
+    assert "hunter2" not in refused(pip_indexes=index)
+    assert "hunter2" not in refused(pip_indexes=[url])
+
+
+PATH_KEYS = ("serve_root", "serve_home", "serve_cache_root", "models_hf_home")
+
+
+@pytest.mark.parametrize("key", PATH_KEYS)
+def test_paths_accepted(key: str) -> None:
+    for path in ("/opt/servefleet", "/srv/models", "/usr/local/servefleet", "/var/lib/sf-1/h_f.d"):
+        assert getattr(validate(**{key: path}), key.split("_", 1)[1]) == path
+
+
+@pytest.mark.parametrize("key", PATH_KEYS)
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        *((d, "is a system directory") for d in sorted(SYSTEM_DIRS)),
+        ("/usr/lib", "is a system directory"),
+        ("/dev/shm/servefleet", "is on a virtual file system"),
+        ("/sys/servefleet", "is on a virtual file system"),
+        ("servefleet", "is not absolute"),
+        ("", "is not absolute"),
+        ("~/servefleet", "is not absolute"),
+        ("/opt/servefleet/", "is not normalised (write '/opt/servefleet')"),
+        ("/opt//servefleet", "is not normalised (write '/opt/servefleet')"),
+        ("//opt/servefleet", "is not normalised (write '/opt/servefleet')"),
+        ("/opt/./servefleet", "is not normalised (write '/opt/servefleet')"),
+        ("/opt/servefleet/../..", "is not normalised (write '/')"),
+        ("/opt/serve fleet", "holds a character outside [A-Za-z0-9._/-]"),
+        ("/opt/$USER", "holds a character outside [A-Za-z0-9._/-]"),
+        ("/opt/servefleet\n", "holds a character outside [A-Za-z0-9._/-]"),
+    ],
+)
+def test_paths_refused(key: str, path: str, problem: str) -> None:
+    assert refused(**{key: path}).startswith(f"{key}: {path!r} {problem}; allowed:")
+
+
+@pytest.mark.parametrize("host", [None, "127.0.0.1", "::1", "api.internal", "node-1"])
+def test_serve_host_accepted(host: str | None) -> None:
+    assert validate(serve_host=host).host == host
+
+
+@pytest.mark.parametrize("host", ["my_host", "10.0.0.300", "-node", "a..b", "", "host:8000"])
+def test_serve_host_refused(host: str) -> None:
+    assert refused(serve_host=host).startswith(f"serve_host: {host!r} is not an IP address")
+
+
+def test_serve_user() -> None:
+    for name in ("servefleet", "_svc", "sf-2", "a" * 32):
+        assert validate(serve_user=name).user == name
+    for name in ("a" * 33, "1sf", "sf.user", "Servefleet", "root"):
+        assert refused(serve_user=name).startswith(f"serve_user: {name!r} ")
+
+
+def test_versions_pins_and_digests_are_kept() -> None:
+    s = validate(
+        driver_version="3.6.0rc1",
+        driver_sha256={"3.6.0rc1": SHA},
+        models_revisions={"openai/gpt-oss-120b": REV},
+        models_sha256={"openai/gpt-oss-120b": SHA},
+        sdk_pins=[p.replace("torch==", "Torch==") for p in load_defaults()["sdk_pins"]],
+    )
+    assert (s.driver_version, s.driver_sha256) == ("3.6.0rc1", {"3.6.0rc1": SHA})
+    assert s.models_revisions == {"openai/gpt-oss-120b": REV}
+    assert s.models_sha256 == {"openai/gpt-oss-120b": SHA}
+    assert s.pins["torch"] == "2.13.0+cpu"
+    assert parse_pins(["A_B.c==1.0"]) == {"a-b-c": "1.0"}
+    with pytest.raises(DataError, match=r"^pins: expected a list"):
+        parse_pins("a==1", key="pins")
+
+
+def test_selection_from_the_command_line_or_a_mapping() -> None:
+    expected = {"lmcache": "cpu", "spec_decode": "suffix"}
+    assert validate(serve_selection="lmcache=cpu,spec_decode=suffix").selection == expected
+    assert validate(serve_selection=expected).selection == expected
+    assert validate(serve_selection="").selection == {}
+
+
+def test_unknown_keys_with_our_prefixes_are_refused_with_did_you_mean() -> None:
+    assert (
+        refused(keys=True, serve_targte="Throughput")
+        == "serve_targte: unknown data key; did you mean serve_target?"
+    )
+    assert refused(keys=True, models_revision={}).endswith("did you mean models_revisions?")
+    assert refused(keys=True, serve_frobnicate_quux=1) == (
+        "serve_frobnicate_quux: unknown data key; allowed: the keys of group_data/all.py"
+    )
+    validate(keys=True, ssh_user="root", _sudo=True, app_port=1, servers=[])  # not ours
+    validate(serve_targte="Throughput")  # keys not given: not checked
+
+
+def test_the_first_bad_key_in_group_data_order_is_reported() -> None:
+    bad = {"serve_base_port": 0, "models_sha256": "x", "serve_user": "root", "sdk_python": ""}
+    assert refused(**bad).startswith("sdk_python:")
+    bad.pop("sdk_python")
+    assert refused(**bad).startswith("serve_base_port:")
+    # across keys: a package no pin covers is reported at its index, before later keys
+    index = {"x": {**INDEX, "packages": ["left-pad"]}}
+    assert refused(pip_indexes=index, serve_user="root").startswith("pip_indexes.x:")
+
+
+def test_missing_credential_variables_are_named() -> None:
+    data = load_defaults()
+    with pytest.raises(DataError, match=r"^creds_index_password_env: environment variable "):
+        settings_from(data.get, {"RBLN_INDEX_USER": "u"})
+    no_auth = {name: {**index, "auth": False} for name, index in data["pip_indexes"].items()}
+    assert validate(pip_indexes=no_auth).index_user == "u"
+    settings_from({**data, "pip_indexes": no_auth}.get, {})
