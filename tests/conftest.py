@@ -1,7 +1,8 @@
 """Shared test set-up: repository paths, and the `hosts` marker for lab-fleet tests.
 
 Tests under tests/hosts/ run against the lab fleet (real systemd + sshd hosts in network
-namespaces). They need root and user/network namespaces; elsewhere they skip with the reason.
+namespaces). They need root and user/network namespaces; elsewhere they skip with the reason,
+except in CI (``CI=true``), where a lab that cannot start is a failure, never a green skip.
 """
 
 from __future__ import annotations
@@ -38,8 +39,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.hosts)
             if not checked:
                 reason, checked = lab_unavailable_reason(), True
-            if reason:
+            if reason and os.environ.get("CI", "").lower() in ("true", "1"):
+                item.add_marker(pytest.mark.usefixtures("_lab_required_in_ci"))
+            elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def _lab_required_in_ci() -> None:
+    pytest.fail(f"CI=true: the lab fleet must run here, but {lab_unavailable_reason()}")
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@ runfile as /usr/bin/rbln-smi. Not the Rebellions tool.
 ``rbln-smi -j`` prints JSON shaped like the real one (KMD_version, devices[] with npu, name,
 device, pci.dev, pci.bus_id, memory ...); ``rbln-smi`` prints the table. The devices come from
 /etc/rbln-sim/hardware.json ({"sku": "RBLN-CR13", "pci_device": "2130", "devices": 4}), under
-$RBLN_SIM_ROOT when that is set (tests only).
+$RBLN_SIM_ROOT when that is set (tests only). A mixed host lists one entry per device in
+"per_device" ([{"sku": ..., "pci_device": ...}, ...]), each over the host-wide values.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ def _hardware() -> dict:
 
 def devices() -> list[dict]:
     hw = _hardware()
-    sku = str(hw.get("sku", "RBLN-CR13"))
-    total = MEMORY_GIB.get(sku, 16) * 1024**3
+    per_device = hw.get("per_device") or []
     out = []
     for i in range(int(hw.get("devices", 0))):
+        dev_hw = {**hw, **(per_device[i] if i < len(per_device) else {})}
+        sku = str(dev_hw.get("sku", "RBLN-CR13"))
+        total = MEMORY_GIB.get(sku, 16) * 1024**3
         ident = uuid.uuid5(uuid.NAMESPACE_DNS, f"{socket.gethostname()}.rbln{i}.servefleet-lab")
         out.append(
             {
@@ -51,7 +54,7 @@ def devices() -> list[dict]:
                 "status": "normal",
                 "fw_ver": f"{KMD_VERSION}-sim",
                 "pci": {
-                    "dev": str(hw.get("pci_device", "2130")),
+                    "dev": str(dev_hw.get("pci_device", "2130")),
                     "bus_id": f"0000:{3 + i:02x}:00.0",
                     "numa_node": "0",
                     "link_speed": "32.0GT/s",

@@ -297,6 +297,29 @@ def resolve_cmd(
     click.echo(_render(spec, fmt))
 
 
+# ---------------------------------------------------------------------------------------------
+# fleet
+
+
+DEPLOYS = Path(__file__).resolve().parents[2] / "deploys"
+
+
+@main.command(
+    "rollback", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.argument("inventory")
+@click.option("--limit", default=None, help="Only these hosts or groups (as pyinfra's --limit).")
+@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+def rollback_cmd(inventory: str, limit: str | None, pyinfra_args: tuple[str, ...]) -> None:
+    """Roll hosts back to the state before their last good deploy (units, release, servers),
+    through the health gate. Arguments after ``--`` go to pyinfra as they are."""
+    import subprocess
+
+    pyinfra = str(Path(sys.executable).parent / "pyinfra")
+    cmd = [pyinfra, "-y", *(["--limit", limit] if limit else []), *pyinfra_args, inventory]
+    sys.exit(subprocess.run([*cmd, str(DEPLOYS / "rollback.py")]).returncode)
+
+
 def _register() -> None:
     from servefleet.lab.chat import chat
     from servefleet.lab.cli import lab

@@ -6,11 +6,13 @@ operations depend on is decided here, once, before any operation is added.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from servefleet.data import Settings
-from servefleet.errors import RecipeError
+from servefleet.data import MAX_PORT, Settings
+from servefleet.errors import DataError, RecipeError
 from servefleet.recipes import load_rbln
 from servefleet.release import ReleasePlan, plan_release
 from servefleet.render import render_unit
@@ -32,6 +34,9 @@ SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets liv
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
 HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
 UNIT_PREFIX = "servefleet-vllm-"
+UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
+DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
+LOGIN_SHELLS_EXCLUDED = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,19 @@ class Instance:
     port: int
     devices: str
     text: str  # the rendered unit file
+    sha: str  # its SERVEFLEET_UNIT: sha256 of the text without that line (first 16 hex)
+    written: bool  # the unit file on the host is this text already
+    converged: bool  # its unit is active and its main process runs this sha
+
+    def to_json(self, fingerprint: str) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "sha": self.sha,
+            "port": self.port,
+            "devices": self.devices,
+            "fingerprint": fingerprint,
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
@@ -96,14 +114,44 @@ class HostPlan:
     warm: bool  # the compile cache is warm for spec.compile_fingerprint
     missing_models: tuple[str, ...]
     kernel: str
-
-    @property
-    def warm_marker(self) -> str:
-        return f"{self.settings.cache_root}/servefleet-warm/{self.spec.compile_fingerprint}"
+    reload_needed: bool  # systemd has not loaded some unit file as it is on disk
+    good_release: str | None  # the release of the host's last converged state
 
     @property
     def lib(self) -> str:
         return f"{self.settings.root}/lib"
+
+    @property
+    def state_dir(self) -> str:
+        return f"{self.settings.root}/state"
+
+    @property
+    def converged(self) -> bool:
+        """Every instance runs its desired unit, the cache is warm, nothing stale is left."""
+        return (
+            all(i.converged and i.written for i in self.instances)
+            and self.warm
+            and not self.stale_units
+            and not self.reload_needed
+        )
+
+    def desired_state(self) -> dict[str, Any]:
+        """What ``remote/instances.py converge`` brings the host to (unit texts included: it
+        writes them, so a restore or an interrupted run in between can never leave a unit file
+        that differs from what it restarts)."""
+        s = self.settings
+        return {
+            "root": s.root,
+            "release": self.release.id,
+            "model": self.spec.requirements.models[0],
+            "host": s.host,
+            "cache_root": s.cache_root,
+            "devices_env": DEVICES_ENV,
+            "health_timeout": s.health_timeout,
+            "prewarm_timeout": s.prewarm_timeout,
+            "instances": [i.to_json(self.spec.compile_fingerprint or "-") for i in self.instances],
+            "stale": list(self.stale_units),
+        }
 
 
 def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
@@ -144,6 +192,15 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
             refusal = str(e)
     server = spec.servers[0]
     release = plan_release(settings, spec, NETRC)
+    units: dict[str, dict[str, Any]] = probe.get("units", {})
+    account = probe.get("user")
+    if settings.user == "root" or (account and account.get("uid") == 0):
+        raise DataError(f"serve_user: {settings.user!r} is root; allowed: a system user")
+    if account and account.get("shell") not in LOGIN_SHELLS_EXCLUDED:
+        raise DataError(
+            f"serve_user: {settings.user!r} is an existing login user (shell {account.get('shell')}); "
+            "allowed: a system user servefleet creates (no login shell)"
+        )
     groups = [
         hardware.devices[i : i + server.npus]
         for i in range(0, len(hardware.devices) - server.npus + 1, server.npus)
@@ -157,16 +214,16 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
             exec_argv += ["--host", settings.host]
         env = dict(server.env)
         env.update(
-            RBLN_VISIBLE_DEVICES=devices,
+            {DEVICES_ENV: devices},
             VLLM_CACHE_ROOT=settings.cache_root,
             HOME=settings.home,
             HF_HOME=settings.hf_home,
             HF_HUB_OFFLINE="1",
         )
         unit = f"{UNIT_PREFIX}{i}.service"
-        text = render_unit(
+
+        fields: dict[str, Any] = dict(
             exec_argv=exec_argv,
-            env=env,
             recipe=spec.recipe,
             selection=spec.selection,
             fingerprint=spec.compile_fingerprint,
@@ -175,7 +232,17 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
             devices=devices,
             user=settings.user,
         )
-        instances.append(Instance(i, unit, port, devices, text))
+        sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
+        text = render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields)
+        on_host = units.get(unit, {})
+        written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
+        converged = on_host.get("active") == "active" and on_host.get("running") == sha
+        instances.append(Instance(i, unit, port, devices, text, sha, written, converged))
+    if instances and instances[-1].port > MAX_PORT:
+        raise DataError(
+            f"serve_base_port: {settings.base_port} + {len(instances) - 1} instances ends at port "
+            f"{instances[-1].port}; allowed: the whole range within 1-{MAX_PORT}"
+        )
     names = {inst.unit for inst in instances}
     return HostPlan(
         settings=settings,
@@ -187,25 +254,49 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         release_complete=release.id in probe.get("releases", []),
         current=probe.get("current"),
         instances=tuple(instances),
-        stale_units=tuple(u for u in probe.get("units", {}) if u not in names),
-        active_units=frozenset(u for u, s in probe.get("units", {}).items() if s == "active"),
+        stale_units=tuple(u for u in units if u not in names),
+        active_units=frozenset(u for u, st in units.items() if st.get("active") == "active"),
         warm=spec.compile_fingerprint in probe.get("warm", []),
         missing_models=tuple(
             m for m in spec.requirements.models if m not in probe.get("models", [])
         ),
         kernel=str(probe.get("kernel", "")),
+        reload_needed=any(st.get("reload") for st in units.values()),
+        good_release=probe.get("good"),
+    )
+
+
+def probe_args(settings: Settings, spec: ServeSpec) -> str:
+    """The PROBE script's one argument (JSON): paths, the serve user and the wanted models."""
+    models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
+    return json.dumps(
+        {
+            "root": settings.root,
+            "hf_home": settings.hf_home,
+            "cache_root": settings.cache_root,
+            "user": settings.user,
+            "models": models,
+        },
+        sort_keys=True,
     )
 
 
 # The probe: one round trip that reads everything plan_host needs. Runs on the host with
-# python3; prints one JSON object. Arguments: serve_root, models_hf_home, serve_cache_root, models.
+# python3 (as root); prints one JSON object. Its one argument: ``probe_args()``.
 PROBE = r"""
-import glob, json, os, subprocess, sys
-root, hf_home, cache_root, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+import glob, hashlib, json, os, pwd, subprocess, sys
+a = json.loads(sys.argv[1])
+root, hf_home, cache_root = a["root"], a["hf_home"], a["cache_root"]
 def run(cmd):
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         return p.stdout if p.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+def read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
     except OSError:
         return None
 out = {"kernel": os.uname().release}
@@ -221,14 +312,39 @@ out["releases"] = sorted(d for d in (os.listdir(rel) if os.path.isdir(rel) else 
                          if os.path.exists(os.path.join(rel, d, ".servefleet-release.json")))
 cur = os.path.join(root, "current")
 out["current"] = os.path.basename(os.readlink(cur)) if os.path.islink(cur) else None
+try:
+    out["good"] = json.loads(read(os.path.join(root, "state", "good.json")) or "null")["release"]
+except (ValueError, TypeError, KeyError):
+    out["good"] = None
 units = sorted(os.path.basename(u) for u in glob.glob("/etc/systemd/system/servefleet-vllm-*.service"))
-states = subprocess.run(["systemctl", "is-active", *units], capture_output=True,
-                        text=True).stdout.split() if units else []
-states += ["unknown"] * len(units)
-out["units"] = dict(zip(units, states))
+props = ["Id", "ActiveState", "MainPID", "NeedDaemonReload", "UnitFileState"]
+shown = run(["systemctl", "show", *[x for p in props for x in ("-p", p)], *units]) if units else ""
+by_id = {}
+for block in (shown or "").split("\n\n"):
+    kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+    by_id[kv.get("Id")] = kv
+out["units"] = {}
+for u in units:
+    kv = by_id.get(u, {})
+    pid = int(kv.get("MainPID") or 0)
+    env = (read(f"/proc/{pid}/environ", "rb") or b"") if pid else b""
+    running = [e[len(b"SERVEFLEET_UNIT="):].decode() for e in env.split(b"\0")
+               if e.startswith(b"SERVEFLEET_UNIT=")]
+    text = read("/etc/systemd/system/" + u, "rb") or b""
+    out["units"][u] = {"active": kv.get("ActiveState", "unknown"), "running": (running or [None])[0],
+                       "enabled": kv.get("UnitFileState"), "reload": kv.get("NeedDaemonReload") == "yes",
+                       "file": hashlib.sha256(text).hexdigest()}
 warm = os.path.join(cache_root, "servefleet-warm")
 out["warm"] = sorted(os.listdir(warm)) if os.path.isdir(warm) else []
-out["models"] = [m for m in models if os.path.isfile(os.path.join(
-    hf_home, "hub", "models--" + m.replace("/", "--"), "refs", "main"))]
+def present(model, revision):
+    repo = os.path.join(hf_home, "hub", "models--" + model.replace("/", "--"))
+    have = (read(os.path.join(repo, ".servefleet-complete")) or "").strip()
+    return bool(have) and os.path.isdir(os.path.join(repo, "snapshots", have)) and revision in (None, have)
+out["models"] = [m for m, r in sorted(a["models"].items()) if present(m, r)]
+try:
+    pw = pwd.getpwnam(a["user"])
+    out["user"] = {"uid": pw.pw_uid, "shell": pw.pw_shell}
+except KeyError:
+    out["user"] = None
 print(json.dumps(out))
 """

@@ -229,6 +229,20 @@ def _str_map(obj: Any, where: str, errors: _Errors) -> dict[str, Any]:
     return obj
 
 
+SLUG = re.compile(r"[a-z0-9_-]+\Z")
+# what may stand in a unit's comments and Description= (model ids, targets, SKUs): no control
+# characters, no systemd specifier or variable characters
+NAME = re.compile(r"[A-Za-z0-9._/-]+\Z")
+
+
+def _check(pattern: re.Pattern[str], value: str, what: str, errors: _Errors) -> bool:
+    if pattern.match(value):
+        return True
+    allowed = "[a-z0-9_-]" if pattern is SLUG else "[A-Za-z0-9._/-]"
+    errors.add(f"{what} {value!r} has characters outside {allowed}")
+    return False
+
+
 def _values_map(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for axis, values in _str_map(obj, where, errors).items():
@@ -239,7 +253,10 @@ def _values_map(obj: Any, where: str, errors: _Errors) -> dict[str, list[str]]:
         ):
             errors.add(f"{where}.{axis} must be a non-empty list of strings")
             continue
-        out[axis] = list(values)
+        if _check(SLUG, axis, f"{where}: axis", errors) and all(
+            [_check(NAME, v, f"{where}.{axis}: value", errors) for v in values]
+        ):
+            out[axis] = list(values)
     return out
 
 
@@ -403,6 +420,8 @@ def _parse_option(obj: Any, where: str, card_model: str, errors: _Errors) -> Opt
     if not isinstance(target, str) or not target:
         errors.add(f"{where}.target must be a non-empty string")
         target = ""
+    elif not _check(NAME, target, f"{where}: target", errors):
+        target = ""
     npus = obj.get("npus")
     if not isinstance(npus, int) or isinstance(npus, bool) or npus < 1:
         errors.add(f"{where}.npus must be a positive integer, got {npus!r}")
@@ -411,6 +430,7 @@ def _parse_option(obj: Any, where: str, card_model: str, errors: _Errors) -> Opt
     if not isinstance(skus, list) or not skus or not all(isinstance(s, str) for s in skus):
         errors.add(f"{where}.skus must be a non-empty list of strings")
         skus = []
+    skus = [sku for sku in skus if _check(NAME, sku, f"{where}: SKU", errors)]
     grid = _parse_grid(obj.get("grid"), f"{where}.grid", card_model, errors)
     if grid is None:
         return None
@@ -428,6 +448,8 @@ def card_from_dict(obj: dict[str, Any], *, name: str, path: Path | None = None) 
     model = obj.get("model")
     if not isinstance(model, str) or not model:
         errors.add("the card has no 'model' string")
+        model = ""
+    elif not _check(NAME, model, "model", errors):
         model = ""
     axes: dict[str, list[str]] = {}
     axes_raw = obj.get("axes") or []
@@ -452,6 +474,8 @@ def card_from_dict(obj: dict[str, Any], *, name: str, path: Path | None = None) 
         slug = s.get("slug")
         if not isinstance(slug, str) or not slug:
             errors.add(f"{where}.slug must be a non-empty string")
+            continue
+        if not _check(SLUG, slug, f"{where}: slug", errors):
             continue
         where = f"strategy {slug}"
         opts_raw = s.get("options")

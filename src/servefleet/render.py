@@ -8,12 +8,26 @@ are the bytes the deploy uploads.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import jinja2
 
+from servefleet.errors import RecipeError
 from servefleet.systemd import environment_line, exec_line
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(what: str, value: str) -> str:
+    """A value shown in the unit's comments or Description=: one line, never a directive."""
+    if _CONTROL.search(value):
+        raise RecipeError(
+            f"{what}: {value!r} holds a control character (a newline would add unit lines)"
+        )
+    return value
+
 
 TEMPLATES_DIR = Path(
     os.environ.get("SERVEFLEET_TEMPLATES", Path(__file__).resolve().parents[2] / "templates")
@@ -50,9 +64,13 @@ def render_unit(
         lstrip_blocks=True,
         autoescape=False,
     )
+    recipe = _one_line("recipe", recipe)
+    shown = " ".join(_one_line(f"selection {k}", f"{k}={v}") for k, v in selection.items())
+    description = f"servefleet vLLM {recipe} instance {index} (port {port}, NPUs {devices})"
     return jenv.get_template(template).render(
         recipe=recipe,
-        selection=" ".join(f"{k}={v}" for k, v in selection.items()),
+        selection=shown,
+        description=_one_line("Description", description).replace("%", "%%"),
         fingerprint=fingerprint or "-",
         index=index,
         port=port,

@@ -137,6 +137,8 @@ def assert_records(state: dict[str, Any], spec: dict[str, Any]) -> None:
             assert rec["argv"][0].startswith("/opt/servefleet/releases/")
             assert rec["argv"][1:] == server["argv"][1:] + ["--port", str(port)]
             env = {k: v for k, v in rec["env"].items() if k not in SYSTEMD_ENV}
+            unit = on_host(state, host, f"cat /etc/systemd/system/servefleet-vllm-{i}.service").stdout
+            assert f'Environment="SERVEFLEET_UNIT={env.pop("SERVEFLEET_UNIT")}"' in unit
             assert env == {
                 **server["env"],
                 "RBLN_VISIBLE_DEVICES": str(i),
@@ -289,7 +291,9 @@ def test_dry_shows_changes_and_changes_nothing(lab: dict[str, Any]) -> None:
         timeout=600,
     )
     ok(proc)
-    assert "Write servefleet-vllm-0.service" in proc.stdout + proc.stderr
+    assert "Converge the instances through the health gate: servefleet-vllm-0.service" in (
+        proc.stdout + proc.stderr
+    )
     assert upper_snapshot() == before
 
 

@@ -128,7 +128,7 @@ def test_release_id_follows_pins_and_indexes() -> None:
             spec,
             None,
         ).id,
-        plan_release(settings(pip_public_index="http://mirror.invalid/simple"), spec, None).id,
+        plan_release(settings(pip_public_index="https://mirror.invalid/simple"), spec, None).id,
     }
     assert len(ids) == 3
     assert (
@@ -178,6 +178,7 @@ def test_host_plan_one_instance_per_npu_group() -> None:
             "HOME": "/var/lib/servefleet",
             "HF_HOME": "/var/lib/servefleet/hf",
             "HF_HUB_OFFLINE": "1",
+            "SERVEFLEET_UNIT": inst.sha,
         }
 
 
@@ -210,7 +211,10 @@ def test_host_plan_reads_state() -> None:
             releases=[first.release.id],
             warm=[first.spec.compile_fingerprint],
             models=["openai/gpt-oss-120b"],
-            units={"servefleet-vllm-0.service": "active", "servefleet-vllm-7.service": "inactive"},
+            units={
+                "servefleet-vllm-0.service": {"active": "active"},
+                "servefleet-vllm-7.service": {"active": "inactive"},
+            },
         ),
     )
     assert not again.driver_needed and again.release_complete and again.warm

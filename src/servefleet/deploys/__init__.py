@@ -19,21 +19,37 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyinfra import host
-from pyinfra.api import HiddenValue, deploy
+from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from servefleet.data import Settings, settings_from
-from servefleet.deploys.operations import HostProbe, current_link, release, secret_file
+from servefleet.deploys.operations import HostProbe, current_link, put_secret, release
 from servefleet.errors import RecipeError, ServefleetError
-from servefleet.hostplan import HF_TOKEN_FILE, SECRETS_DIR, HostPlan, plan_host, resolve_for
+from servefleet.hostplan import (
+    HF_TOKEN_FILE,
+    SECRETS_DIR,
+    HostPlan,
+    plan_host,
+    probe_args,
+    resolve_for,
+)
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
+REMOTE_SCRIPTS = ("install_release.py", "fetch_model.py", "health.py", "instances.py")
 RUNFILE_DIR = "/var/cache/servefleet/driver"
 
-__all__ = ["driver", "host_plan", "models", "serve", "stack"]
+__all__ = ["driver", "host_plan", "host_settings", "models", "rollback", "serve", "stack"]
+
+
+def host_settings() -> Settings:
+    """This host's validated data; PyinfraError (one line, nothing changes) when it is bad."""
+    try:
+        return settings_from(host.data.get, keys=host.data.dict().keys())
+    except ServefleetError as e:
+        raise PyinfraError(f"servefleet: {host.name}: {e}") from None
 
 
 def host_plan() -> HostPlan:
@@ -42,15 +58,9 @@ def host_plan() -> HostPlan:
     Raises PyinfraError (one line, the run stops before any change) on bad data or recipe.
     """
     try:
-        settings = settings_from(host.data.get)
+        settings = host_settings()
         spec = resolve_for(settings)
-        probe = host.get_fact(
-            HostProbe,
-            root=settings.root,
-            hf_home=settings.hf_home,
-            cache_root=settings.cache_root,
-            models=tuple(spec.requirements.models),
-        )
+        probe = host.get_fact(HostProbe, args=probe_args(settings, spec))
         plan = plan_host(settings, probe, spec)
         _check_driver_data(plan)
     except RecipeError as e:
@@ -127,18 +137,35 @@ def _driver_ops(plan: HostPlan) -> OperationMeta | None:
         f"echo {shlex.quote(s.driver_sha256[version] + '  ' + runfile + '.part')} | sha256sum --check --strict && "
         f"mv {runfile}.part {runfile}"
     )
-    server.shell(name=f"Fetch the driver {version} runfile and check its sha256", commands=[fetch])
+    server.shell(
+        name=f"Fetch the driver {version} runfile and check its sha256",
+        commands=[fetch],
+        _retries=2,
+        _retry_delay=3,
+    )
     if plan.active_units:
         server.shell(
             name="Stop this host's servers for the driver change",
             commands=["systemctl stop 'servefleet-vllm-*.service'"],
         )
+    # A failed install shows the installer's log tail and brings back what served before.
+    log = f"{RUNFILE_DIR}/install-{version}.log"
+    restore = _sh("python3", f"{plan.lib}/instances.py", "restore", plan.state_dir)
     server.shell(
-        name=f"Install driver {version}", commands=[_sh("sh", runfile, *s.driver_installer_args)]
+        name=f"Install driver {version}",
+        commands=[
+            f"{_sh('sh', runfile, *s.driver_installer_args)} >{shlex.quote(log)} 2>&1 || "
+            f"{{ rc=$?; echo {shlex.quote(f'servefleet: driver {version} installer failed; its log ({log}) ends:')} >&2; "
+            f"tail -n 25 {shlex.quote(log)} >&2; {restore} >&2; exit $rc; }}"
+        ],
     )
-    return server.shell(
+    server.shell(
         name=f"Check that rbln-smi reports driver {version}",
         commands=[f"python3 -c {shlex.quote(_CHECK_DRIVER)} {shlex.quote(version)}"],
+    )
+    return server.shell(
+        name="Bring back the servers of the last good state through the health gate",
+        commands=[restore],
     )
 
 
@@ -150,9 +177,15 @@ _CHECK_DRIVER = (
 )
 
 
+def _netrc_token(value: str) -> str:
+    """A netrc token that netrc readers (Python's, hence pip's) give back exactly."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _netrc(s: Settings) -> str:
     hosts = sorted({urlsplit(i.url).hostname or "" for i in s.indexes if i.auth})
-    return "".join(f"machine {h} login {s.index_user} password {s.index_password}\n" for h in hosts)
+    user, password = _netrc_token(s.index_user or ""), _netrc_token(s.index_password or "")
+    return "".join(f"machine {h} login {user} password {password}\n" for h in hosts)
 
 
 def _secrets_dir(plan: HostPlan) -> None:
@@ -161,16 +194,22 @@ def _secrets_dir(plan: HostPlan) -> None:
         files.directory(name=f"Create {SECRETS_DIR} (0700)", path=SECRETS_DIR, mode="700")
 
 
+def _lib_ops(plan: HostPlan) -> None:
+    """serve_root's directories and the host-side scripts (root-owned, never the serve user's)."""
+    s = plan.settings
+    for path in (s.root, plan.lib, f"{s.root}/plans", f"{s.root}/releases", plan.state_dir):
+        files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="755")
+    for script in REMOTE_SCRIPTS:
+        files.put(
+            name=f"Upload {script}",
+            src=str(REMOTE / script),
+            dest=f"{plan.lib}/{script}",
+            mode="644",
+        )
+
+
 def _stack_ops(plan: HostPlan) -> OperationMeta:
     s, rel = plan.settings, plan.release
-    for path in (s.root, plan.lib, f"{s.root}/plans", f"{s.root}/releases"):
-        files.directory(name=f"Create {path}", path=path, mode="755")
-    files.put(
-        name="Upload the release installer",
-        src=str(REMOTE / "install_release.py"),
-        dest=f"{plan.lib}/install_release.py",
-        mode="644",
-    )
     plan_file = f"{s.root}/plans/{rel.id}.json"
     files.put(
         name=f"Upload the plan of release {rel.id}",
@@ -179,10 +218,8 @@ def _stack_ops(plan: HostPlan) -> OperationMeta:
         mode="644",
     )
     if rel.netrc:
-        secret_file(
-            name="Write the index credentials (netrc, 0600)",
-            dest=rel.netrc,
-            content=HiddenValue(_netrc(s)),
+        put_secret(
+            name="Write the index credentials (netrc, 0600)", dest=rel.netrc, secret=_netrc(s)
         )
     installed = release(
         name=f"Install release {rel.id} and check it",
@@ -210,93 +247,76 @@ def _user_ops(s: Settings) -> None:
 def _models_ops(plan: HostPlan) -> None:
     s = plan.settings
     _user_ops(s)
-    token = None
+    token = []
     if s.hf_token:
-        secret_file(
-            name="Write the Hugging Face token (0600)",
-            dest=HF_TOKEN_FILE,
-            content=HiddenValue(s.hf_token),
+        put_secret(
+            name="Write the Hugging Face token (0600)", dest=HF_TOKEN_FILE, secret=s.hf_token
         )
-        token = HF_TOKEN_FILE
+        token = ["--token-file", HF_TOKEN_FILE]
     source = (
         ["--store", s.models_store_url]
         if s.models_store_url
         else ["--hub", f"{plan.release.path}/bin/python"]
     )
-    files.put(
-        name="Upload the model fetcher",
-        src=str(REMOTE / "fetch_model.py"),
-        dest=f"{plan.lib}/fetch_model.py",
-        mode="644",
-    )
     for model in host.loop(plan.missing_models):
-        cmd = _sh("python3", f"{plan.lib}/fetch_model.py", model, s.hf_home, s.user, *source)
-        if token:
-            cmd += " --token-file " + shlex.quote(token)
-        server.shell(name=f"Fetch {model} into {s.hf_home}/hub", commands=[cmd])
+        pins = []
+        if model in s.models_revisions:
+            pins += ["--revision", s.models_revisions[model]]
+        if model in s.models_sha256:
+            pins += ["--sha256", s.models_sha256[model]]
+        cmd = _sh(
+            "python3", f"{plan.lib}/fetch_model.py", model, s.hf_home, s.user, *source,
+            *token, "--token-env", str(host.data.get("creds_hf_token_env")), *pins,
+        )  # fmt: skip
+        server.shell(
+            name=f"Fetch {model} into {s.hf_home}/hub",
+            commands=[cmd],
+            _retries=2,
+            _retry_delay=5,
+        )
 
 
-def _units_ops(plan: HostPlan, triggers: list[OperationMeta]) -> None:
+def _units_ops(plan: HostPlan) -> None:
+    """One converge of the unit files and the running instances, unless every instance already
+    runs its unit (judged from the processes in the probe, never from what a run wrote)."""
     s = plan.settings
     for path in (s.cache_root, s.hf_home):
         files.directory(name=f"Create {path}", path=path, user=s.user, group=s.user, mode="755")
+    if plan.converged:
+        return
+    desired = f"{plan.state_dir}/desired.json"
     files.put(
-        name="Upload the health gate",
-        src=str(REMOTE / "health.py"),
-        dest=f"{plan.lib}/health.py",
+        name="Upload the desired state of this host's instances",
+        src=StringIO(json.dumps(plan.desired_state(), indent=1, sort_keys=True) + "\n"),
+        dest=desired,
         mode="644",
     )
-    units = [
-        files.put(
-            name=f"Write {inst.unit} (port {inst.port}, NPUs {inst.devices})",
-            src=StringIO(inst.text),
-            dest=f"/etc/systemd/system/{inst.unit}",
-            mode="644",
-        )
-        for inst in plan.instances
-    ]
-    systemd.daemon_reload(name="Reload systemd", _if=any_changed(*units) if units else None)
-    model = plan.spec.requirements.models[0]
-    for inst, unit in host.loop(list(zip(plan.instances, units, strict=True))):
-        cold = inst.index == 0 and not plan.warm
-        gate = [f"{plan.lib}/health.py", inst.unit, str(inst.port), model]
-        gate.append(str(s.prewarm_timeout if cold else s.health_timeout))
-        if s.host:
-            gate += ["--host", s.host]
-        if cold:
-            gate += ["--warm-marker", plan.warm_marker]
-        command = (
-            f"systemctl enable --quiet {inst.unit} && systemctl restart {inst.unit} && "
-            + _sh("python3", *gate)
-        )
-        server.shell(
-            name=f"{'Pre-warm (compile) with' if cold else 'Restart'} {inst.unit} through the health gate",
-            commands=[command],
-            _if=any_changed(unit, *triggers) if inst.unit in plan.active_units else None,
-        )
-    for unit_name in host.loop(plan.stale_units):
-        server.shell(
-            name=f"Remove {unit_name} (no NPU group for it now)",
-            commands=[
-                f"systemctl disable --now {unit_name} && rm -f /etc/systemd/system/{unit_name} "
-                "&& systemctl daemon-reload"
-            ],
-        )
+    pending = [i for i in plan.instances if not (i.converged and i.written)]
+    what = [f"{i.unit} (port {i.port}, NPUs {i.devices})" for i in pending]
+    what += [f"remove {u}" for u in plan.stale_units]
+    server.shell(
+        name=f"Converge the instances through the health gate: {', '.join(what) or 'pre-warm'}",
+        commands=[_sh("python3", f"{plan.lib}/instances.py", "converge", desired)],
+    )
 
 
 @deploy("Driver")
 def driver(plan: HostPlan) -> OperationMeta | None:
-    """Check the host's SKU, then install the wanted RBLN driver if it is missing or different."""
+    """Check the host's SKU, then install the wanted RBLN driver if it is missing or different;
+    the servers of the host's last good state come back through the health gate."""
     if _refused(plan):
         return None
+    _lib_ops(plan)
     return _driver_ops(plan)
 
 
 @deploy("Release")
 def stack(plan: HostPlan) -> OperationMeta | None:
-    """Check the host's SKU, then install the pinned release the selection needs."""
+    """Check the host's SKU, then install the pinned release the selection needs. Running
+    servers keep their release: units name it, and no release a unit or state names is removed."""
     if _refused(plan):
         return None
+    _lib_ops(plan)
     _secrets_dir(plan)
     return _stack_ops(plan)
 
@@ -305,6 +325,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
 def models(plan: HostPlan) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
     if not _refused(plan):
+        _lib_ops(plan)
         _secrets_dir(plan)
         _models_ops(plan)
 
@@ -314,7 +335,20 @@ def serve(plan: HostPlan) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
     if _refused(plan):
         return
+    _lib_ops(plan)
     _secrets_dir(plan)
-    changed = [op for op in (_driver_ops(plan), _stack_ops(plan)) if op is not None]
+    _driver_ops(plan)
+    _stack_ops(plan)
     _models_ops(plan)
-    _units_ops(plan, changed)
+    _units_ops(plan)
+
+
+@deploy("Rollback")
+def rollback(settings: Settings) -> None:
+    """Back to the state before the last good one (units, release, running instances), through
+    the health gate. Needs no recipe: everything comes from the host's kept states."""
+    server.shell(
+        name="Roll back to the previous good state",
+        commands=[_sh("python3", f"{settings.root}/lib/instances.py", "rollback",
+                      f"{settings.root}/state")],
+    )  # fmt: skip

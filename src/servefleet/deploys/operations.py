@@ -5,13 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from io import BytesIO
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import (
     FactBase,
-    FileUploadCommand,
     HiddenValue,
     QuoteString,
     StringCommand,
@@ -26,14 +24,12 @@ class HostProbe(FactBase):
     """
     Returns what servefleet needs to know of a host, read in one round trip: kernel release,
     ``rbln-smi -j`` (or ``lspci -n`` lines before a driver), complete releases, the ``current``
-    release, our units and whether each is active, warm compile fingerprints, models present.
+    release, the last good state's release, our units (active, enabled, the unit sha each main
+    process runs, the file's sha256), warm compile fingerprints, complete models, the serve user.
     """
 
-    def command(
-        self, root: str, hf_home: str, cache_root: str, models: tuple[str, ...] = ()
-    ) -> str:
-        args = " ".join(shlex.quote(a) for a in (root, hf_home, cache_root, *models))
-        return f"python3 -c {shlex.quote(PROBE)} {args}"
+    def command(self, args: str) -> str:
+        return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return json.loads("\n".join(output))
@@ -42,12 +38,12 @@ class HostProbe(FactBase):
 @operation()
 def secret_file(dest: str, content: HiddenValue, mode: str = "600"):
     """
-    Upload a secret to a root-only file. Unlike ``files.put`` it never shows the content:
-    no ``--diff``, nothing in ``-vvv`` output, and it passes only through ``dest``'s directory,
-    which must be 0700.
+    Write a secret to a root-only file from this operation's ``_stdin`` (see :func:`put_secret`).
+    Unlike ``files.put`` it never shows the content (no ``--diff``, nothing in ``-vvv``), never
+    puts it in argv, and works with ``--sudo``: nothing is uploaded as the login user.
 
-    + dest: path on the host
-    + content: the secret, wrapped so that pyinfra prints it masked
+    + dest: path on the host, in a 0700 directory
+    + content: the secret (compared by sha256 with the file; it is sent on stdin)
     + mode: final file mode
     """
     data = content.unmask().encode()
@@ -59,11 +55,15 @@ def secret_file(dest: str, content: HiddenValue, mode: str = "600"):
     ):
         host.noop(f"{dest} is up to date")
         return
-    tmp = f"{dest}.servefleet-tmp"
-    yield FileUploadCommand(BytesIO(data), tmp, remote_temp_filename=tmp)
-    yield StringCommand(
-        "chmod", mode, QuoteString(tmp), "&&", "mv", "-f", QuoteString(tmp), QuoteString(dest)
-    )
+    script = 'umask 077; cat > "$1.servefleet-tmp" && chmod "$2" "$1.servefleet-tmp" && mv -f "$1.servefleet-tmp" "$1"'
+    yield StringCommand("sh", "-c", QuoteString(script), "sh", QuoteString(dest), mode)
+
+
+def put_secret(name: str, dest: str, secret: str) -> None:
+    """Write ``secret`` to ``dest`` (0600), sent on the remote command's stdin (pyinfra ends
+    each stdin line with a newline, so the file holds one at the end)."""
+    line = secret if secret.endswith("\n") else secret + "\n"
+    secret_file(name=name, dest=dest, content=HiddenValue(line), _stdin=line)
 
 
 @operation()
@@ -87,7 +87,8 @@ def release(plan_file: str, marker: str, installer: str):
 def current_link(root: str, release_id: str):
     """
     Point ``<root>/current`` at ``releases/<release_id>`` by rename (never a moment without the
-    link), keep the release it pointed at before for rollback, and remove older ones.
+    link). Nothing is removed here: ``remote/instances.py`` removes releases once no unit or kept
+    state names them.
 
     + root: serve_root
     + release_id: the release that serves now
@@ -97,11 +98,7 @@ def current_link(root: str, release_id: str):
     if link and link.get("link_target") == target:
         host.noop(f"{root}/current is {target}")
         return
-    script = (
-        'set -e; cd "$1"; old=$(readlink current || true); '
-        'ln -sfn "$2" current.new; mv -T current.new current; '
-        'for r in releases/*; do [ "$r" = "$2" ] || [ "$r" = "$old" ] || rm -rf "$r"; done'
-    )
+    script = 'set -e; cd "$1"; ln -sfn "$2" current.new; mv -T current.new current'
     yield StringCommand(
         "sh", "-c", QuoteString(script), "sh", QuoteString(root), QuoteString(target)
     )

@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""servefleet instances: converge, restore and roll back a host's servers. Runs ON THE HOST,
+as root, with the system python3 (stdlib only), next to ``health.py``.
+
+usage: instances.py converge STATE.json   # desired state: restart what differs, through the gate
+       instances.py restore STATE_DIR     # bring back the last good state (after a driver change)
+       instances.py rollback STATE_DIR    # by hand: back to the good state before the last one
+
+What runs is judged from the running processes, never from what a deploy wrote: each unit
+carries ``Environment=SERVEFLEET_UNIT=<sha>`` (a hash of the rest of its text), so the main
+process's environment tells which unit text it was started from. An instance is converged when
+its unit is active and its main process runs the desired sha. Everything here can be
+interrupted and re-run: the next run reads the processes again.
+
+A state (the desired one, ``good.json``, ``previous.json``) is::
+
+    {"root": "/opt/servefleet", "release": "<id>", "model": "org/name", "host": null,
+     "cache_root": "...", "devices_env": "RBLN_VISIBLE_DEVICES",
+     "health_timeout": 300, "prewarm_timeout": 14400,
+     "instances": [{"unit": "servefleet-vllm-0.service", "sha": "...", "port": 8000,
+                    "devices": "0", "fingerprint": "...", "text": "<the unit file>"}],
+     "stale": []}
+
+(kept states hold no texts: those are kept by sha in ``units/``.)
+
+converge: unit files as the texts say, then for each instance in order, stop our other servers
+holding its port or devices, then
+restart it and pass the health gate (the first one with ``prewarm_timeout`` while its compile
+fingerprint is cold). When every instance is healthy the state becomes ``good.json`` (the one
+before it ``previous.json``) and unit texts are kept by sha in ``units/`` for rollbacks. A gate
+failure rolls the whole host back to ``good.json`` through the gate and exits 1 naming the
+release it rolled back to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import health  # noqa: E402  (next to this file on the host)
+
+UNIT_DIR = Path("/etc/systemd/system")
+UNIT_GLOB = "servefleet-vllm-*.service"
+SHA_VAR = "SERVEFLEET_UNIT"
+
+
+class Failed(Exception):
+    """A gate failed; the message is the one line to print (journal tail apart)."""
+
+    def __init__(self, message: str, journal: str = "") -> None:
+        super().__init__(message)
+        self.journal = journal
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def systemctl(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["systemctl", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise Failed(f"systemctl {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
+def show(units: list[str], *props: str) -> list[dict[str, str]]:
+    """``systemctl show`` of several units, one dict each (in order)."""
+    if not units:
+        return []
+    args = [a for p in ("Id", *props) for a in ("-p", p)]
+    out = systemctl("show", *args, *units, check=False)
+    blocks = [b for b in out.split("\n\n") if b.strip()]
+    by_id = {}
+    for block in blocks:
+        props_ = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        by_id[props_.get("Id", "")] = props_
+    return [by_id.get(u, {}) for u in units]
+
+
+def process_env(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def process_port(pid: int) -> int | None:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--port" and i + 1 < len(argv) else None
+        if arg.startswith("--port="):
+            value = arg.split("=", 1)[1]
+        if value and value.isdigit():
+            return int(value)
+    return None
+
+
+def live(devices_env: str) -> dict[str, dict[str, Any]]:
+    """Every unit of ours on this host: what its main process runs, now."""
+    units = sorted(p.name for p in UNIT_DIR.glob(UNIT_GLOB))
+    out = {}
+    for unit, props in zip(units, show(units, "ActiveState", "SubState", "MainPID"), strict=True):
+        pid = int(props.get("MainPID") or 0)
+        env = process_env(pid) if pid else {}
+        out[unit] = {
+            "active": props.get("ActiveState", "unknown"),
+            "pid": pid,
+            "sha": env.get(SHA_VAR),
+            "port": process_port(pid) if pid else None,
+            "devices": set(filter(None, env.get(devices_env, "").split(","))),
+        }
+    return out
+
+
+def running_desired(now: dict[str, Any] | None, sha: str) -> bool:
+    return bool(now) and now["active"] == "active" and now["sha"] == sha  # type: ignore[index]
+
+
+def warm_marker(state: dict[str, Any], fingerprint: str) -> Path:
+    return Path(state["cache_root"]) / "servefleet-warm" / fingerprint
+
+
+def daemon_reload_if_needed(units: list[str]) -> None:
+    props = show(units, "NeedDaemonReload")
+    if any(p.get("NeedDaemonReload") == "yes" for p in props):
+        systemctl("daemon-reload")
+
+
+def make_room(state: dict[str, Any], inst: dict[str, Any]) -> None:
+    """Stop our other servers that hold this instance's port or any of its devices."""
+    wanted = set(filter(None, str(inst["devices"]).split(",")))
+    for unit, now in live(state["devices_env"]).items():
+        if unit == inst["unit"] or now["active"] not in ("active", "activating", "reloading"):
+            continue
+        if now["port"] == inst["port"] or now["devices"] & wanted:
+            log(
+                f"stopping {unit}: it holds port {now['port']} / devices "
+                f"{','.join(sorted(now['devices'])) or '-'} that {inst['unit']} needs"
+            )
+            systemctl("stop", unit)
+
+
+def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
+    cold = not warm_marker(state, inst["fingerprint"]).exists()
+    timeout = state["prewarm_timeout"] if cold else state["health_timeout"]
+    if restart:
+        make_room(state, inst)
+        systemctl("enable", "--quiet", inst["unit"])
+        systemctl("restart", inst["unit"])
+        log(f"{inst['unit']}: restarted ({'cold: compiling, ' if cold else ''}gate {timeout}s)")
+    else:
+        log(f"{inst['unit']}: runs its unit; resuming the pre-warm (gate {timeout}s)")
+    why = health.check(
+        inst["unit"], inst["port"], state["model"], timeout, state.get("host") or "127.0.0.1"
+    )
+    if why is not None:
+        raise Failed(f"health gate: {inst['unit']}: {why}", health.journal_tail(inst["unit"]))
+    if cold:
+        marker = warm_marker(state, inst["fingerprint"])
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(marker, time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    log(f"{inst['unit']}: healthy on port {inst['port']}")
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def write_units(state: dict[str, Any]) -> None:
+    """Each instance's unit file as its text says (atomically, only where it differs)."""
+    for inst in state["instances"]:
+        path = UNIT_DIR / inst["unit"]
+        if unit_sha(inst["text"]) != inst["sha"]:
+            raise Failed(f"{inst['unit']}: its text does not carry sha {inst['sha']}")
+        if not path.exists() or path.read_text() != inst["text"]:
+            write_atomic(path, inst["text"])
+            log(f"{inst['unit']}: written (sha {inst['sha']})")
+
+
+def bring_to(state: dict[str, Any]) -> None:
+    """Make the running instances those of ``state``: each through the gate, in order."""
+    units = [i["unit"] for i in state["instances"]]
+    write_units(state)
+    daemon_reload_if_needed(units)
+    now = live(state["devices_env"])
+    for inst in state["instances"]:
+        current = now.get(inst["unit"])
+        restart = not running_desired(current, inst["sha"])
+        cold = not warm_marker(state, inst["fingerprint"]).exists()
+        if restart or cold:
+            start_through_gate(state, inst, restart)
+            now = live(state["devices_env"])
+    for unit in state.get("stale", []):
+        if (UNIT_DIR / unit).exists():
+            systemctl("disable", "--now", "--quiet", unit, check=False)
+            (UNIT_DIR / unit).unlink()
+            log(f"{unit}: removed (no device group for it now)")
+    if state.get("stale"):
+        systemctl("daemon-reload")
+
+
+def unit_sha(text: str) -> str | None:
+    m = re.search(rf'^Environment="{SHA_VAR}=([0-9a-f]+)"$', text, re.M)
+    return m.group(1) if m else None
+
+
+def keep_units(state_dir: Path, state: dict[str, Any]) -> None:
+    """Keep the unit texts of a good state by sha, for rollbacks."""
+    store = state_dir / "units"
+    store.mkdir(parents=True, exist_ok=True)
+    for inst in state["instances"]:
+        target = store / f"{inst['sha']}.service"
+        if not target.exists():
+            write_atomic(target, inst["text"])
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def point_current(root: Path, release: str) -> None:
+    link = root / "current"
+    if os.path.islink(link) and os.readlink(link) == f"releases/{release}":
+        return
+    tmp = root / "current.new"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(f"releases/{release}", tmp)
+    os.replace(tmp, link)
+
+
+def released_in_units() -> set[str]:
+    ids = set()
+    for path in glob.glob(str(UNIT_DIR / UNIT_GLOB)):
+        with contextlib.suppress(OSError):
+            ids.update(re.findall(r"/releases/([0-9a-f]+)/", Path(path).read_text()))
+    return ids
+
+
+def clean_up(state_dir: Path) -> None:
+    """Remove releases and kept units nothing can need: keep ``current``, every release a unit
+    on disk names, and those of the good and previous states."""
+    root = state_dir.parent
+    states = [s for s in (load(state_dir / "good.json"), load(state_dir / "previous.json")) if s]
+    keep = released_in_units() | {s["release"] for s in states}
+    cur = root / "current"
+    if os.path.islink(cur):
+        keep.add(os.path.basename(os.readlink(cur)))
+    releases = root / "releases"
+    for rel in sorted(releases.iterdir()) if releases.is_dir() else []:
+        if rel.name not in keep:
+            shutil.rmtree(rel, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                (root / "plans" / f"{rel.name}.json").unlink()
+            log(f"release {rel.name}: removed (no unit or state names it)")
+    shas = {i["sha"] for s in states for i in s["instances"]}
+    for kept in (state_dir / "units").glob("*.service"):
+        if kept.stem not in shas:
+            kept.unlink()
+
+
+def record_good(state_dir: Path, state: dict[str, Any]) -> None:
+    good = {k: v for k, v in state.items() if k != "stale"}
+    good["instances"] = [{k: v for k, v in i.items() if k != "text"} for i in state["instances"]]
+    old = load(state_dir / "good.json")
+    if old and [i["sha"] for i in old["instances"]] != [i["sha"] for i in good["instances"]]:
+        write_atomic(state_dir / "previous.json", json.dumps(old, indent=1, sort_keys=True) + "\n")
+    write_atomic(state_dir / "good.json", json.dumps(good, indent=1, sort_keys=True) + "\n")
+
+
+def restore(state_dir: Path, target: dict[str, Any]) -> None:
+    """Unit files, ``current`` and running instances back to ``target``, through the gate."""
+    instances = []
+    for inst in target["instances"]:
+        kept = state_dir / "units" / f"{inst['sha']}.service"
+        if not kept.exists():
+            raise Failed(f"cannot restore {inst['unit']}: {kept} is missing")
+        instances.append({**inst, "text": kept.read_text()})
+    wanted = {i["unit"] for i in instances}
+    extra = [p.name for p in UNIT_DIR.glob(UNIT_GLOB) if p.name not in wanted]
+    bring_to({**target, "instances": instances, "stale": extra})
+    point_current(state_dir.parent, target["release"])
+
+
+def converge(desired_file: Path) -> int:
+    desired = json.loads(desired_file.read_text())
+    state_dir = desired_file.parent
+    try:
+        bring_to(desired)
+        keep_units(state_dir, desired)
+        record_good(state_dir, desired)
+        clean_up(state_dir)
+        return 0
+    except Failed as failure:
+        report(failure)
+    good = load(state_dir / "good.json")
+    if good is None:
+        print("servefleet: no earlier good state on this host to roll back to", file=sys.stderr)
+        return 1
+    try:
+        restore(state_dir, good)
+    except Failed as again:
+        report(again)
+        print(f"servefleet: rolling back to {good['release']} failed too", file=sys.stderr)
+        return 1
+    print(f"servefleet: rolled back to {good['release']}", file=sys.stderr)
+    return 1
+
+
+def report(failure: Failed) -> None:
+    unit = str(failure).split(": ")[1] if str(failure).startswith("health gate: ") else ""
+    sys.stderr.write(f"servefleet: {failure}\n")
+    if failure.journal:
+        sys.stderr.write(f"--- journal tail of {unit} ---\n{failure.journal}")
+    sys.stderr.flush()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("converge", "restore", "rollback"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    command, arg = argv
+    state_dir = Path(arg).parent if command == "converge" else Path(arg)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    # One at a time: a run whose controller died may still be converging here.
+    with open(state_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return locked(command, arg)
+
+
+def locked(command: str, arg: str) -> int:
+    if command == "converge":
+        return converge(Path(arg))
+    state_dir = Path(arg)
+    good, previous = load(state_dir / "good.json"), load(state_dir / "previous.json")
+    target = good if command == "restore" else previous
+    if target is None:
+        which = "good" if command == "restore" else "previous"
+        print(f"servefleet: no {which} state on this host; nothing to {command}", file=sys.stderr)
+        return 0 if command == "restore" else 1
+    try:
+        restore(state_dir, target)
+    except Failed as failure:
+        report(failure)
+        return 1
+    if command == "rollback":
+        assert good is not None
+        write_atomic(state_dir / "previous.json", json.dumps(good, indent=1, sort_keys=True) + "\n")
+        write_atomic(state_dir / "good.json", json.dumps(target, indent=1, sort_keys=True) + "\n")
+        clean_up(state_dir)
+        print(f"servefleet: rolled back to {target['release']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,208 @@
+"""The fault harness: run the real pyinfra CLI against the lab and SIGKILL the controller right
+after the N-th operation starts (or once a condition read from a host holds), then check that the
+next run converges to what the data asks for, judged from what runs on the hosts.
+
+Used by tests/hosts/test_faults.py (one N per phase) and by ``tests/fault_sweep.py`` (every N).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from labhelpers import on_host
+
+REPO = Path(__file__).resolve().parents[2]
+PYINFRA = str(Path(sys.executable).parent / "pyinfra")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STARTING = re.compile(r"--> Starting (?:[a-z ,]+ )?operation: (.*)$")
+PORTS = [8000 + i for i in range(4)]
+
+# The recompiling change the fault tests make, from the default data: every phase runs
+# (driver, release, models, units, pre-warm, restarts).
+CHANGE = [
+    "--data", "driver_version=3.6.0",
+    "--data", "serve_target=Throughput",
+    "--data", "serve_selection=spec_decode=eagle3,lmcache=cpu",
+]  # fmt: skip
+CHANGE_RESOLVE = ["--target", "throughput", "--set", "spec_decode=eagle3", "--set", "lmcache=cpu"]
+DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
+
+
+def secrets(state: dict[str, Any]) -> dict[str, str]:
+    return {name: Path(path).read_text().strip() for name, path in state["secrets"].items()}
+
+
+def pyinfra_cmd(*args: str, deploy_file: str = "deploys/serve.py") -> list[str]:
+    return [PYINFRA, "-y", *args, "inventories/lab.py", deploy_file]
+
+
+def run(
+    state: dict[str, Any],
+    *args: str,
+    deploy_file: str = "deploys/serve.py",
+    env: dict[str, str] | None = None,
+    timeout: float = 1800,
+) -> subprocess.CompletedProcess[str]:
+    """The real pyinfra CLI from the repo root, credentials in the environment."""
+    run_env = env or {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
+    return subprocess.run(
+        pyinfra_cmd(*args, deploy_file=deploy_file),
+        cwd=REPO,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_killed(
+    state: dict[str, Any],
+    *args: str,
+    at: Callable[[int, str], bool],
+    then: Callable[[], bool] | None = None,
+    timeout: float = 600,
+) -> tuple[list[str], bool]:
+    """Run pyinfra and SIGKILL it once ``at(n, name)`` holds for the n-th operation start (1-based)
+    and then ``then()`` (polled) holds. Returns the operations started and whether it was killed
+    (False: the run ended before the fault point)."""
+    env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
+    proc = subprocess.Popen(
+        pyinfra_cmd(*args),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    started: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    try:
+        for raw in proc.stdout:
+            m = STARTING.search(ANSI.sub("", raw.rstrip("\n")))
+            if not m:
+                continue
+            started.append(m.group(1).strip())
+            if at(len(started), started[-1]):
+                while then is not None and not then():
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+                    return started, True
+        proc.wait()
+        return started, False
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def op_names(state: dict[str, Any], *args: str) -> list[str]:
+    """The operations a run would start, in order (from a real --dry run)."""
+    env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
+    out = subprocess.run(
+        [PYINFRA, "--dry", *args, "inventories/lab.py", "deploys/serve.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = (ANSI.sub("", x) for x in (out.stdout + out.stderr).splitlines())
+    return [m.group(1).strip() for m in map(STARTING.search, lines) if m]
+
+
+def resolved(*extra: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "servefleet", "resolve", "rbln/gpt-oss-120b", *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def record(state: dict[str, Any], host: str, port: int) -> dict[str, Any] | None:
+    out = on_host(state, host, f"cat /run/rbln-sim/vllm-{port}.json 2>/dev/null || true").stdout
+    return json.loads(out) if out.strip() else None
+
+
+def runs_argv(state: dict[str, Any], host: str, port: int, argv: list[str]) -> bool:
+    """The server recorded on ``port`` got ``argv`` + --port, and is alive now."""
+    rec = record(state, host, port)
+    if not rec or rec["argv"][1:] != argv[1:] + ["--port", str(port)]:
+        return False
+    return on_host(state, host, f"kill -0 {rec['pid']}", check=False).returncode == 0
+
+
+def compile_log(state: dict[str, Any], host: str) -> list[str]:
+    return on_host(
+        state, host, "cat /var/log/rbln-sim/compile.log 2>/dev/null || true"
+    ).stdout.splitlines()
+
+
+def running_sig(state: dict[str, Any], host: str) -> str:
+    journal = on_host(
+        state, host, "journalctl -u servefleet-vllm-0.service -o cat --no-pager"
+    ).stdout
+    sigs = re.findall(r"signature ([0-9a-f]{16})", journal)
+    assert sigs, f"{host}: no signature in the journal of instance 0"
+    return sigs[-1]
+
+
+def totals(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(proc.stdout)["results"]["totals"]
+
+
+def changed_ops(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    data = json.loads(proc.stdout)
+    return [o["name"] for o in data["results"]["operations"] if o["success"]]
+
+
+def make_change_cold(state: dict[str, Any], hosts: list[str], sig: str | None) -> None:
+    """Undo what the change left on the hosts so that it runs every phase again: its compile
+    bundle and warm marker, the draft model, and every release but the serving one."""
+    for host in hosts:
+        script = (
+            f"rm -rf /var/lib/servefleet/hf/hub/models--{DRAFT.replace('/', '--')}; "
+            + (f"rm -rf /var/cache/servefleet/vllm/rbln/*/{sig}; " if sig else "")
+            + "cur=$(readlink /opt/servefleet/current | xargs basename); "
+            'for r in /opt/servefleet/releases/*; do [ "$(basename $r)" = "$cur" ] || rm -rf "$r"; done; '
+            "fp=$(sed -n 's/^# compile fingerprint: //p' /etc/systemd/system/servefleet-vllm-0.service); "
+            "for m in /var/cache/servefleet/vllm/servefleet-warm/*; do "
+            '[ "$(basename $m)" = "$fp" ] || rm -f "$m"; done; true'
+        )
+        on_host(state, host, script)
+
+
+def check_converged(
+    state: dict[str, Any], hosts: list[str], before: dict[str, int], limit: list[str]
+) -> None:
+    """After a fault and one clean run: every instance runs the change, one compile per host
+    for it, and a third run changes nothing."""
+    argv = resolved(*CHANGE_RESOLVE)["servers"][0]["argv"]
+    for host in hosts:
+        for port in PORTS:
+            assert runs_argv(state, host, port, argv), f"{host}:{port} does not run the change"
+        new = compile_log(state, host)[before[host] :]
+        sig = running_sig(state, host)
+        assert [line for line in new if f"sig={sig}" in line] and len(new) == 1, (
+            f"{host}: compiles during the change: {new} (want exactly one, of sig {sig})"
+        )
+    third = run(state, "--json", *limit, *CHANGE)
+    assert totals(third)["success"] == 0, changed_ops(third)
