@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builder of the servefleet lab's package artifacts: a SIMULATION of the RBLN stack.
 
-``python3 lab/build.py OUT`` (or ``build(Path(OUT))``) writes, from the sources under lab/:
+``python3 lab/build.py OUT [MODEL...]`` (or ``build(Path(OUT), models)``) writes, from the sources
+under lab/:
 
     OUT/index/private/   rebel-compiler, lmcache-rbln, nixl-rbln 0.12.0 + 0.12.1 (wheels)
     OUT/index/vllm/      vllm 0.30.0+cpu (the simulated server: console script ``vllm``)
@@ -12,13 +13,16 @@
                          nixl-rbln 0.12.0.post1)
     OUT/apt/             dkms and linux-headers-$(uname -r) stand-in .debs (not indexed)
     OUT/files/driver/    rebellions-x86_64-3.5.1.run, rebellions-x86_64-3.6.0.run
-    OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model
-    OUT/manifest.json    what is where, with sha256s
+    OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model and
+                         of each MODEL given, and manifest.json: the store's manifest
+                         ``{"models": {"org/name": {"sha256", "revision", "path"}}}`` (path
+                         relative to the store, ``org/name.tar.gz``) that the fetcher checks
+    OUT/manifest.json    what is where, with sha256s (model paths relative to OUT/files)
 
 Wheels and sdist are written directly (no build backend). Nothing is downloaded except, once,
 the setuptools wheel the sdist builds with (``pip download`` with the machine's own pip
 config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by a hash of the
-lab sources and the kernel release: an unchanged build returns at once.
+lab sources, the kernel release and the MODELs: an unchanged build returns at once.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,8 @@ ARCTIC_VERSION = "0.1.1"
 SIM_SUMMARY = "SIMULATION for the servefleet lab: stand-in for {name}"
 SQUAT_SUMMARY = "SIMULATION for the servefleet lab: a SQUATTER posing as {name}"
 RBLN_MODELS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]
+MODEL_ID = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")  # as the fetcher takes them
+SPECULATIVE_KEYS = ("--speculative-config", "speculative_config", "speculative-config")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,6 +431,8 @@ def _walk(node: Any) -> Iterator[str]:
         for key, value in node.items():
             if key in ("model_id", "model") and isinstance(value, str) and "/" in value:
                 yield value
+            if key in SPECULATIVE_KEYS and isinstance(value, str):
+                yield from _speculative_models(value)  # a bare JSON value
             yield from _walk(value)
     elif isinstance(node, list):
         for i, item in enumerate(node):
@@ -456,7 +464,12 @@ def recipe_models(recipes: Path = RECIPES) -> list[str]:
             if isinstance(data, dict):
                 data.pop(key, None)
         models.update(_walk(data))
-    return sorted(m for m in models if re.fullmatch(r"[\w.-]+/[\w.-]+", m))
+    return sorted(m for m in models if is_model_id(m))
+
+
+def is_model_id(model: str) -> bool:
+    """Whether model is ``ORG/NAME`` of ``[A-Za-z0-9._-]`` without ``..``."""
+    return bool(MODEL_ID.fullmatch(model)) and ".." not in model
 
 
 def model_revision(model: str) -> str:
@@ -493,6 +506,25 @@ def build_model(models_dir: Path, model: str) -> Path:
     return path
 
 
+def build_store(models_dir: Path, models: list[str]) -> dict[str, dict[str, str]]:
+    """The model store: an archive of each model and ``manifest.json``; returns its entries.
+
+    + models_dir: OUT/files/models (served as the store's URL)
+    + models: org/name ids
+    """
+    entries = {}
+    for model in sorted(set(models)):
+        path = build_model(models_dir, model)
+        entries[model] = {
+            "path": path.relative_to(models_dir).as_posix(),
+            "sha256": _sha256(path),
+            "revision": model_revision(model),
+        }
+    text = json.dumps({"models": entries}, indent=2, sort_keys=True) + "\n"
+    (models_dir / "manifest.json").write_text(text)
+    return entries
+
+
 # ---------------------------------------------------------------------------------------------
 # Entry point
 
@@ -505,9 +537,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def source_key() -> str:
-    """Hash of everything the output depends on: lab sources, recipes, kernel release."""
-    h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()}".encode())
+def source_key(models: Sequence[str] = ()) -> str:
+    """Hash of everything the output depends on: lab sources, recipes, kernel release, the
+    models added to the store."""
+    added = ",".join(sorted(set(models)))
+    h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()} models={added}".encode())
     paths = [p for p in LAB.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     paths += [p for p in RECIPES.rglob("*") if p.is_file()]
     for path in sorted(paths):
@@ -515,7 +549,7 @@ def source_key() -> str:
     return h.hexdigest()
 
 
-def _build_into(out: Path, key: str) -> dict[str, Any]:
+def _build_into(out: Path, key: str, models: Sequence[str]) -> dict[str, Any]:
     index = out / "index"
     build_wheels(index)
     build_sdist(index / "public")
@@ -533,13 +567,9 @@ def _build_into(out: Path, key: str) -> dict[str, Any]:
     for version, path in build_runfiles(files / "driver").items():
         rel = path.relative_to(files).as_posix()
         manifest["driver"][version] = {"path": rel, "sha256": _sha256(path)}
-    for model in recipe_models():
-        path = build_model(files / "models", model)
-        manifest["models"][model] = {
-            "path": path.relative_to(files).as_posix(),
-            "sha256": _sha256(path),
-            "revision": model_revision(model),
-        }
+    store = build_store(files / "models", [*recipe_models(), *models])
+    for model, entry in store.items():
+        manifest["models"][model] = dict(entry, path=f"models/{entry['path']}")
     for sub in sorted(p for p in index.iterdir() if p.is_dir()):
         manifest["wheels"][sub.name] = {
             p.name: {"sha256": _sha256(p)} for p in sorted(sub.iterdir()) if p.is_file()
@@ -550,13 +580,17 @@ def _build_into(out: Path, key: str) -> dict[str, Any]:
     return manifest
 
 
-def build(out: Path) -> dict[str, Any]:
+def build(out: Path, models: Sequence[str] = ()) -> dict[str, Any]:
     """Build the lab artifacts into ``out`` unless they are current; returns the manifest.
 
     + out: the output directory (replaced as a whole when the sources changed)
+    + models: org/name ids the store holds besides the recipes' models
     """
+    bad = [m for m in models if not is_model_id(m)]
+    if bad:
+        raise ValueError(f"not model ids ORG/NAME of [A-Za-z0-9._-]: {', '.join(map(repr, bad))}")
     out = Path(out)
-    key = source_key()
+    key = source_key(models)
     with contextlib.suppress(OSError, ValueError):
         manifest: dict[str, Any] = json.loads((out / "manifest.json").read_text())
         if manifest.get("source_key") == key:
@@ -564,7 +598,7 @@ def build(out: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        manifest = _build_into(tmp, key)
+        manifest = _build_into(tmp, key, models)
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -581,10 +615,10 @@ def build(out: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python3 lab/build.py OUT\n")
+    if not argv:
+        sys.stderr.write("usage: python3 lab/build.py OUT [MODEL...]\n")
         return 2
-    manifest = build(Path(argv[0]))
+    manifest = build(Path(argv[0]), argv[1:])
     print(f"{argv[0]}: {len(manifest['models'])} models, {len(manifest['driver'])} runfiles")
     return 0
 

@@ -1,6 +1,6 @@
-"""The lab's package sources: the simulated packages built from the lab sources (top-level
-``lab/``, outside the package, by its ``build.py``), cached by a hash of those sources, and the
-per-lab signed apt repository made from their .debs."""
+"""The lab's package sources: the simulated packages and model store built from the lab sources
+(top-level ``lab/``, outside the package, by its ``build.py``), cached by a hash of those sources
+and the models added to the store, and the per-lab signed apt repository made from their .debs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +46,36 @@ def sources_key(sources: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def ensure_artifacts(cache_dir: Path) -> tuple[Path, dict[str, Any]]:
+def artifacts_key(sources: Path, models: Sequence[str] = ()) -> str:
+    """The name of a build: the sources' key, then a hash of the models added to the store.
+
+    + sources: the lab sources directory
+    + models: org/name ids the store holds besides the recipes' models
+    """
+    key = sources_key(sources)
+    if models:
+        added = ",".join(sorted(set(models))).encode()
+        key += "-" + hashlib.sha256(added).hexdigest()[:12]
+    return key
+
+
+def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path, dict[str, Any]]:
     """Build the lab artifacts (or reuse the cached build); return their directory and manifest.
 
+    Builds of other lab sources are removed; builds of these sources with other models stay, so
+    a lab up with or without ``--models`` after the other starts warm.
+
     + cache_dir: the lab cache; builds live in ``cache_dir/artifacts/<key>``
+    + models: org/name ids the store holds besides the recipes' models
     """
     sources = lab_sources()
     root = cache_dir / "artifacts"
-    out = root / sources_key(sources)
+    out = root / artifacts_key(sources, models)
     if not (out / "manifest.json").is_file():
-        shutil.rmtree(root, ignore_errors=True)
+        same_sources = sources_key(sources)
+        for old in root.iterdir() if root.is_dir() else []:
+            if old == out or not old.name.startswith(same_sources) or old.suffix == ".tmp":
+                shutil.rmtree(old, ignore_errors=True)
         tmp = Path(str(out) + ".tmp")
         tmp.mkdir(parents=True)
         code = (
@@ -62,10 +83,13 @@ def ensure_artifacts(cache_dir: Path) -> tuple[Path, dict[str, Any]]:
             f"sys.path[:0] = [{str(sources.parent)!r}, {str(sources)!r}]\n"
             "from importlib import import_module\n"
             f"build = import_module({sources.name + '.build'!r})\n"
-            "build.build(Path(sys.argv[1]))\n"
+            "build.build(Path(sys.argv[1]), sys.argv[2:])\n"
         )
         proc = subprocess.run(
-            [sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, cwd=tmp
+            [sys.executable, "-c", code, str(tmp), *sorted(set(models))],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
         )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -111,13 +135,32 @@ def make_apt_repo(debs: Path, repo: Path, key_file: Path) -> None:
         env = dict(os.environ, GNUPGHOME=home)
         gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
         try:
-            _run(gpg + ["--quick-gen-key", APT_KEY_NAME, "ed25519", "sign", "never"],
-                 "gpg key generation", env=env)
-            _run(gpg + ["--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release")],
-                 "signing the apt Release", env=env)
-            _run(gpg + ["--yes", "--detach-sign", "-o", str(repo / "Release.gpg"),
-                        str(repo / "Release")], "signing the apt Release", env=env)
-            public = _run(["gpg", "--batch", "--export", APT_KEY_NAME], "gpg export", env=env).stdout
+            _run(
+                gpg + ["--quick-gen-key", APT_KEY_NAME, "ed25519", "sign", "never"],
+                "gpg key generation",
+                env=env,
+            )
+            _run(
+                gpg
+                + ["--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release")],
+                "signing the apt Release",
+                env=env,
+            )
+            _run(
+                gpg
+                + [
+                    "--yes",
+                    "--detach-sign",
+                    "-o",
+                    str(repo / "Release.gpg"),
+                    str(repo / "Release"),
+                ],
+                "signing the apt Release",
+                env=env,
+            )
+            public = _run(
+                ["gpg", "--batch", "--export", APT_KEY_NAME], "gpg export", env=env
+            ).stdout
         finally:
             subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True)
     key_file.write_bytes(public)

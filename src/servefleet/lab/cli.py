@@ -1,4 +1,4 @@
-"""``servefleet lab up|down|status|env|ssh``."""
+"""``servefleet lab up|down|status|env|models|ssh``."""
 
 from __future__ import annotations
 
@@ -47,23 +47,58 @@ def lab() -> None:
 
 @lab.command()
 @click.option("--hosts", default=layout.DEFAULT_HOSTS, show_default=True, help="number of hosts")
-@click.option("--devices", default=layout.DEFAULT_DEVICES, show_default=True,
-              help="simulated NPUs per host")
-@click.option("--odd-sku", "odd_sku", multiple=True, metavar="HOST=SKU",
-              help="make one host another card SKU (repeatable), e.g. lab3=RBLN-CA25")
-@click.option("--compile-seconds", default=layout.DEFAULT_COMPILE_SECONDS, show_default=True,
-              type=float, help="how long the simulated vllm compiles")
+@click.option(
+    "--devices", default=layout.DEFAULT_DEVICES, show_default=True, help="simulated NPUs per host"
+)
+@click.option(
+    "--odd-sku",
+    "odd_sku",
+    multiple=True,
+    metavar="HOST=SKU",
+    help="make one host another card SKU (repeatable), e.g. lab3=RBLN-CA25",
+)
+@click.option(
+    "--compile-seconds",
+    default=layout.DEFAULT_COMPILE_SECONDS,
+    show_default=True,
+    type=float,
+    help="how long the simulated vllm compiles",
+)
+@click.option(
+    "--models",
+    multiple=True,
+    metavar="ORG/NAME[,ORG/NAME...]",
+    help="also put simulated snapshots of these models in the model store (repeatable)",
+)
 @_one_line_errors
-def up(hosts: int, devices: int, odd_sku: tuple[str, ...], compile_seconds: float) -> None:
-    """Clear any earlier lab, then start hosts and package servers."""
+def up(
+    hosts: int,
+    devices: int,
+    odd_sku: tuple[str, ...],
+    compile_seconds: float,
+    models: tuple[str, ...],
+) -> None:
+    """Clear any earlier lab, then start hosts and package servers.
+
+    The model store holds a simulated snapshot of every model the shipped recipes name (drafts
+    included) and of each --models id.
+    """
     from servefleet.lab import fleet
 
-    state = fleet.up(hosts, devices, _odd_skus(odd_sku), compile_seconds,
-                     log=lambda line: click.echo(line, err=True))
+    state = fleet.up(
+        hosts,
+        devices,
+        _odd_skus(odd_sku),
+        compile_seconds,
+        log=lambda line: click.echo(line, err=True),
+        models=[m.strip() for value in models for m in value.split(",") if m.strip()],
+    )
     for host in state["hosts"]:
         click.echo(f"{host['name']} {host['address']} {host['sku']} running")
-    click.echo(f"lab up: state in {layout.STATE_FILE}; `eval \"$(servefleet lab env)\"` "
-               "exports the lab credentials")
+    click.echo(
+        f'lab up: state in {layout.STATE_FILE}; `eval "$(servefleet lab env)"` '
+        "exports the lab credentials"
+    )
 
 
 @lab.command()
@@ -94,6 +129,19 @@ def env() -> None:
 
     for line in env_lines(load_state()):
         click.echo(line)
+
+
+@lab.command("models")
+@_one_line_errors
+def list_models() -> None:
+    """What the lab's model store serves: model, revision and sha256 of each archive."""
+    from servefleet.lab.fleet import store_models
+    from servefleet.lab.state import load_state
+
+    entries = store_models(load_state())
+    width = max(map(len, entries), default=0)
+    for model, entry in sorted(entries.items()):
+        click.echo(f"{model:<{width}}  {entry['revision']}  {entry['sha256']}")
 
 
 @lab.command(context_settings={"ignore_unknown_options": True})

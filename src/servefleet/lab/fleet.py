@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,24 @@ from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_rep
 from servefleet.lab.base import ensure_base, script
 from servefleet.lab.index import fetch
 from servefleet.lab.state import LabError, load_state, write_state
+from servefleet.remote.fetch_model import bad_model_id
 
 TOOLS = (
-    "ip", "unshare", "nsenter", "mount", "umount", "mmdebstrap", "zstd", "tar", "ssh",
-    "ssh-keygen", "gpg", "gpgconf", "dpkg-deb", "dpkg-scanpackages", "apt-ftparchive",
+    "ip",
+    "unshare",
+    "nsenter",
+    "mount",
+    "umount",
+    "mmdebstrap",
+    "zstd",
+    "tar",
+    "ssh",
+    "ssh-keygen",
+    "gpg",
+    "gpgconf",
+    "dpkg-deb",
+    "dpkg-scanpackages",
+    "apt-ftparchive",
 )
 HOST_CGROUP = re.compile(
     rf"/{re.escape(layout.CGROUP_PREFIX + layout.HOST_PREFIX)}\d+(/|$)", re.MULTILINE
@@ -239,10 +254,23 @@ def _start_server(name: str, args: list[str], port: int) -> dict[str, Any]:
     pidfile = layout.STATE_RUN / f"{name}.pid"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", layout.SERVER_MODULE, *args, "--name", name,
-             "--bind", layout.BRIDGE_IP, "--port", str(port)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            [
+                sys.executable,
+                "-m",
+                layout.SERVER_MODULE,
+                *args,
+                "--name",
+                name,
+                "--bind",
+                layout.BRIDGE_IP,
+                "--port",
+                str(port),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
         )
     pidfile.write_text(f"{proc.pid}\n")
     return {"pid_file": str(pidfile), "log": str(log), "port": port, "_proc": proc}
@@ -267,20 +295,51 @@ def start_servers(artifacts: Path, secret_files: dict[str, str]) -> dict[str, di
     + artifacts: the built lab artifacts (index/, files/)
     + secret_files: the credential files by variable name
     """
-    basic = ["--user-file", secret_files["RBLN_INDEX_USER"],
-             "--password-file", secret_files["RBLN_INDEX_PASSWORD"]]
+    basic = [
+        "--user-file",
+        secret_files["RBLN_INDEX_USER"],
+        "--password-file",
+        secret_files["RBLN_INDEX_PASSWORD"],
+    ]
     specs: dict[str, tuple[list[str], int, str, str]] = {
-        "index_private": (["simple", str(artifacts / "index" / "private"), *basic],
-                          layout.PORT_INDEX_PRIVATE, "/simple/", "basic RBLN_INDEX_USER:RBLN_INDEX_PASSWORD"),
-        "index_vllm": (["simple", str(artifacts / "index" / "vllm")],
-                       layout.PORT_INDEX_VLLM, "/simple/", "none"),
-        "index_torch": (["simple", str(artifacts / "index" / "torch")],
-                        layout.PORT_INDEX_TORCH, "/simple/", "none"),
-        "index_public": (["simple", str(artifacts / "index" / "public")],
-                         layout.PORT_INDEX_PUBLIC, "/simple/", "none"),
+        "index_private": (
+            ["simple", str(artifacts / "index" / "private"), *basic],
+            layout.PORT_INDEX_PRIVATE,
+            "/simple/",
+            "basic RBLN_INDEX_USER:RBLN_INDEX_PASSWORD",
+        ),
+        "index_vllm": (
+            ["simple", str(artifacts / "index" / "vllm")],
+            layout.PORT_INDEX_VLLM,
+            "/simple/",
+            "none",
+        ),
+        "index_torch": (
+            ["simple", str(artifacts / "index" / "torch")],
+            layout.PORT_INDEX_TORCH,
+            "/simple/",
+            "none",
+        ),
+        "index_public": (
+            ["simple", str(artifacts / "index" / "public")],
+            layout.PORT_INDEX_PUBLIC,
+            "/simple/",
+            "none",
+        ),
         "apt": (["static", str(layout.STATE_APT)], layout.PORT_APT, "/", "none"),
-        "files": (["static", str(artifacts / "files"), "--token-file", secret_files["HF_TOKEN"],
-                   "--token-path", "/models/"], layout.PORT_FILES, "/", "bearer HF_TOKEN on /models/"),
+        "files": (
+            [
+                "static",
+                str(artifacts / "files"),
+                "--token-file",
+                secret_files["HF_TOKEN"],
+                "--token-path",
+                "/models/",
+            ],
+            layout.PORT_FILES,
+            "/",
+            "bearer HF_TOKEN on /models/",
+        ),
     }
     servers = {}
     for name, (args, port, path, auth) in specs.items():
@@ -303,12 +362,21 @@ def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds:
     known_hosts line."""
     hostdir = layout.STATE_HOSTS / host["name"]
     extra = hostdir / "extra"
-    for sub, mode in (("etc", 0o755), ("etc/ssh", 0o755), ("root", 0o700), ("root/.ssh", 0o700),
-                      ("usr", 0o755), ("usr/bin", 0o755), (layout.SIM_ETC.lstrip("/"), 0o755)):
+    for sub, mode in (
+        ("etc", 0o755),
+        ("etc/ssh", 0o755),
+        ("root", 0o700),
+        ("root/.ssh", 0o700),
+        ("usr", 0o755),
+        ("usr/bin", 0o755),
+        (layout.SIM_ETC.lstrip("/"), 0o755),
+    ):
         (extra / sub).mkdir(parents=True, exist_ok=True)
         (extra / sub).chmod(mode)
-    keys = [_keygen(kind, extra / "etc/ssh" / f"ssh_host_{kind}_key", f"root@{host['name']}")
-            for kind in ("ed25519", "ecdsa")]
+    keys = [
+        _keygen(kind, extra / "etc/ssh" / f"ssh_host_{kind}_key", f"root@{host['name']}")
+        for kind in ("ed25519", "ecdsa")
+    ]
     auth = extra / "root/.ssh/authorized_keys"
     auth.write_text(pubkey + "\n")
     auth.chmod(0o600)
@@ -328,10 +396,23 @@ def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds:
 
 def _ssh_base(state_ssh: dict[str, str]) -> list[str]:
     return [
-        "ssh", "-F", "/dev/null", "-i", state_ssh["key"], "-o", "IdentitiesOnly=yes",
-        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={state_ssh['known_hosts']}", "-o", "ConnectTimeout=3",
-        "-o", "LogLevel=ERROR",
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-i",
+        state_ssh["key"],
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={state_ssh['known_hosts']}",
+        "-o",
+        "ConnectTimeout=3",
+        "-o",
+        "LogLevel=ERROR",
     ]
 
 
@@ -353,17 +434,23 @@ def _wait_running(ssh: dict[str, str], host: dict[str, Any], deadline: float) ->
     last = "unreachable"
     while time.monotonic() < deadline:
         try:
-            proc = subprocess.run([*base, "systemctl", "is-system-running", "--wait"],
-                                  capture_output=True, text=True,
-                                  timeout=max(5.0, deadline - time.monotonic()))
+            proc = subprocess.run(
+                [*base, "systemctl", "is-system-running", "--wait"],
+                capture_output=True,
+                text=True,
+                timeout=max(5.0, deadline - time.monotonic()),
+            )
         except subprocess.TimeoutExpired:
             last = "systemctl is-system-running --wait timed out"
             continue
         out = proc.stdout.strip()
         if out in ("running", "degraded", "maintenance", "stopping"):
             if out != "running":
-                failed = subprocess.run([*base, "systemctl", "--failed", "--plain", "--no-legend"],
-                                        capture_output=True, text=True).stdout.split()
+                failed = subprocess.run(
+                    [*base, "systemctl", "--failed", "--plain", "--no-legend"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.split()
                 return f"{out} (failed: {' '.join(failed[::5][:5]) or '?'})"
             return out
         last = out or (proc.stderr.strip().splitlines() or ["unreachable"])[-1]
@@ -405,17 +492,61 @@ def plan_hosts(count: int, devices: int, odd_skus: dict[str, str]) -> list[dict[
         if name not in names:
             raise LabError(f"--odd-sku names host {name!r}; the lab has {', '.join(names)}")
         if sku not in layout.SKU_PCI_DEVICE:
-            raise LabError(f"--odd-sku {name}={sku}: unknown SKU; allowed: "
-                           + ", ".join(sorted(layout.SKU_PCI_DEVICE)))
+            raise LabError(
+                f"--odd-sku {name}={sku}: unknown SKU; allowed: "
+                + ", ".join(sorted(layout.SKU_PCI_DEVICE))
+            )
     hosts = []
     for i, name in enumerate(names, start=1):
         sku = odd_skus.get(name, layout.DEFAULT_SKU)
-        hosts.append({
-            "name": name, "address": layout.host_ip(i), "sku": sku,
-            "pci_device": layout.SKU_PCI_DEVICE[sku], "devices": devices,
-            "netns": layout.NETNS_PREFIX + name,
-        })
+        hosts.append(
+            {
+                "name": name,
+                "address": layout.host_ip(i),
+                "sku": sku,
+                "pci_device": layout.SKU_PCI_DEVICE[sku],
+                "devices": devices,
+                "netns": layout.NETNS_PREFIX + name,
+            }
+        )
     return hosts
+
+
+def check_models(models: Sequence[str]) -> list[str]:
+    """The models ``lab up --models`` adds to the store, checked as the fetcher checks a model
+    id; sorted, each once.
+
+    + models: ORG/NAME ids
+    """
+    for model in models:
+        problem = bad_model_id(model)
+        if problem:
+            raise LabError(f"--models: {problem}")
+    return sorted(set(models))
+
+
+def store_models(state: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """What the running lab's model store serves: its manifest's entries (model -> sha256,
+    revision, path), fetched as a host fetches them (with the HF token).
+
+    + state: the lab state
+    """
+    url = state["model_store"]["url"] + "manifest.json"
+    token_file = state["secrets"]["HF_TOKEN"]
+    try:
+        token = Path(token_file).read_text().strip()
+        code, _, body = fetch(url, {"Authorization": f"Bearer {token}"}, timeout=10)
+    except OSError as exc:
+        raise LabError(f"cannot read the model store's manifest {url}: {exc}") from None
+    if code in (401, 403):
+        raise LabError(f"the model store refused the token in {token_file} ({code})")
+    if code != 200:
+        raise LabError(f"the model store answered {code} for {url}")
+    try:
+        models = json.loads(body)["models"]
+    except (ValueError, KeyError, TypeError):
+        raise LabError(f"{url} is not a model store manifest") from None
+    return dict(models)
 
 
 def up(
@@ -424,6 +555,7 @@ def up(
     odd_skus: dict[str, str] | None = None,
     compile_seconds: float = layout.DEFAULT_COMPILE_SECONDS,
     log: Any = print,
+    models: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Clear any earlier lab, then build and start a new one; return its state.
 
@@ -432,8 +564,10 @@ def up(
     + odd_skus: host name -> SKU for hosts that are not RBLN-CR13
     + compile_seconds: how long the simulated vllm "compiles"
     + log: progress callback taking one line
+    + models: ORG/NAME ids whose simulated snapshots the store holds besides the recipes' models
     """
     plan = plan_hosts(hosts, devices, odd_skus or {})
+    added = check_models(models)
     if compile_seconds < 0:
         raise LabError(f"--compile-seconds must be >= 0, not {compile_seconds:g}")
     check_can_run()
@@ -442,37 +576,60 @@ def up(
         raise LabError(f"the lab sources have no {sim / 'lspci'}")
     t0 = time.monotonic()
     clear()
-    for d in (layout.STATE_DIR, layout.STATE_RUN, layout.STATE_LOGS, layout.STATE_HOSTS,
-              layout.CACHE_DIR):
+    for d in (
+        layout.STATE_DIR,
+        layout.STATE_RUN,
+        layout.STATE_LOGS,
+        layout.STATE_HOSTS,
+        layout.CACHE_DIR,
+    ):
         d.mkdir(parents=True, exist_ok=True)
     layout.STATE_SSH.mkdir(mode=0o700, parents=True, exist_ok=True)
     log(f"cleared the earlier lab ({time.monotonic() - t0:.1f} s)")
 
-    artifacts, manifest = ensure_artifacts(layout.CACHE_DIR)
+    artifacts, manifest = ensure_artifacts(layout.CACHE_DIR, added)
     make_apt_repo(artifacts / "apt", layout.STATE_APT, layout.APT_KEY_FILE)
     log(f"lab artifacts and signed apt repository ready ({time.monotonic() - t0:.1f} s)")
     base = ensure_base(layout.CACHE_DIR)
     log(f"base image ready ({time.monotonic() - t0:.1f} s)")
 
     _run(["ip", "link", "add", layout.BRIDGE, "type", "bridge"], "creating the bridge")
-    _run(["ip", "addr", "add", f"{layout.BRIDGE_IP}/{layout.PREFIX}", "dev", layout.BRIDGE],
-         "addressing the bridge")
+    _run(
+        ["ip", "addr", "add", f"{layout.BRIDGE_IP}/{layout.PREFIX}", "dev", layout.BRIDGE],
+        "addressing the bridge",
+    )
     _run(["ip", "link", "set", layout.BRIDGE, "up"], "bringing the bridge up")
 
     secret_files = _new_secret_files()
     servers = start_servers(artifacts, secret_files)
     log(f"servers up on {layout.BRIDGE_IP} ({time.monotonic() - t0:.1f} s)")
 
-    ssh = {"user": "root", "key": str(layout.STATE_SSH / "id_ed25519"),
-           "known_hosts": str(layout.STATE_SSH / "known_hosts")}
+    ssh = {
+        "user": "root",
+        "key": str(layout.STATE_SSH / "id_ed25519"),
+        "known_hosts": str(layout.STATE_SSH / "known_hosts"),
+    }
     pubkey = _keygen("ed25519", Path(ssh["key"]), "servefleet-lab")
     known = [_prepare_host(h, pubkey, sim, compile_seconds) for h in plan]
     Path(ssh["known_hosts"]).write_text("\n".join(known) + "\n")
     for h in plan:
         hostdir = layout.STATE_HOSTS / h["name"]
-        _run(["bash", str(script("host-up.sh")), h["name"], h["address"], str(base), str(hostdir),
-              h["netns"], layout.VETH_PREFIX + h["name"], layout.CGROUP_PREFIX + h["name"],
-              layout.BRIDGE, str(layout.PREFIX)], f"booting {h['name']}")
+        _run(
+            [
+                "bash",
+                str(script("host-up.sh")),
+                h["name"],
+                h["address"],
+                str(base),
+                str(hostdir),
+                h["netns"],
+                layout.VETH_PREFIX + h["name"],
+                layout.CGROUP_PREFIX + h["name"],
+                layout.BRIDGE,
+                str(layout.PREFIX),
+            ],
+            f"booting {h['name']}",
+        )
         h["root"] = str(hostdir / "merged")
         h["console_log"] = str(hostdir / "console.log")
     deadline = time.monotonic() + BOOT_TIMEOUT
@@ -480,8 +637,10 @@ def up(
         states = list(pool.map(lambda h: _wait_running(ssh, h, deadline), plan))
     bad = [f"{h['name']}: {s}" for h, s in zip(plan, states, strict=True) if s != "running"]
     if bad:
-        raise LabError(f"lab hosts did not boot ({'; '.join(bad)}); see the console logs under "
-                       f"{layout.STATE_HOSTS}; `servefleet lab down` removes the lab")
+        raise LabError(
+            f"lab hosts did not boot ({'; '.join(bad)}); see the console logs under "
+            f"{layout.STATE_HOSTS}; `servefleet lab down` removes the lab"
+        )
     log(f"{len(plan)} hosts running ({time.monotonic() - t0:.1f} s)")
 
     files_url = layout.url(layout.PORT_FILES)
@@ -493,20 +652,29 @@ def up(
         "groups": {"lab": [h["name"] for h in plan], "cr13": [h["name"] for h in plan]},
         "ssh": ssh,
         "servers": servers,
-        "indexes": {k: servers[f"index_{k}"]["url"] for k in ("private", "vllm", "torch", "public")},
+        "indexes": {
+            k: servers[f"index_{k}"]["url"] for k in ("private", "vllm", "torch", "public")
+        },
         "secrets": secret_files,
         "apt": {
-            "url": servers["apt"]["url"], "suite": "./", "key": str(layout.APT_KEY_FILE),
+            "url": servers["apt"]["url"],
+            "suite": "./",
+            "key": str(layout.APT_KEY_FILE),
             "key_url": layout.url(layout.PORT_APT, "/lab-archive-keyring.gpg"),
         },
         "driver": {
-            version: {"url": files_url + entry["path"], "sha256": entry["sha256"],
-                      "file": Path(entry["path"]).name}
+            version: {
+                "url": files_url + entry["path"],
+                "sha256": entry["sha256"],
+                "file": Path(entry["path"]).name,
+            }
             for version, entry in sorted(manifest.get("driver", {}).items())
         },
-        "model_store": {"url": layout.url(layout.PORT_FILES, "/models/"),
-                        "auth": "Authorization: Bearer $HF_TOKEN",
-                        "models": manifest.get("models", {})},
+        "model_store": {
+            "url": layout.url(layout.PORT_FILES, "/models/"),
+            "auth": "Authorization: Bearer $HF_TOKEN",
+            "models": manifest.get("models", {}),
+        },
         "sim": {"compile_seconds": compile_seconds, "devices": devices},
         "artifacts": str(artifacts),
         "manifest": manifest,
@@ -523,13 +691,17 @@ def status() -> list[str]:
         try:
             proc = subprocess.run(
                 ssh_command(state, host["name"], ["systemctl", "is-system-running"]),
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             )
             hstate = proc.stdout.strip() or "unreachable"
         except subprocess.TimeoutExpired:
             hstate = "unreachable (timeout)"
-        lines.append(f"{host['name']:<8} {host['address']:<13} {host['sku']:<10} "
-                     f"{host['devices']} devices  {hstate}")
+        lines.append(
+            f"{host['name']:<8} {host['address']:<13} {host['sku']:<10} "
+            f"{host['devices']} devices  {hstate}"
+        )
     running = set(server_pids())
     for name, server in sorted(state["servers"].items()):
         try:

@@ -1,94 +1,610 @@
 #!/usr/bin/env python3
-"""servefleet model fetch. Runs ON THE HOST, as root (stdlib only, plus huggingface_hub from the
-release venv for hub downloads).
+"""servefleet model fetch. Runs ON THE HOST, as root (stdlib only, python3 >= 3.10; hub downloads
+run huggingface_hub inside the release venv's python).
 
 usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON) [--token-file FILE]
+                      [--token-env NAME] [--revision REV] [--sha256 HEX] [--timeout SECONDS]
 
-Lays the model out as a Hugging Face download does, under $HF_HOME/hub/models--ORG--NAME, so
-servers started with HF_HUB_OFFLINE=1 find it and never download. A store serves
-<URL>/<org>/<name>.tar.gz holding that layout. Nothing is left half-written: the store archive is
-unpacked in a temporary directory and moved into place.
+Lays MODEL (``ORG/NAME``) out as a Hugging Face download does, under
+``$HF_HOME/hub/models--ORG--NAME``, so servers started with HF_HUB_OFFLINE=1 find it and never
+download. Everything it writes there is owned by OWNER and OWNER's primary group.
+
+Store (``--store URL``): ``<URL>/manifest.json`` is ``{"models": {"ORG/NAME": {"sha256": HEX,
+"revision": REV, "path": "ORG/NAME.tar.gz"}}}`` and ``<URL>/<path>`` a tar.gz of
+``models--ORG--NAME/{refs/main,snapshots/<rev>/...}``. The archive is streamed once into a
+temporary file and its sha256, checked against ``--sha256`` or else the manifest, then unpacked
+in a temporary directory under ``$HF_HOME/hub``, checked and moved into place. An archive with a
+member outside ``models--ORG--NAME/``, a symlink resolving outside it, a hard link, a device or
+fifo is refused whole. Requests time out after ``--timeout`` seconds; the token (read from the
+0600 ``--token-file``) travels only in the Authorization header, which a redirect to another
+origin (scheme, host, port) drops.
+
+Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV)`` in PYTHON, with
+HF_TOKEN_PATH pointing at the token file.
+
+``--revision REV`` (40 hex digits) pins a commit: the archive must hold ``snapshots/REV``
+(refs/main may name another). Without it the revision is the one refs/main names (store) or the
+one the hub resolves.
+
+Completeness marker (the contract the host probe reads): the LAST step of a successful fetch,
+after every file is in place, owned and synced, writes
+``$HF_HOME/hub/models--ORG--NAME/.servefleet-complete`` atomically (a temporary file renamed
+over it), holding exactly the revision, the 40-hex commit directory under ``snapshots/`` (no
+newline, like refs/main). A model counts as present iff that marker exists, names an existing
+``snapshots/<rev>`` directory and, when a revision is pinned, equals it. refs/main alone proves
+nothing: a download cut short leaves it behind. A failed fetch leaves an earlier copy as it was
+and never a partial one: leftovers of a killed run (``$HF_HOME/hub/.fetch-*``) are removed by
+the next run; runs on one host take turns (a lock on ``$HF_HOME/hub``).
+
+Every failure is one line on stderr, ``servefleet: ...``; exit 2 for bad arguments, else 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import http.client
+import json
 import os
+import pwd
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
 import urllib.request
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any, NoReturn
+from urllib.parse import urlsplit
+
+MARKER = ".servefleet-complete"
+MODEL_RE = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
+REVISION_RE = re.compile(r"[0-9a-f]{40}")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+STORE_PATH_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
+TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # what an HTTP header can carry, no spaces
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CHUNK = 1 << 20
+MANIFEST_LIMIT = 16 << 20
+MAX_LINK_HOPS = 40  # as the kernel's MAXSYMLINKS
+DATA_FILTER = hasattr(tarfile, "data_filter")  # 3.12, and the 3.10.12/3.11.4 backports
+FILTER_ERROR: Any = getattr(tarfile, "FilterError", ())  # nothing to catch before them
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def from_store(model: str, hub: Path, store: str, token_file: str | None, owner: str) -> None:
-    org, name = model.split("/", 1)
-    url = f"{store.rstrip('/')}/{org}/{name}.tar.gz"
-    target = hub / f"models--{org}--{name}"
-    request = urllib.request.Request(url)
-    if token_file:  # the token travels in a header, never in argv or the URL
-        request.add_header("Authorization", "Bearer " + Path(token_file).read_text().strip())
-    with tempfile.TemporaryDirectory(dir=hub, prefix=".fetch-") as tmp:
-        archive = Path(tmp) / "model.tar.gz"
-        with urllib.request.urlopen(request, timeout=60) as r, open(archive, "wb") as out:
-            shutil.copyfileobj(r, out)
-        unpacked = Path(tmp) / "unpacked"
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                path = (unpacked / member.name).resolve()
-                if (
-                    not str(path).startswith(str(unpacked.resolve()))
-                    or member.issym()
-                    and os.path.isabs(member.linkname)
-                ):
-                    sys.exit(f"servefleet: {url}: unsafe path {member.name!r} in archive")
-            tar.extractall(unpacked)
-        got = unpacked / target.name
-        if not (got / "refs" / "main").is_file():
-            sys.exit(f"servefleet: {url} does not hold {target.name}/refs/main")
-        chown(got, owner)  # complete and owned before it appears under its name
-        if target.exists():
-            shutil.rmtree(target)
-        got.rename(target)
+class Refusal(Exception):
+    """One line for stderr (without the ``servefleet: `` prefix) and the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def chown(path: Path, owner: str) -> None:
-    if subprocess.run(["chown", "-R", f"{owner}:{owner}", str(path)]).returncode != 0:
-        sys.exit(f"servefleet: cannot give {path} to {owner}")
+def bad_model_id(model: str) -> str | None:
+    """Why model is not a model id ``ORG/NAME`` of ``[A-Za-z0-9._-]`` without ``..``, or None.
+
+    + model: the id to check
+    """
+    if not MODEL_RE.fullmatch(model) or ".." in model:
+        return f"{model!r} is not a model id ORG/NAME of [A-Za-z0-9._-] (no '..')"
+    return None
 
 
-def from_hub(model: str, hf_home: Path, python: str, token_file: str | None) -> None:
-    env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_DISABLE_TELEMETRY="1")
-    if token_file:
-        env["HF_TOKEN_PATH"] = token_file
-    code = (
-        "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])"
+def repo_dir_name(model: str) -> str:
+    """``models--ORG--NAME``: the directory of model under ``$HF_HOME/hub``."""
+    return "models--" + model.replace("/", "--")
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, but never carries the Authorization header to another origin."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+class Client:
+    """GETs with a timeout and the store token; every failure becomes one Refusal line.
+
+    + token: the bearer token, or None
+    + token_env: the controller's variable the token comes from (named on 401/403)
+    + timeout: seconds for each connect and each read
+    """
+
+    def __init__(self, token: str | None, token_env: str | None, timeout: float) -> None:
+        self.token = token
+        self.token_env = token_env
+        self.timeout = timeout
+        self.opener = urllib.request.build_opener(_Redirects)
+
+    @contextlib.contextmanager
+    def _errors(self, url: str, not_found: str) -> Iterator[None]:
+        try:
+            yield
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if exc.code == 404:
+                raise Refusal(not_found) from None
+            if exc.code in (401, 403):
+                hint = (
+                    f"check the {self.token_env} environment variable on the controller"
+                    if self.token_env
+                    else "the store wants a valid token (--token-file)"
+                )
+                raise Refusal(f"{url} answered {exc.code}; {hint}") from None
+            raise Refusal(f"{url} answered {exc.code} {exc.reason}") from None
+        except TimeoutError:
+            raise Refusal(f"{url}: no answer within {self.timeout:g} s") from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise Refusal(f"{url}: no answer within {self.timeout:g} s") from None
+            raise Refusal(f"cannot fetch {url}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise Refusal(f"fetching {url} failed: {exc!r}") from None
+
+    def _open(self, url: str) -> Any:
+        request = urllib.request.Request(url)
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        return self.opener.open(request, timeout=self.timeout)
+
+    def read(self, url: str, not_found: str, limit: int) -> bytes:
+        """The body of url (at most limit bytes)."""
+        with self._errors(url, not_found), self._open(url) as response:
+            data: bytes = response.read(limit + 1)
+        if len(data) > limit:
+            raise Refusal(f"{url} is larger than {limit} bytes")
+        return data
+
+    def download(self, url: str, out: IO[bytes], not_found: str) -> str:
+        """Stream url into out once; return its sha256."""
+        digest = hashlib.sha256()
+        with self._errors(url, not_found), self._open(url) as response:
+            for chunk in iter(lambda: response.read(CHUNK), b""):
+                digest.update(chunk)
+                out.write(chunk)
+        return digest.hexdigest()
+
+
+def store_entry(client: Client, store: str, model: str) -> dict[str, str]:
+    """The store manifest's entry of model: sha256 and a safe path under the store."""
+    url = f"{store}/manifest.json"
+    data = client.read(
+        url, f"{url} answered 404: the store publishes no manifest; give --sha256", MANIFEST_LIMIT
     )
-    if subprocess.run([python, "-c", code, model], env=env).returncode != 0:
-        sys.exit(f"servefleet: downloading {model} from the Hugging Face hub failed")
+    try:
+        models = json.loads(data)["models"]
+        entry = models[model] if isinstance(models, dict) else None
+    except KeyError:
+        entry = None
+    except (ValueError, TypeError):
+        raise Refusal(f"{url} is not a store manifest") from None
+    if entry is None:
+        raise Refusal(f"{model} is not in the store ({store})")
+    sha = entry.get("sha256") if isinstance(entry, dict) else None
+    path = entry.get("path", f"{model}.tar.gz") if isinstance(entry, dict) else None
+    if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha.lower()):
+        raise Refusal(f"{url} has no sha256 for {model}")
+    if not isinstance(path, str) or not STORE_PATH_RE.fullmatch(path) or ".." in path.split("/"):
+        raise Refusal(f"{url} names an unsafe path for {model}: {path!r}")
+    return {"sha256": sha.lower(), "path": path}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="fetch_model.py")
-    ap.add_argument("model")
-    ap.add_argument("hf_home", type=Path)
-    ap.add_argument("owner")
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--store")
-    src.add_argument("--hub", metavar="PYTHON")
-    ap.add_argument("--token-file")
-    a = ap.parse_args()
-    hub = a.hf_home / "hub"
-    hub.mkdir(parents=True, exist_ok=True)
-    if a.store:
-        from_store(a.model, hub, a.store, a.token_file, a.owner)
+# --- archives ------------------------------------------------------------------------------------
+def _parts(name: str) -> list[str]:
+    return [p for p in name.split("/") if p not in ("", ".")]
+
+
+def _link_problem(path: str, links: dict[str, str], top: str) -> str | None:
+    """Why path, resolved as the kernel would through the archive's own symlinks (links: member
+    path -> target), does not end inside top; None when it does."""
+    outside = f"resolves outside {top}/"
+    done: list[str] = []
+    todo = path.split("/")[::-1]
+    hops = 0
+    while todo:
+        part = todo.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not done:
+                return outside
+            done.pop()
+            continue
+        done.append(part)
+        target = links.get("/".join(done))
+        if target is not None:
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                return "a symlink loop"
+            if target.startswith("/"):
+                return outside
+            done.pop()
+            todo.extend(target.split("/")[::-1])
+    return None if done and done[0] == top else outside
+
+
+def unsafe_member(members: list[tarfile.TarInfo], top: str) -> tuple[str, str] | None:
+    """The first member that could write or point outside top, and why; or None.
+
+    Allowed: directories, regular files and symlinks, each under ``top/`` once (a directory may
+    repeat), no member inside a symlinked directory, every symlink resolving inside top.
+
+    + members: the archive's members
+    + top: the one directory the archive may hold (``models--ORG--NAME``)
+    """
+    seen: dict[str, bool] = {}
+    links: dict[str, str] = {}
+    for m in members:
+        parts = _parts(m.name)
+        if m.name.startswith("/"):
+            return m.name, "absolute path"
+        if ".." in parts:
+            return m.name, "'..' in its path"
+        if not parts or parts[0] != top:
+            return m.name, f"outside {top}/"
+        if len(parts) > 1 and parts[1].startswith(MARKER):
+            return m.name, "only the fetcher writes the completeness marker"
+        if m.islnk():
+            return m.name, "hard link"
+        if m.ischr() or m.isblk() or m.isfifo():
+            return m.name, "device or fifo"
+        if not (m.isreg() or m.isdir() or m.issym()):
+            return m.name, "special file"
+        key = "/".join(parts)
+        if key in seen and not (seen[key] and m.isdir()):
+            return m.name, "appears twice"
+        seen[key] = m.isdir()
+        if m.issym():
+            if m.linkname.startswith("/"):
+                return m.name, f"symlink to the absolute path {m.linkname}"
+            links[key] = m.linkname
+    for m in members:
+        parts = _parts(m.name)
+        if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
+            return m.name, "inside a symlinked directory"
+        problem = _link_problem(m.name, links, top) if m.issym() else None
+        if problem:
+            return m.name, f"symlink to {m.linkname}: {problem}"
+    return None
+
+
+def unpack(archive: Path, dest: Path, top: str, url: str) -> Path:
+    """Check every member of archive, then extract it into dest; return ``dest/top``.
+
+    + archive: the downloaded tar.gz
+    + dest: an empty directory to create
+    + top: the one directory the archive may hold
+    + url: where the archive came from (for messages)
+    """
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            unsafe = unsafe_member(members, top)
+            if unsafe:
+                raise Refusal(f"{url}: unsafe member {unsafe[0]!r} ({unsafe[1]})")
+            for m in members:  # plain permissions, whatever the archive says
+                m.mode = 0o755 if m.isdir() or m.mode & 0o111 else 0o644
+            dest.mkdir()
+            tar.errorlevel = 2
+            if DATA_FILTER:
+                tar.extractall(dest, members, filter="data")
+            else:
+                tar.extractall(dest, members)
+    except FILTER_ERROR as exc:  # the data filter caught what the checks above let by
+        name = exc.tarinfo.name if exc.tarinfo else "?"
+        raise Refusal(f"{url}: unsafe member {name!r} ({exc})") from None
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise Refusal(f"{url} is not a readable tar.gz ({exc})") from None
+    got = dest / top
+    if not got.is_dir() or got.is_symlink():
+        raise Refusal(f"{url} does not hold {top}/")
+    return got
+
+
+def check_snapshot(repo: Path, rev: str | None, source: str) -> str:
+    """The revision whose snapshot repo holds: rev, else the one refs/main names.
+
+    + repo: the ``models--ORG--NAME`` directory
+    + rev: the wanted revision, or None
+    + source: where repo came from (for messages)
+    """
+    if rev is None:
+        refs = repo / "refs" / "main"
+        if not refs.is_file():
+            raise Refusal(f"{source} does not hold {repo.name}/refs/main")
+        rev = refs.read_text().strip()
+        if not REVISION_RE.fullmatch(rev):
+            raise Refusal(f"{source}: {repo.name}/refs/main does not name a commit")
+    snapshot = repo / "snapshots" / rev
+    if not snapshot.is_dir() or not any(snapshot.iterdir()):
+        raise Refusal(f"{source} does not hold the files of {repo.name}/snapshots/{rev}")
+    return rev
+
+
+# --- ownership and the marker --------------------------------------------------------------------
+def give(top: Path, uid: int, gid: int) -> None:
+    """chown top and everything under it, never following a symlink (links are chowned)."""
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+def mark_complete(repo: Path, rev: str, uid: int, gid: int) -> None:
+    """Write repo/MARKER holding rev, atomically, after syncing everything written before."""
+    os.sync()
+    tmp = repo / f"{MARKER}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(rev)
+        out.flush()
+        os.fsync(out.fileno())
+    os.chown(tmp, uid, gid, follow_symlinks=False)
+    os.replace(tmp, repo / MARKER)
+    dirfd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+@contextlib.contextmanager
+def one_fetch_at_a_time(hub: Path) -> Iterator[None]:
+    """Hold the lock on hub, then remove what a killed run left (``.fetch-*``)."""
+    fd = os.open(hub, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in hub.glob(".fetch-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --- sources -------------------------------------------------------------------------------------
+def from_store(a: argparse.Namespace, hub: Path, client: Client, uid: int, gid: int) -> str:
+    """Fetch a.model from the store into hub; return its revision."""
+    store = a.store.rstrip("/")
+    top = repo_dir_name(a.model)
+    if a.sha256:
+        want, path, said = a.sha256, f"{a.model}.tar.gz", "--sha256"
     else:
-        from_hub(a.model, a.hf_home, a.hub, a.token_file)
-        chown(a.hf_home, a.owner)
-    print(f"{a.model} is in {hub}")
+        entry = store_entry(client, store, a.model)
+        want, path, said = entry["sha256"], entry["path"], "the store manifest"
+    url = f"{store}/{path}"
+    with tempfile.TemporaryDirectory(dir=hub, prefix=".fetch-") as tmp:
+        archive = Path(tmp) / "archive"
+        with open(archive, "wb") as out:
+            got = client.download(url, out, f"{a.model} is not in the store ({store})")
+        if got != want:
+            raise Refusal(f"{a.model}: {url} has sha256 {got}, but {said} says {want}")
+        repo = unpack(archive, Path(tmp) / "unpacked", top, url)
+        archive.unlink()
+        rev = check_snapshot(repo, a.revision, url)
+        give(repo, uid, gid)
+        target = hub / top
+        old = Path(tmp) / "old"
+        if target.exists() or target.is_symlink():
+            os.rename(target, old)
+        try:
+            os.rename(repo, target)
+        except OSError:
+            if old.exists() or old.is_symlink():
+                os.rename(old, target)
+            raise
+    return rev
+
+
+HUB_CODE = r"""
+import json, sys
+try:
+    from huggingface_hub import snapshot_download
+    path = snapshot_download(sys.argv[1], revision=sys.argv[2] or None)
+except Exception as exc:  # one JSON line, never a traceback
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    lines = str(exc).strip().splitlines() or [""]
+    print(json.dumps({"error": type(exc).__name__, "status": status, "message": lines[0]}))
+    sys.exit(1)
+print(json.dumps({"path": path}))
+"""
+HUB_ENV_DROPPED = (
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)
+
+
+def _hub_problem(a: argparse.Namespace, result: dict[str, Any]) -> str:
+    error, status, message = result.get("error"), result.get("status"), result.get("message")
+    if status in (401, 403) or error in ("GatedRepoError", "RepositoryNotFoundError"):
+        hint = (
+            f"check the {a.token_env} environment variable on the controller"
+            if a.token_env
+            else "a token may be needed (--token-file)"
+        )
+        return f"the Hugging Face hub refused {a.model} ({message}); {hint}"
+    if error == "RevisionNotFoundError":
+        return f"the Hugging Face hub has no revision {a.revision} of {a.model}"
+    return f"downloading {a.model} from the Hugging Face hub failed: {error}: {message}"
+
+
+def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
+    """Download a.model with snapshot_download in the release venv; return its revision."""
+    env = {k: v for k, v in os.environ.items() if k not in HUB_ENV_DROPPED}
+    env.update(
+        HF_HOME=str(a.hf_home),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_HUB_ETAG_TIMEOUT=f"{a.timeout:g}",
+        HF_HUB_DOWNLOAD_TIMEOUT=f"{a.timeout:g}",
+    )
+    if a.token_file:
+        env["HF_TOKEN_PATH"] = a.token_file
+    try:
+        proc = subprocess.run(
+            [a.hub, "-c", HUB_CODE, a.model, a.revision or ""],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    except OSError as exc:
+        raise Refusal(f"cannot run {a.hub}: {exc.strerror}") from None
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        result = {}
+    if proc.returncode != 0 or not isinstance(result.get("path"), str):
+        if result.get("error"):
+            raise Refusal(_hub_problem(a, result))
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise Refusal(f"downloading {a.model} from the Hugging Face hub failed: {tail}")
+    repo = hub / repo_dir_name(a.model)
+    snapshot = Path(result["path"])
+    wanted = a.revision or snapshot.name
+    if (
+        snapshot.parent != repo / "snapshots"
+        or snapshot.name != wanted
+        or not REVISION_RE.fullmatch(wanted)
+    ):
+        raise Refusal(
+            f"snapshot_download gave {snapshot}, not {repo}/snapshots/{a.revision or '<commit>'}"
+        )
+    rev = check_snapshot(repo, snapshot.name, "the hub")
+    give(repo, uid, gid)
+    locks = hub / ".locks" / repo.name
+    if locks.is_dir():
+        give(locks, uid, gid)
+    return rev
+
+
+# --- command line --------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise Refusal(f"fetch_model.py: {message}", code=2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = _Parser(prog="fetch_model.py", description="Fetch a model into $HF_HOME/hub.")
+    ap.add_argument("model", help="ORG/NAME")
+    ap.add_argument("hf_home", type=Path, help="absolute path of HF_HOME")
+    ap.add_argument("owner", help="the user (and its primary group) to own the files")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--store", metavar="URL", help="a model store (http or https)")
+    src.add_argument("--hub", metavar="PYTHON", help="a python with huggingface_hub")
+    ap.add_argument("--token-file", metavar="FILE", help="the token (a 0600 file)")
+    ap.add_argument("--token-env", metavar="NAME", help="the controller's variable of the token")
+    ap.add_argument("--revision", metavar="REV", help="pin this commit (40 hex digits)")
+    ap.add_argument("--sha256", metavar="HEX", help="the store archive's sha256")
+    ap.add_argument("--timeout", metavar="SECONDS", type=float, default=60.0)
+    a = ap.parse_args(argv)
+    problem = bad_model_id(a.model)
+    if a.sha256:
+        a.sha256 = a.sha256.lower()
+    if problem is None and not a.hf_home.is_absolute():
+        problem = f"HF_HOME must be an absolute path, not {a.hf_home}"
+    if problem is None and a.revision is not None and not REVISION_RE.fullmatch(a.revision):
+        problem = f"--revision {a.revision!r} is not a commit hash (40 lowercase hex digits)"
+    if problem is None and a.sha256 is not None and not SHA256_RE.fullmatch(a.sha256):
+        problem = f"--sha256 {a.sha256!r} is not 64 hex digits"
+    if problem is None and not a.timeout > 0:
+        problem = f"--timeout must be above 0, not {a.timeout:g}"
+    if problem is None and a.token_env is not None and not ENV_NAME_RE.fullmatch(a.token_env):
+        problem = f"--token-env {a.token_env!r} is not a variable name"
+    if problem is None and a.store is not None:
+        parts = urlsplit(a.store)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+            problem = f"--store {a.store!r} is not an http(s) URL"
+        elif parts.username or parts.password:
+            problem = "--store must not carry credentials; give --token-file"
+    if problem:
+        raise Refusal(f"fetch_model.py: {problem}", code=2)
+    return a
+
+
+def read_token(path: str) -> str:
+    """The token in path, a file only its owner may read."""
+    try:
+        mode = os.stat(path).st_mode
+        token = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Refusal(f"cannot read the token file {path}: {exc}") from None
+    if mode & 0o077:
+        raise Refusal(f"the token file {path} is open to others (mode {mode & 0o777:o}); chmod 600")
+    if not TOKEN_RE.fullmatch(token):
+        raise Refusal(f"the token file {path} does not hold one token")
+    return token
+
+
+def fetch(a: argparse.Namespace) -> str:
+    """Fetch a.model as a says; return its revision."""
+    try:
+        user = pwd.getpwnam(a.owner)
+    except KeyError:
+        raise Refusal(f"no user {a.owner} on this host") from None
+    token = read_token(a.token_file) if a.token_file else None
+    hub = a.hf_home / "hub"
+    for path in (a.hf_home, hub):
+        if not path.is_dir():
+            path.mkdir(parents=True)
+            os.chown(path, user.pw_uid, user.pw_gid)
+    with one_fetch_at_a_time(hub):
+        if a.store:
+            client = Client(token, a.token_env, a.timeout)
+            rev = from_store(a, hub, client, user.pw_uid, user.pw_gid)
+        else:
+            rev = from_hub(a, hub, user.pw_uid, user.pw_gid)
+        mark_complete(hub / repo_dir_name(a.model), rev, user.pw_uid, user.pw_gid)
+    return rev
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a = parse_args(argv)
+        rev = fetch(a)
+    except Refusal as exc:
+        print(f"servefleet: {exc}", file=sys.stderr)
+        return exc.code
+    except OSError as exc:
+        print(f"servefleet: fetching the model failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("servefleet: interrupted", file=sys.stderr)
+        return 130
+    print(f"{a.model} {rev} is in {a.hf_home / 'hub'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

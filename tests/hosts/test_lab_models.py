@@ -1,0 +1,79 @@
+"""The lab's model store on a running lab: ``servefleet lab models`` lists the recipes' models
+(drafts included) as the store serves them, a lab host fetches one with the fetcher the deploy
+uploads, and ``lab up --models`` adds models the store then serves (destructive: it re-ups the lab
+and leaves a default 3-host lab behind)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from labhelpers import lab_up, on_host, servefleet
+
+REPO = Path(__file__).resolve().parents[2]
+FETCHER = REPO / "src" / "servefleet" / "remote" / "fetch_model.py"
+SEEDS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]  # the RBLN card and its draft
+ADDED = ["acme/lab-extra-1", "acme/lab-extra-2"]
+HOST_DIR = "/tmp/servefleet-test-fetch"
+
+
+def listed() -> dict[str, tuple[str, str]]:
+    """``servefleet lab models``: model -> (revision, sha256)."""
+    rows = [line.split() for line in servefleet("lab", "models").stdout.splitlines()]
+    assert rows and all(len(row) == 3 for row in rows), rows
+    return {model: (rev, sha) for model, rev, sha in rows}
+
+
+def fetch_on_host(state: dict[str, Any], host: str, model: str) -> subprocess.CompletedProcess[str]:
+    """Run the fetcher on host (its system python3) into a scratch HF_HOME, with the lab's token
+    in a 0600 file; the scratch directory is removed afterwards."""
+    token = Path(state["secrets"]["HF_TOKEN"]).read_text()
+    on_host(state, host, f"rm -rf {HOST_DIR} && mkdir -m 700 {HOST_DIR}")
+    on_host(state, host, f"cat > {HOST_DIR}/fetch_model.py", stdin=FETCHER.read_text())
+    on_host(state, host, f"umask 077 && cat > {HOST_DIR}/token", stdin=token)
+    cmd = [
+        "python3", f"{HOST_DIR}/fetch_model.py", model, f"{HOST_DIR}/hf", "root",
+        "--store", state["model_store"]["url"], "--token-file", f"{HOST_DIR}/token",
+        "--token-env", "HF_TOKEN",
+    ]  # fmt: skip
+    marker = f"{HOST_DIR}/hf/hub/models--{model.replace('/', '--')}/.servefleet-complete"
+    script = f"{shlex.join(cmd)} && cat {marker}; rc=$?; rm -rf {HOST_DIR}; exit $rc"
+    return on_host(state, host, script, check=False)
+
+
+def test_lab_models_lists_the_recipe_models_as_served(lab: dict[str, Any]) -> None:
+    models = listed()
+    assert set(SEEDS) <= set(models)
+    for model, entry in lab["model_store"]["models"].items():
+        assert models[model] == (entry["revision"], entry["sha256"])
+
+
+def test_a_host_fetches_a_seed_model_complete(lab: dict[str, Any]) -> None:
+    proc = fetch_on_host(lab, "lab1", SEEDS[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == lab["model_store"]["models"][SEEDS[1]]["revision"]
+
+
+def test_a_host_fetching_an_unknown_model_gets_one_line(lab: dict[str, Any]) -> None:
+    proc = fetch_on_host(lab, "lab1", ADDED[0])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    store = lab["model_store"]["url"].rstrip("/")
+    assert proc.stderr.strip() == f"servefleet: {ADDED[0]} is not in the store ({store})"
+
+
+@pytest.mark.lab_destructive
+def test_lab_up_models_adds_models_the_store_serves(lab: dict[str, Any]) -> None:
+    try:
+        state = lab_up("--models", ",".join(ADDED))
+        models = listed()
+        assert set(SEEDS) | set(ADDED) <= set(models)
+        proc = fetch_on_host(state, "lab2", ADDED[1])
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[-1] == models[ADDED[1]][0]
+    finally:  # leave the default lab for whoever comes next
+        lab.clear()
+        lab.update(lab_up())
+    assert not set(ADDED) & set(listed())

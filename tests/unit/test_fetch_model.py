@@ -1,0 +1,588 @@
+"""src/servefleet/remote/fetch_model.py, run as the hosts run it (a python3 subprocess), against
+stub HTTP servers on 127.0.0.1 and 127.0.0.2 serving crafted archives: what lands (owned, marked),
+what is refused whole (unsafe members, wrong sha256, missing models, bad tokens, slow servers), and
+that a refusal is one line and leaves neither a partial model nor a marker behind."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote" / "fetch_model.py"
+MODEL = "acme/tiny-1"
+TOP = "models--acme--tiny-1"
+REV = hashlib.sha1(b"rev-1").hexdigest()
+REV2 = hashlib.sha1(b"rev-2").hexdigest()
+TOKEN = "hf_stub" + "0123456789abcdef"
+CONFIG = b'{"model_type": "tiny"}\n'
+CONFIG_BLOB = hashlib.sha256(CONFIG).hexdigest()
+# as root, give the files to another user, so the test sees the chown happen
+OWNER = "nobody" if os.geteuid() == 0 else pwd.getpwuid(os.getuid()).pw_name
+
+
+def _pythons() -> list[str]:
+    """This interpreter, and the system python3 when it differs in having the tar data filter
+    (hosts run /usr/bin/python3: Debian's 3.11.2 has no filter, so the fetcher's own checks are
+    all that stands between an archive and the host)."""
+    found = {sys.executable: hasattr(tarfile, "data_filter")}
+    system = Path("/usr/bin/python3")
+    if system.exists():
+        code = "import tarfile; print(hasattr(tarfile, 'data_filter'))"
+        proc = subprocess.run([str(system), "-c", code], capture_output=True, text=True)
+        has = proc.stdout.strip() == "True"
+        if proc.returncode == 0 and has not in found.values():
+            found[str(system)] = has
+    return list(found)
+
+
+PYTHONS = _pythons()
+
+
+# --- stub servers --------------------------------------------------------------------------------
+Route = Callable[[BaseHTTPRequestHandler], None]
+
+
+def respond(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Route:
+    def route(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return route
+
+
+class Stub:
+    """An HTTP server on host (random port) answering GETs from routes; with token set, paths
+    under /store/ want ``Authorization: Bearer <token>``. Records every request's headers."""
+
+    def __init__(self, host: str) -> None:
+        self.routes: dict[str, Route] = {}
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        self.token: str | None = None
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                stub.seen.append((self.path, headers))
+                wanted = f"Bearer {stub.token}"
+                if (
+                    stub.token
+                    and self.path.startswith("/store/")
+                    and (headers.get("authorization") != wanted)
+                ):
+                    respond(401, b"token required\n")(self)
+                else:
+                    stub.routes.get(self.path, respond(404, b"not found\n"))(self)
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.seen]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    server = Stub("127.0.0.1")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def other() -> Iterator[Stub]:
+    """A second server: 127.0.0.2 is another host than 127.0.0.1 (same loopback)."""
+    server = Stub("127.0.0.2")
+    yield server
+    server.close()
+
+
+# --- archives ------------------------------------------------------------------------------------
+Member = tuple[Any, ...]  # (kind, name, payload or link target, [mode])
+
+
+def tgz(members: list[Member]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for kind, name, *rest in members:
+            info = tarfile.TarInfo(name)
+            info.mode = rest[1] if len(rest) > 1 else 0o644
+            data = None
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+            elif kind == "file":
+                data = rest[0]
+                info.size = len(data)
+            elif kind in ("sym", "hard"):
+                info.type = tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE
+                info.linkname = rest[0]
+            elif kind == "chr":
+                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+            elif kind == "fifo":
+                info.type = tarfile.FIFOTYPE
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def hf_layout(snapshot: str = REV, main: str = REV) -> list[Member]:
+    """A Hugging Face cache repo: refs/main, a blob, a snapshot linking to it, a setuid file."""
+    snap = f"{TOP}/snapshots/{snapshot}"
+    return [
+        ("dir", TOP),
+        ("dir", f"{TOP}/refs"),
+        ("file", f"{TOP}/refs/main", main.encode()),
+        ("dir", f"{TOP}/blobs"),
+        ("file", f"{TOP}/blobs/{CONFIG_BLOB}", CONFIG),
+        ("dir", f"{TOP}/snapshots"),
+        ("dir", snap),
+        ("sym", f"{snap}/config.json", f"../../blobs/{CONFIG_BLOB}"),
+        ("file", f"{snap}/model.safetensors", b"stub weights\n", 0o4777),
+    ]
+
+
+def publish(stub: Stub, data: bytes, sha256: str | None = None, manifest: bool = True) -> str:
+    """Serve data as MODEL's archive under <stub>/store (with a manifest); return the store URL."""
+    sha = sha256 or hashlib.sha256(data).hexdigest()
+    stub.routes[f"/store/{MODEL}.tar.gz"] = respond(200, data)
+    if manifest:
+        entry = {"sha256": sha, "revision": REV, "path": f"{MODEL}.tar.gz"}
+        body = json.dumps({"models": {MODEL: entry}}).encode()
+        stub.routes["/store/manifest.json"] = respond(200, body)
+    return f"{stub.url}/store"
+
+
+# --- running the fetcher -------------------------------------------------------------------------
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "hf"
+
+
+def write_token(path: Path, token: str = TOKEN) -> Path:
+    """A token file as the deploy writes it (0600)."""
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    return write_token(tmp_path / "hf-token")
+
+
+def fetch(
+    home: Path, *args: str, python: str = sys.executable, model: str = MODEL, owner: str = OWNER
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, str(SCRIPT), model, str(home), owner, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def refused(proc: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The one stderr line of a refusal (no traceback, nothing on stdout)."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("servefleet: "), proc.stderr
+    return lines[0]
+
+
+def assert_nothing_left(home: Path) -> None:
+    """No model directory, no marker, no temporary directory under $HF_HOME/hub."""
+    assert sorted(p.name for p in (home / "hub").iterdir()) == []
+
+
+def marker(home: Path) -> str:
+    return (home / "hub" / TOP / ".servefleet-complete").read_text()
+
+
+# --- what lands ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("python", PYTHONS)
+def test_good_archive_lands_owned_and_marked_last(
+    python: str, stub: Stub, home: Path, token_file: Path
+) -> None:
+    stub.token = TOKEN
+    store = publish(stub, tgz(hf_layout()))
+    (home / "hub" / ".fetch-killed-run").mkdir(parents=True)  # left by a killed fetch
+    proc = fetch(home, "--store", store, "--token-file", str(token_file), python=python)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{MODEL} {REV} is in {home / 'hub'}\n" and proc.stderr == ""
+    repo = home / "hub" / TOP
+    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP]
+    assert marker(home) == REV
+    snap = repo / "snapshots" / REV
+    assert (snap / "config.json").read_bytes() == CONFIG
+    assert (snap / "model.safetensors").stat().st_mode & 0o7777 == 0o755  # setuid dropped
+    owner = pwd.getpwnam(OWNER)
+    for path in [repo, *repo.rglob("*")]:
+        st = path.lstat()
+        assert (st.st_uid, st.st_gid) == (owner.pw_uid, owner.pw_gid), path
+    assert stub.paths() == ["/store/manifest.json", f"/store/{MODEL}.tar.gz"]
+    assert {h.get("authorization") for _, h in stub.seen} == {f"Bearer {TOKEN}"}
+
+
+def test_refetch_replaces_the_copy_and_sha256_flag_needs_no_manifest(
+    stub: Stub, home: Path
+) -> None:
+    assert fetch(home, "--store", publish(stub, tgz(hf_layout()))).returncode == 0
+    data = tgz(hf_layout(REV2, REV2))
+    stub.routes.clear()
+    stub.seen.clear()
+    store = publish(stub, data, manifest=False)
+    proc = fetch(home, "--store", store, "--sha256", hashlib.sha256(data).hexdigest().upper())
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV2
+    assert sorted(p.name for p in (home / "hub" / TOP / "snapshots").iterdir()) == [REV2]
+    assert "/store/manifest.json" not in stub.paths()
+
+
+def test_a_pinned_revision_must_be_in_the_archive(stub: Stub, home: Path) -> None:
+    store = publish(stub, tgz(hf_layout(snapshot=REV2, main=REV)))  # refs/main names another
+    proc = fetch(home, "--store", store, "--revision", REV2)
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV2
+    shutil.rmtree(home / "hub" / TOP)
+    line = refused(fetch(home, "--store", store, "--revision", REV))
+    assert line == (
+        f"servefleet: {store}/{MODEL}.tar.gz does not hold the files of {TOP}/snapshots/{REV}"
+    )
+    assert_nothing_left(home)
+
+
+# --- what is refused whole -----------------------------------------------------------------------
+def unsafe_cases(out: str) -> dict[str, tuple[list[Member], str, str]]:
+    """case -> (members added to a good archive, the member named, why); out: a directory
+    outside $HF_HOME that nothing may touch."""
+    snap = f"{TOP}/snapshots/{REV}"
+    return {
+        "dotdot": ([("file", f"{TOP}/../escape", b"x")], f"{TOP}/../escape", "'..' in its path"),
+        "absolute": ([("file", f"{out}/abs", b"x")], f"{out}/abs", "absolute path"),
+        "outside the repo dir": ([("file", "elsewhere/x", b"x")], "elsewhere/x", f"outside {TOP}/"),
+        "symlink out": (
+            [("sym", f"{snap}/evil", "../" * 20 + f"{out.lstrip('/')}/target")],
+            f"{snap}/evil",
+            "resolves outside",
+        ),
+        "absolute symlink": (
+            [("sym", f"{TOP}/evil", f"{out}/target")],
+            f"{TOP}/evil",
+            f"symlink to the absolute path {out}/target",
+        ),
+        # each link stays inside when read alone; followed as the kernel does, x leaves the repo
+        "symlink chain out": (
+            [("sym", f"{TOP}/snapshots/back", ".."), ("sym", f"{TOP}/snapshots/x", "back/../..")],
+            f"{TOP}/snapshots/x",
+            f"symlink to back/../..: resolves outside {TOP}/",
+        ),
+        "symlink loop": (
+            [("sym", f"{TOP}/a", "b"), ("sym", f"{TOP}/b", "a")],
+            f"{TOP}/a",
+            "symlink to b: a symlink loop",
+        ),
+        "write through a symlinked dir": (
+            [("sym", f"{TOP}/d", "snapshots"), ("file", f"{TOP}/d/f", b"x")],
+            f"{TOP}/d/f",
+            "inside a symlinked directory",
+        ),
+        "a file over a symlink": (
+            [("sym", f"{TOP}/f", "refs/main"), ("file", f"{TOP}/f", b"x")],
+            f"{TOP}/f",
+            "appears twice",
+        ),
+        "hard link": ([("hard", f"{TOP}/h", f"{TOP}/refs/main")], f"{TOP}/h", "hard link"),
+        "a marker of its own": (
+            [("file", f"{TOP}/.servefleet-complete", REV.encode())],
+            f"{TOP}/.servefleet-complete",
+            "only the fetcher writes the completeness marker",
+        ),
+        "device": ([("chr", f"{TOP}/null")], f"{TOP}/null", "device or fifo"),
+        "fifo": ([("fifo", f"{TOP}/pipe")], f"{TOP}/pipe", "device or fifo"),
+    }
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("case", sorted(unsafe_cases("/out")))
+def test_unsafe_archives_are_refused_whole(
+    case: str, python: str, stub: Stub, home: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "target").write_text("untouched\n")
+    members, name, why = unsafe_cases(str(out))[case]
+    store = publish(stub, tgz(hf_layout() + members))
+    line = refused(fetch(home, "--store", store, python=python))
+    assert line.startswith(f"servefleet: {store}/{MODEL}.tar.gz: unsafe member {name!r} ("), line
+    assert line.endswith(")") and why in line
+    assert_nothing_left(home)
+    assert sorted(p.name for p in out.iterdir()) == ["target"]
+    assert (out / "target").read_text() == "untouched\n"
+
+
+def test_sha256_mismatch_with_the_manifest(stub: Stub, home: Path) -> None:
+    data = tgz(hf_layout())
+    store = publish(stub, data, sha256="0" * 64)
+    line = refused(fetch(home, "--store", store))
+    assert line == (
+        f"servefleet: {MODEL}: {store}/{MODEL}.tar.gz has sha256 "
+        f"{hashlib.sha256(data).hexdigest()}, but the store manifest says {'0' * 64}"
+    )
+    assert_nothing_left(home)
+
+
+def test_sha256_mismatch_with_the_flag(stub: Stub, home: Path) -> None:
+    data = tgz(hf_layout())
+    store = publish(stub, data)
+    line = refused(fetch(home, "--store", store, "--sha256", "f" * 64))
+    assert line == (
+        f"servefleet: {MODEL}: {store}/{MODEL}.tar.gz has sha256 "
+        f"{hashlib.sha256(data).hexdigest()}, but --sha256 says {'f' * 64}"
+    )
+    assert_nothing_left(home)
+
+
+def test_an_earlier_copy_survives_a_failed_refetch(stub: Stub, home: Path) -> None:
+    assert fetch(home, "--store", publish(stub, tgz(hf_layout()))).returncode == 0
+    stub.routes.clear()
+    store = publish(stub, tgz(hf_layout(REV2, REV2) + [("hard", f"{TOP}/h", f"{TOP}/refs/main")]))
+    refused(fetch(home, "--store", store))
+    assert marker(home) == REV and (home / "hub" / TOP / "snapshots" / REV).is_dir()
+    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP]
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["not in the manifest", "archive 404"])
+def test_a_model_missing_from_the_store_is_one_line(stub: Stub, home: Path, listed: bool) -> None:
+    store = publish(stub, b"")
+    del stub.routes[f"/store/{MODEL}.tar.gz"]
+    if not listed:
+        stub.routes["/store/manifest.json"] = respond(200, b'{"models": {}}')
+    assert refused(fetch(home, "--store", store)) == (
+        f"servefleet: {MODEL} is not in the store ({store})"
+    )
+    assert_nothing_left(home)
+
+
+def test_a_store_without_manifest_wants_the_sha256_flag(stub: Stub, home: Path) -> None:
+    store = publish(stub, tgz(hf_layout()), manifest=False)
+    line = refused(fetch(home, "--store", store))
+    assert line == (
+        f"servefleet: {store}/manifest.json answered 404: the store publishes no manifest; "
+        "give --sha256"
+    )
+
+
+def test_401_names_the_token_variable_and_never_the_token(
+    stub: Stub, home: Path, tmp_path: Path
+) -> None:
+    stub.token = "hf_the-right-one"
+    store = publish(stub, tgz(hf_layout()))
+    wrong = write_token(tmp_path / "wrong")
+    proc = fetch(home, "--store", store, "--token-file", str(wrong), "--token-env", "HF_TOKEN")
+    assert refused(proc) == (
+        f"servefleet: {store}/manifest.json answered 401; check the HF_TOKEN environment "
+        "variable on the controller"
+    )
+    assert TOKEN not in proc.stderr
+    assert_nothing_left(home)
+
+
+@pytest.mark.parametrize("where", ["same host", "other host"])
+def test_a_redirect_carries_the_token_only_within_the_origin(
+    where: str, stub: Stub, other: Stub, home: Path, token_file: Path
+) -> None:
+    stub.token = TOKEN
+    data = tgz(hf_layout())
+    store = publish(stub, data)
+    target = stub if where == "same host" else other
+    target.routes["/blobs/tiny.tar.gz"] = respond(200, data)
+    stub.routes[f"/store/{MODEL}.tar.gz"] = respond(
+        302, headers={"Location": f"{target.url}/blobs/tiny.tar.gz"}
+    )
+    proc = fetch(home, "--store", store, "--token-file", str(token_file))
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV
+    sent = {path: h.get("authorization") for path, h in target.seen}
+    assert "/blobs/tiny.tar.gz" in sent
+    if where == "other host":
+        assert sent == {"/blobs/tiny.tar.gz": None}
+    else:
+        assert sent["/blobs/tiny.tar.gz"] == f"Bearer {TOKEN}"
+
+
+def _slow_headers(handler: BaseHTTPRequestHandler) -> None:
+    time.sleep(3)  # then hang up without an answer
+
+
+def _slow_body(handler: BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Length", "1000")
+    handler.end_headers()
+    handler.wfile.write(b"x" * 10)
+    handler.wfile.flush()
+    time.sleep(3)
+
+
+@pytest.mark.parametrize("route", [_slow_headers, _slow_body], ids=["headers", "body"])
+def test_a_slow_server_times_out_naming_the_url(route: Route, stub: Stub, home: Path) -> None:
+    store = publish(stub, b"")
+    stub.routes[f"/store/{MODEL}.tar.gz"] = route
+    start = time.monotonic()
+    line = refused(fetch(home, "--store", store, "--sha256", "a" * 64, "--timeout", "0.5"))
+    assert time.monotonic() - start < 2.5
+    assert line == f"servefleet: {store}/{MODEL}.tar.gz: no answer within 0.5 s"
+    assert_nothing_left(home)
+
+
+def test_a_closed_port_names_the_url(home: Path) -> None:
+    server = Stub("127.0.0.1")
+    server.close()  # nothing listens there now
+    line = refused(fetch(home, "--store", f"{server.url}/store"))
+    assert line.startswith(f"servefleet: cannot fetch {server.url}/store/manifest.json: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["../x", "/hf"], "'../x' is not a model id ORG/NAME"),
+        (["acme/..", "/hf"], "'acme/..' is not a model id"),
+        (["acme", "/hf"], "'acme' is not a model id"),
+        (["acme/a b", "/hf"], "'acme/a b' is not a model id"),
+        ([MODEL, "hf"], "HF_HOME must be an absolute path, not hf"),
+        ([MODEL, "/hf", "--revision", "main"], "--revision 'main' is not a commit hash"),
+        ([MODEL, "/hf", "--sha256", "abc"], "--sha256 'abc' is not 64 hex digits"),
+        ([MODEL, "/hf", "--timeout", "0"], "--timeout must be above 0, not 0"),
+        ([MODEL, "/hf", "--token-env", "HF TOKEN"], "--token-env 'HF TOKEN' is not a variable"),
+    ],
+)
+def test_bad_arguments_are_one_line(args: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), args[0], args[1], OWNER, "--store", "http://s", *args[2:]],
+        capture_output=True,
+        text=True,
+    )
+    assert refused(proc, code=2).startswith(f"servefleet: fetch_model.py: {message}")
+
+
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ("file:///srv/models", "--store 'file:///srv/models' is not an http(s) URL"),
+        ("http://u:p@store.invalid/m", "--store must not carry credentials; give --token-file"),
+    ],
+)
+def test_bad_store_urls(store: str, message: str, home: Path) -> None:
+    assert (
+        refused(fetch(home, "--store", store), code=2) == f"servefleet: fetch_model.py: {message}"
+    )
+
+
+def test_unknown_owner_and_an_open_token_file(stub: Stub, home: Path, token_file: Path) -> None:
+    store = publish(stub, tgz(hf_layout()))
+    line = refused(fetch(home, "--store", store, owner="no-such-user-here"))
+    assert line == "servefleet: no user no-such-user-here on this host"
+    token_file.chmod(0o644)
+    proc = fetch(home, "--store", store, "--token-file", str(token_file))
+    assert refused(proc) == (
+        f"servefleet: the token file {token_file} is open to others (mode 644); chmod 600"
+    )
+    assert stub.seen == [] and TOKEN not in proc.stderr
+
+
+# --- the hub, through a stand-in huggingface_hub -------------------------------------------------
+FAKE_HUB = """
+import json, os, pathlib
+
+class RepositoryNotFoundError(Exception):
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.response = type("R", (), {"status_code": status})()
+
+def snapshot_download(repo_id, revision=None):
+    seen = {k: os.environ.get(k) for k in
+            ("HF_HOME", "HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT")}
+    pathlib.Path(os.environ["FAKE_HUB_LOG"]).write_text(json.dumps(dict(seen, revision=revision)))
+    if os.environ.get("FAKE_HUB_FAIL"):
+        raise RepositoryNotFoundError("401 Client Error.\\nRepository Not Found", 401)
+    repo = pathlib.Path(os.environ["HF_HOME"], "hub", "models--" + repo_id.replace("/", "--"))
+    rev = revision or "@REV@"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(rev)
+    (repo / "snapshots" / rev).mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / rev / "config.json").write_text("{}")
+    return str(repo / "snapshots" / rev)
+""".replace("@REV@", REV)
+
+
+@pytest.fixture
+def hub_python(tmp_path: Path) -> Path:
+    """A python whose huggingface_hub is the stand-in above (a wrapper setting PYTHONPATH)."""
+    pkg = tmp_path / "fakehub" / "huggingface_hub"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_HUB)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={pkg.parent} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
+    hub_python: Path, home: Path, token_file: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    log = tmp_path / "hub-log.json"
+    monkeypatch.setenv("FAKE_HUB_LOG", str(log))
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")
+    args = ["--hub", str(hub_python), "--token-file", str(token_file), "--timeout", "7"]
+    proc = fetch(home, *args, "--revision", REV2)
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV2
+    seen = json.loads(log.read_text())
+    assert seen == {
+        "HF_HOME": str(home),
+        "HF_TOKEN_PATH": str(token_file),
+        "HF_TOKEN": None,
+        "HF_HUB_DOWNLOAD_TIMEOUT": "7",
+        "revision": REV2,
+    }
+    owner = pwd.getpwnam(OWNER)
+    assert all(p.lstat().st_uid == owner.pw_uid for p in (home / "hub" / TOP).rglob("*"))
+
+
+def test_hub_refusal_names_the_token_variable(
+    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
+    monkeypatch.setenv("FAKE_HUB_FAIL", "1")
+    proc = fetch(home, "--hub", str(hub_python), "--token-env", "HF_TOKEN")
+    assert refused(proc) == (
+        f"servefleet: the Hugging Face hub refused {MODEL} (401 Client Error.); check the "
+        "HF_TOKEN environment variable on the controller"
+    )
+    assert not (home / "hub" / TOP).exists()
