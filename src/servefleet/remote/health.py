@@ -1,40 +1,246 @@
 #!/usr/bin/env python3
-"""servefleet health gate. Runs ON THE HOST (stdlib only).
+"""servefleet health gate. Runs ON THE HOST (stdlib only, python3 >= 3.10).
 
 usage: health.py UNIT PORT MODEL TIMEOUT [--host ADDR] [--warm-marker FILE]
 
 Passes when the instance answers GET /health with 200 and a one-token chat completion within
-TIMEOUT seconds. Fails at once when systemd reports the unit failed, or restarted it on failure since this check began.
-On failure it prints the reason and the tail of the unit's journal (stderr) and exits 1.
-On success it writes the warm marker, if given (the compile cache holds this config now).
+TIMEOUT seconds, and the socket listening on PORT belongs to UNIT (its main process or a
+process in its cgroup): an old instance, or anything else, answering on the port never passes.
+Fails at once when systemd reports the unit failed, exited (a server must keep running), in an
+auto-restart loop, or restarted on failure since this check began, or when another process
+holds the port. On failure it prints the reason and the tail of the unit's journal (stderr) and
+exits 1. On success it writes the warm marker, if given (the compile cache holds this config now).
+
+Importable (``import health``): ``check`` is the gate without output, ``journal_tail`` the
+unit's recent log.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
+PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "NRestarts",
+    "ExecMainCode",
+    "ExecMainStatus",
+    "MainPID",
+    "ControlGroup",
+)
+CLD_EXITED = 1  # ExecMainCode of a main process that exited (rather than was killed)
+TCP_LISTEN = "0A"
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-def unit_state(unit: str) -> tuple[str, int]:
-    out = subprocess.run(
-        ["systemctl", "show", "-p", "ActiveState", "-p", "NRestarts", unit],
-        capture_output=True,
-        text=True,
-    ).stdout
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return props.get("ActiveState", "unknown"), int(props.get("NRestarts", "0") or 0)
+
+@dataclass(frozen=True)
+class UnitState:
+    """What ``systemctl show`` says about the unit."""
+
+    load: str
+    active: str
+    sub: str
+    result: str
+    restarts: int
+    main_code: int
+    main_status: int
+    main_pid: int
+    cgroup: str
 
 
-def probe(base: str, model: str) -> str | None:
-    """None when healthy, else why not."""
+def _int(text: str | None) -> int:
     try:
-        with urllib.request.urlopen(base + "/health", timeout=5) as r:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def unit_state(unit: str) -> UnitState:
+    cmd = ["systemctl", "show", *(a for p in PROPERTIES for a in ("-p", p)), unit]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return UnitState(
+        load=props.get("LoadState", ""),
+        active=props.get("ActiveState", "unknown"),
+        sub=props.get("SubState", ""),
+        result=props.get("Result", ""),
+        restarts=_int(props.get("NRestarts")),
+        main_code=_int(props.get("ExecMainCode")),
+        main_status=_int(props.get("ExecMainStatus")),
+        main_pid=_int(props.get("MainPID")),
+        cgroup=props.get("ControlGroup", ""),
+    )
+
+
+def state_problem(unit: str, st: UnitState, baseline: int) -> str | None:
+    """Why the unit's systemd state fails the gate at once, or None while it may still pass."""
+    restarts = f"after {st.restarts - baseline} automatic restart(s)"
+    if st.load and st.load != "loaded":
+        return f"{unit} is not loaded ({st.load})"
+    if st.active == "failed":
+        return f"{unit} is failed ({st.result}, status {st.main_status}) {restarts}"
+    exited_cleanly = st.result == "success" and st.main_code == CLD_EXITED and st.main_status == 0
+    if st.active in ("inactive", "deactivating") or exited_cleanly:
+        if st.result in ("success", ""):
+            return f"{unit} exited cleanly (status {st.main_status}); a server must keep running"
+        return f"{unit} is {st.active} ({st.result}, status {st.main_status}) {restarts}"
+    if (st.active, st.sub) == ("activating", "auto-restart"):
+        return (
+            f"{unit} is in an auto-restart loop ({st.result}, status {st.main_status}) {restarts}"
+        )
+    if st.restarts > baseline:
+        return f"{unit} is {st.active} ({st.sub}) {restarts}"
+    return None
+
+
+# --- who holds the port -------------------------------------------------------------------
+
+
+def _proc_address(hexaddr: str) -> Address:
+    """An address as /proc/net/tcp{,6} prints it: 32-bit words in host byte order."""
+    raw = b"".join(
+        int(hexaddr[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(hexaddr), 8)
+    )
+    return _unmapped(ipaddress.ip_address(raw))
+
+
+def _unmapped(addr: Address) -> Address:
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        return addr.ipv4_mapped
+    return addr
+
+
+def _addresses(host: str) -> set[Address]:
+    try:
+        return {_unmapped(ipaddress.ip_address(host))}
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return set()
+    return {_unmapped(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in infos}
+
+
+def listening_inodes(port: int, host: str) -> set[int]:
+    """Inodes of the sockets listening on ``port`` that a connection to ``host`` can reach:
+    bound to the any-address (0.0.0.0, ::) or to ``host`` itself."""
+    wanted = _addresses(host)
+    inodes = set()
+    for table in TCP_TABLES:
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 10 or fields[3] != TCP_LISTEN:
+                continue
+            addr, _, hexport = fields[1].partition(":")
+            if int(hexport, 16) != port:
+                continue
+            local = _proc_address(addr)
+            if local.is_unspecified or local in wanted:
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def socket_holders(inodes: set[int]) -> dict[int, list[int]]:
+    """inode -> pids holding it (every pid this process may look into)."""
+    links = {f"socket:[{inode}]": inode for inode in inodes}
+    held: dict[int, list[int]] = {inode: [] for inode in inodes}
+    for entry in sorted(os.listdir("/proc"), key=lambda n: (len(n), n)):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                inode = links.get(os.readlink(f"/proc/{entry}/fd/{fd}"))
+            except OSError:
+                continue
+            if inode is not None and int(entry) not in held[inode]:
+                held[inode].append(int(entry))
+    return held
+
+
+def pid_cgroup(pid: int | str) -> str | None:
+    """The cgroup systemd tracks ``pid`` in: the ``name=systemd`` hierarchy on legacy and
+    hybrid set-ups, else the unified one (``0::``). None when the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    unified = None
+    for line in text.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if controllers == "name=systemd":
+            return path
+        if hierarchy == "0" and not controllers:
+            unified = path
+    return unified
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
+
+
+def belongs(st: UnitState, pid: int) -> bool:
+    """Whether ``pid`` is the unit's main process or in the unit's cgroup."""
+    if st.main_pid > 0 and pid == st.main_pid:
+        return True
+    cgroup = pid_cgroup(pid)
+    if not st.cgroup or cgroup is None:
+        return False
+    return cgroup == st.cgroup or cgroup.startswith(st.cgroup.rstrip("/") + "/")
+
+
+def owner_problem(unit: str, port: int, host: str, st: UnitState, answered: bool) -> str | None:
+    """Why the port's listener is not the unit's, or None.
+
+    Before an answer (``answered`` false) only a listener proved foreign is a problem; after
+    one, the listener must be found and every process holding it must be the unit's."""
+    inodes = listening_inodes(port, host)
+    if not inodes:
+        if answered:
+            return f"port {port} answered, but no socket listens on it in {' or '.join(TCP_TABLES)}"
+        return None
+    for inode, pids in sorted(socket_holders(inodes).items()):
+        for pid in pids:
+            if not belongs(st, pid):
+                return f"port {port} is held by pid {pid} ({_comm(pid)}), not by {unit}"
+        if not pids and answered:
+            return f"port {port} is held by a process not visible here (socket inode {inode}), not by {unit}"
+    return None
+
+
+# --- the gate -------------------------------------------------------------------------------
+
+
+def probe(base: str, model: str, limit: float) -> str | None:
+    """None when healthy, else why not (each request waits at most ``limit`` seconds)."""
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=min(5.0, limit)) as r:
             if r.status != 200:
                 return f"/health answered {r.status}"
         body = json.dumps(
@@ -43,9 +249,9 @@ def probe(base: str, model: str) -> str | None:
         req = urllib.request.Request(
             base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=min(30.0, limit)) as r:
             reply = json.load(r)
-        if not reply.get("choices"):
+        if not isinstance(reply, dict) or not reply.get("choices"):
             return "chat completion had no choices"
         return None
     except urllib.error.HTTPError as e:
@@ -54,7 +260,42 @@ def probe(base: str, model: str) -> str | None:
         return f"not answering: {e}"
 
 
-def main() -> None:
+def check(unit: str, port: int, model: str, timeout: float, host: str = "127.0.0.1") -> str | None:
+    """Wait up to ``timeout`` seconds for ``unit`` to serve ``model`` on ``host``:``port``.
+
+    + unit: the systemd unit just (re)started
+    + host: the address the gate connects to; an any-address (0.0.0.0, ::, "") means 127.0.0.1
+    Returns None when healthy, else the reason in one line (no journal)."""
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout
+    st = unit_state(unit)
+    baseline = st.restarts  # NRestarts survives a manual restart: count from here
+    while True:
+        fatal = state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, False)
+        if fatal:
+            return fatal
+        why = probe(base, model, max(1.0, deadline - time.monotonic()))
+        if why is None:
+            st = unit_state(unit)
+            return state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, True)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"not healthy within {timeout:g}s: {why}"
+        time.sleep(min(1.0, left))
+        st = unit_state(unit)
+
+
+def journal_tail(unit: str, lines: int = 25) -> str:
+    """The last ``lines`` lines of the unit's journal (message text only)."""
+    cmd = ["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True).stdout
+    except OSError as e:
+        return f"(no journal: {e})\n"
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="health.py")
     ap.add_argument("unit")
     ap.add_argument("port", type=int)
@@ -62,36 +303,18 @@ def main() -> None:
     ap.add_argument("timeout", type=float)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--warm-marker")
-    a = ap.parse_args()
-    host = "127.0.0.1" if a.host in ("0.0.0.0", "::", "") else a.host
-    base = f"http://{host}:{a.port}"
-    deadline = time.monotonic() + a.timeout
-    why: str | None = "not checked"
-    _, baseline = unit_state(a.unit)  # NRestarts survives a manual restart: count from here
-    while time.monotonic() < deadline:
-        state, restarts = unit_state(a.unit)
-        if state == "failed" or restarts > baseline:
-            why = f"{a.unit} is {state} after {restarts - baseline} automatic restart(s)"
-            break
-        why = probe(base, a.model)
-        if why is None:
-            if a.warm_marker:
-                Path(a.warm_marker).parent.mkdir(parents=True, exist_ok=True)
-                Path(a.warm_marker).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-            print(f"{a.unit}: healthy on port {a.port}")
-            return
-        time.sleep(1)
-    else:
-        why = f"not healthy within {a.timeout:g}s: {why}"
-    journal = subprocess.run(
-        ["journalctl", "-u", a.unit, "-n", "25", "--no-pager", "-o", "cat"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    sys.stderr.write(
-        f"servefleet: health gate: {a.unit}: {why}\n--- journal tail of {a.unit} ---\n{journal}"
-    )
-    sys.exit(1)
+    a = ap.parse_args(argv)
+    why = check(a.unit, a.port, a.model, a.timeout, a.host)
+    if why is not None:
+        sys.stderr.write(
+            f"servefleet: health gate: {a.unit}: {why}\n"
+            f"--- journal tail of {a.unit} ---\n{journal_tail(a.unit)}"
+        )
+        sys.exit(1)
+    if a.warm_marker:
+        Path(a.warm_marker).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.warm_marker).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    print(f"{a.unit}: healthy on port {a.port}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""The health gate (src/servefleet/remote/health.py) run as on a host: a fake systemctl and
+journalctl on PATH, a vllm-like HTTP stub on 127.0.0.1, and the real /proc for who holds the
+port."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_host import FakeSystemd, Stub, running, stub_process
+from lab_sim_support import REPO, free_port, load
+
+HEALTH = REPO / "src" / "servefleet" / "remote" / "health.py"
+UNIT = "servefleet-vllm-0.service"
+MODEL = "openai/gpt-oss-120b"
+JOURNAL = "vllm: starting\nvllm: simulated trouble\n"
+health = load(HEALTH, "servefleet_remote_health")
+OWN_CGROUP = health.pid_cgroup("self")
+OTHER_CGROUP = "/system.slice/other.service"
+
+
+@pytest.fixture
+def systemd(tmp_path: Path) -> FakeSystemd:
+    fake = FakeSystemd(tmp_path / "host")
+    fake.journal(JOURNAL)
+    return fake
+
+
+def gate(
+    systemd: FakeSystemd, port: int, timeout: float = 2, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the gate; a path that must fail at once gets a long TIMEOUT and still ends fast."""
+    cmd = [sys.executable, str(HEALTH), UNIT, str(port), MODEL, f"{timeout:g}", *extra]
+    return subprocess.run(cmd, env=systemd.env(), capture_output=True, text=True, timeout=15)
+
+
+def refused(proc: subprocess.CompletedProcess[str], why: str) -> None:
+    """The gate failed with ``why`` and the journal tail."""
+    assert proc.returncode == 1, proc
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        f"servefleet: health gate: {UNIT}: {why}\n--- journal tail of {UNIT} ---\n{JOURNAL}"
+    )
+
+
+def ours(**props: Any) -> dict[str, Any]:
+    """A running unit that owns this test process (so the in-thread stub)."""
+    return running(MainPID=os.getpid(), ControlGroup=OWN_CGROUP) | props
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        {"MainPID": os.getpid(), "ControlGroup": OTHER_CGROUP},  # the main process
+        {"MainPID": 1, "ControlGroup": OWN_CGROUP},  # a process in the unit's cgroup
+    ],
+    ids=["main-pid", "cgroup"],
+)
+def test_healthy_passes_and_writes_the_warm_marker(
+    systemd: FakeSystemd, tmp_path: Path, owner: dict[str, Any]
+) -> None:
+    systemd.show(running(NRestarts=4, **owner))  # restarts from before the gate do not count
+    marker = tmp_path / "cache" / "warm"
+    with Stub() as stub:
+        proc = gate(systemd, stub.port, 30, "--warm-marker", str(marker))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{UNIT}: healthy on port {stub.port}\n"
+    assert marker.read_text().strip()
+    assert stub.requests[0] == ("/health", None)
+    path, body = stub.requests[1]
+    assert path == "/v1/chat/completions"
+    assert body["model"] == MODEL and body["max_tokens"] == 1
+    shows = [c for c in systemd.calls() if c[:2] == ["systemctl", "show"]]
+    assert all(c[-1] == UNIT and "ControlGroup" in c and "MainPID" in c for c in shows)
+    assert not [c for c in systemd.calls() if c[0] == "journalctl"]
+
+
+def test_check_and_journal_tail_are_importable(
+    systemd: FakeSystemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", systemd.env()["PATH"])
+    systemd.show(ours())
+    with Stub() as stub:
+        assert health.check(UNIT, stub.port, MODEL, 5.0, host="0.0.0.0") is None
+    with Stub(chat={"choices": []}) as stub:
+        assert health.check(UNIT, stub.port, MODEL, 0.5) == (
+            "not healthy within 0.5s: chat completion had no choices"
+        )
+    assert health.journal_tail(UNIT, lines=3) == JOURNAL
+    assert systemd.calls()[-1] == ["journalctl", "-u", UNIT, "-n", "3", "--no-pager", "-o", "cat"]
+
+
+def test_times_out_while_health_answers_503(systemd: FakeSystemd) -> None:
+    systemd.show(ours())
+    with Stub(health=503) as stub:
+        started = time.monotonic()
+        proc = gate(systemd, stub.port, 2)
+    assert time.monotonic() - started >= 2
+    refused(proc, f"not healthy within 2s: http://127.0.0.1:{stub.port}/health answered 503")
+    assert ["journalctl", "-u", UNIT, "-n", "25", "--no-pager", "-o", "cat"] in systemd.calls()
+
+
+def test_a_reply_without_choices_fails(systemd: FakeSystemd) -> None:
+    systemd.show(ours())
+    with Stub(chat={"id": "x", "choices": []}) as stub:
+        refused(
+            gate(systemd, stub.port, 1), "not healthy within 1s: chat completion had no choices"
+        )
+
+
+# Each state below fails at once although the stub would answer healthy (TIMEOUT 60 s; the run
+# is cut at 15 s).
+EXITED_CLEANLY = f"{UNIT} exited cleanly (status 0); a server must keep running"
+STATES = {
+    "inactive": (
+        {"ActiveState": "inactive", "SubState": "dead", "ExecMainCode": 1, "MainPID": 0},
+        EXITED_CLEANLY,
+    ),
+    "deactivating": (
+        {"ActiveState": "deactivating", "SubState": "stop-sigterm", "ExecMainCode": 1},
+        EXITED_CLEANLY,
+    ),
+    "remain-after-exit": ({"SubState": "exited", "ExecMainCode": 1}, EXITED_CLEANLY),
+    "restart-always-after-exit-0": (
+        {"ActiveState": "activating", "SubState": "auto-restart", "ExecMainCode": 1},
+        EXITED_CLEANLY,
+    ),
+    "auto-restart-loop": (
+        {
+            "ActiveState": "activating",
+            "SubState": "auto-restart",
+            "Result": "exit-code",
+            "ExecMainCode": 1,
+            "ExecMainStatus": 3,
+        },
+        f"{UNIT} is in an auto-restart loop (exit-code, status 3) after 0 automatic restart(s)",
+    ),
+    "failed": (
+        {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code", "ExecMainStatus": 1},
+        f"{UNIT} is failed (exit-code, status 1) after 0 automatic restart(s)",
+    ),
+}
+
+
+@pytest.mark.parametrize("props, why", STATES.values(), ids=STATES.keys())
+def test_systemd_state_fails_at_once(systemd: FakeSystemd, props: dict[str, Any], why: str) -> None:
+    systemd.show(ours(**props))
+    with Stub() as stub:
+        refused(gate(systemd, stub.port, 60), why)
+    assert not stub.requests
+
+
+def test_restarts_since_the_check_began_fail(systemd: FakeSystemd) -> None:
+    # baseline 2 (from an earlier crash) at the first poll (health 503), then a restart
+    systemd.show(ours(NRestarts=2), ours(NRestarts=3, MainPID=1))
+    with Stub(health=503) as stub:
+        refused(
+            gate(systemd, stub.port, 60), f"{UNIT} is active (running) after 1 automatic restart(s)"
+        )
+    assert [path for path, _ in stub.requests] == ["/health"]
+
+
+def test_a_port_held_by_another_process_is_refused(systemd: FakeSystemd) -> None:
+    """An old instance answering healthy on the port (its own process and cgroup) never passes."""
+    systemd.show(running(MainPID=os.getpid(), ControlGroup=OTHER_CGROUP))
+    with stub_process() as (other, port):
+        comm = Path(f"/proc/{other.pid}/comm").read_text().strip()
+        proc = gate(systemd, port, 60)
+        assert other.poll() is None
+    refused(proc, f"port {port} is held by pid {other.pid} ({comm}), not by {UNIT}")
+
+
+def test_nothing_listening_is_not_answering(systemd: FakeSystemd) -> None:
+    systemd.show(ours())
+    proc = gate(systemd, free_port(), 1)
+    assert proc.returncode == 1
+    assert f"servefleet: health gate: {UNIT}: not healthy within 1s: not answering: " in proc.stderr
+    assert "Connection refused" in proc.stderr
+    assert proc.stderr.endswith(f"--- journal tail of {UNIT} ---\n{JOURNAL}")

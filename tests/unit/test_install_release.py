@@ -1,0 +1,178 @@
+"""The release installer (src/servefleet/remote/install_release.py) against local package
+indexes: each failed check withholds the completion marker with a clear line.
+
+Two PEP 503 "simple" indexes (the lab's index server) on 127.0.0.1, no real registry:
+``owner`` holds the owned package ``sfowned`` behind HTTP Basic auth (credentials from a
+netrc, as on a host); ``public`` holds everything else and a squatter ``sfowned 9.0``.
+Each run makes a real venv with the real pip (about 5 s each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fake_host import serving
+from lab_sim_support import LAB, PIP_ENV, REPO, load
+
+from servefleet.lab.index import Config, make_server
+from servefleet.release import MARKER, Download, ReleasePlan
+
+INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
+build = load(LAB / "build.py", "servefleet_lab_build")
+PACKAGES: dict[str, list[tuple[str, str, dict[str, str], list[str]]]] = {
+    "owner": [("sfowned", "1.0", {"sfowned/__init__.py": "ORIGIN = 'owner'\n"}, ["sfdep"])],
+    "public": [
+        ("sfowned", "9.0", {"sfowned/__init__.py": "ORIGIN = 'squatter'\n"}, []),
+        ("sfdep", "1.0", {"sfdep/__init__.py": ""}, []),
+        ("sfdep", "2.0", {"sfdep/__init__.py": ""}, []),
+        ("sfpub", "1.0", {"sfpub/__init__.py": ""}, []),
+        ("sfbroken", "1.0", {"sfbroken/__init__.py": "raise RuntimeError('no NPU here')\n"}, []),
+    ],
+}
+CHECK_PREFIX = "servefleet: release check: "
+OWNER_LOGIN = ("sf-user", "sf-pass")
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Index name (owner, public, netrc) -> its simple URL (the netrc: its path)."""
+    root = tmp_path_factory.mktemp("indexes")
+    netrc = root / "netrc"
+    netrc.write_text("machine 127.0.0.1 login {} password {}\n".format(*OWNER_LOGIN))
+    netrc.chmod(0o600)
+    urls = {"netrc": str(netrc)}
+    with ExitStack() as stack:
+        for name, packages in PACKAGES.items():
+            for package, version, files, requires in packages:
+                build.write_wheel(root / name, package, version, files, requires)
+            basic = OWNER_LOGIN if name == "owner" else None
+            server = make_server(Config("simple", root / name, basic=basic), "127.0.0.1", 0)
+            urls[name] = stack.enter_context(serving(server)) + "/simple/"
+        yield urls
+
+
+def release_plan(index: dict[str, str], path: Path) -> ReleasePlan:
+    """A sound plan: everything pinned, sfowned from its owner, public packages constrained."""
+    return ReleasePlan(
+        id="rel1",
+        path=str(path),
+        python=sys.executable,
+        downloads=[Download("sfowned", "1.0", index["owner"], auth=True)],
+        requirements=["sfpub==1.0"],
+        constraints=["sfdep==1.0", "sfpub==1.0"],
+        public_index=index["public"],
+        trusted_hosts=[],
+        expect={"sfdep": "1.0", "sfowned": "1.0", "sfpub": "1.0"},
+        must_have=["sfdep", "sfowned", "sfpub"],
+        imports=["sfowned", "sfpub"],
+        netrc=index["netrc"],
+    )
+
+
+def write(plan: ReleasePlan, tmp_path: Path) -> Path:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_json()))
+    return plan_file
+
+
+def pip_env() -> dict[str, str]:
+    """This environment without the machine's pip settings (PIP_* and config files)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | PIP_ENV
+
+
+def install(plan: ReleasePlan, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the installer CLI on ``plan``."""
+    return subprocess.run(
+        [sys.executable, str(INSTALLER), str(write(plan, tmp_path))],
+        env=pip_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def withheld(plan: ReleasePlan, stderr: str, *problems: str) -> None:
+    """The checks found exactly ``problems`` and the release is not marked complete."""
+    assert [line for line in stderr.splitlines() if line.startswith(CHECK_PREFIX)] == [
+        CHECK_PREFIX + p for p in problems
+    ], stderr
+    assert f"servefleet: release {plan.id} failed its checks; it is not marked complete" in stderr
+    assert not (Path(plan.path) / MARKER).exists()
+
+
+def test_a_sound_plan_is_installed_and_marked(index: dict[str, str], tmp_path: Path) -> None:
+    """The control for the failures below: same indexes, nothing wrong, marker written."""
+    plan = release_plan(index, tmp_path / "release")
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert CHECK_PREFIX not in proc.stderr
+    assert json.loads((tmp_path / "release" / MARKER).read_text()) == {
+        "id": "rel1",
+        "pins": plan.expect,
+    }
+    python = str(tmp_path / "release" / "bin" / "python")
+    origin = subprocess.run(
+        [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
+    )
+    assert origin.stdout == "owner\n"  # not the public squatter's 9.0
+    again = install(plan, tmp_path)
+    assert (again.returncode, again.stdout) == (0, "release rel1 is complete\n")
+
+
+def test_a_version_other_than_the_pin_is_refused(index: dict[str, str], tmp_path: Path) -> None:
+    # sfdep is pinned but not constrained: pip takes the newest public one, 2.0
+    plan = replace(release_plan(index, tmp_path / "release"), constraints=["sfpub==1.0"])
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 1
+    withheld(plan, proc.stderr, "sfdep 2.0 is installed, 1.0 is pinned")
+
+
+def test_a_package_not_from_its_own_index_is_refused(
+    index: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """sfowned installed from a file outside the wheelhouse its owner's download went to."""
+    installer = load(INSTALLER, "servefleet_remote_install_release")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_downloaded = installer.downloaded
+
+    def downloaded_elsewhere(wheelhouse: Path, name: str, version: str) -> Path:
+        return Path(shutil.copy(real_downloaded(wheelhouse, name, version), elsewhere))
+
+    monkeypatch.setattr(installer, "downloaded", downloaded_elsewhere)
+    env = pip_env()
+    for key in os.environ.keys() - env.keys():
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    plan = release_plan(index, tmp_path / "release")
+    with pytest.raises(SystemExit) as exited:
+        installer.main(str(write(plan, tmp_path)))
+    stray = (elsewhere / "sfowned-1.0-py3-none-any.whl").as_uri()
+    problem = f"sfowned did not come from its own index ({index['owner']}): {stray}"
+    withheld(plan, f"{capfd.readouterr().err}{exited.value.code}\n", problem)
+
+
+def test_a_failed_import_is_refused(index: dict[str, str], tmp_path: Path) -> None:
+    base = release_plan(index, tmp_path / "release")
+    plan = replace(
+        base,
+        requirements=[*base.requirements, "sfbroken==1.0"],
+        constraints=[*base.constraints, "sfbroken==1.0"],
+        expect={**base.expect, "sfbroken": "1.0"},
+        imports=[*base.imports, "sfbroken"],
+    )
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 1
+    withheld(plan, proc.stderr, "import sfbroken failed: RuntimeError: no NPU here")
