@@ -226,11 +226,14 @@ def build_wheels(index: Path) -> None:
             package_files(top, version, squatter=True),
             summary=SQUAT_SUMMARY.format(name=name),
         )
+    vllm_files: dict[str, str | bytes] = {**package_files("vllm", VLLM_VERSION)}
+    for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
+        vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
     write_wheel(
         index / "vllm",
         "vllm",
         VLLM_VERSION,
-        package_files("vllm", VLLM_VERSION),
+        vllm_files,
         requires=[f"torch=={TORCH_VERSION}"],
         entry_points={"console_scripts": {"vllm": "vllm.sim:main"}},
         requires_python=">=3.10",

@@ -4,6 +4,7 @@ simulation path goes under $RBLN_SIM_ROOT, pip runs isolated against the built d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -160,7 +161,7 @@ def sim_env(simroot: Path, hf_home: Path, venv: Path, tmp_path: Path) -> Iterato
         RBLN_VISIBLE_DEVICES="0",
     )
     yield env
-    for switch in ("fail-start", "fail-health"):
+    for switch in ("fail-start", "fail-health", "platform"):
         (simroot / "etc/rbln-sim" / switch).unlink(missing_ok=True)
 
 
@@ -285,6 +286,14 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
     with tarfile.open(idx / "public/arctic_inference-0.1.1.tar.gz") as tar:
         pyproject = tar.extractfile("arctic_inference-0.1.1/pyproject.toml").read().decode()  # type: ignore[union-attr]
     assert 'requires = ["setuptools>=61"]' in pyproject
+
+
+def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
+    flags = LAB / "packages" / "vllm" / "flags"
+    with zipfile.ZipFile(out / "index/vllm/vllm-0.30.0+cpu-py3-none-any.whl") as zf:
+        carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
+    assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.glob("*.json")}
+    assert len(carried) == 3
 
 
 def test_squatters_outrank_private_packages(out: Path, venv: Path) -> None:
@@ -436,10 +445,41 @@ def test_rejects_unknown_flag_bad_value_and_bad_json(venv: Path, sim_env: dict[s
     bad_json = vllm(python, MODEL, "--kv-transfer-config={nope", env=sim_env)
     assert (
         bad_json.returncode == 2
-        and "argument --kv-transfer-config: invalid JSON" in bad_json.stderr
+        and "argument --kv-transfer-config: Invalid JSON" in bad_json.stderr
     )
-    bad_choice = vllm(python, MODEL, "--model-impl", "magic", env=sim_env)
+    bad_choice = vllm(python, MODEL, "--dtype", "magic", env=sim_env)
     assert bad_choice.returncode == 2 and "invalid choice: 'magic'" in bad_choice.stderr
+
+
+def test_platform_file_selects_the_flag_table(
+    venv: Path, simroot: Path, sim_env: dict[str, str]
+) -> None:
+    python = venv / "bin/python"
+    # past the parser, the start stops at the model missing from the HF cache (exit 1)
+    args = ("openai/gpt-oss-20b", "--rbln-use-w8a8")
+    assert vllm(python, *args, env=sim_env).returncode == 1
+    (simroot / "etc/rbln-sim/platform").write_text("upstream\n")
+    proc = vllm(python, *args, env=sim_env)
+    assert proc.returncode == 2 and "unrecognized arguments: --rbln-use-w8a8" in proc.stderr
+    (simroot / "etc/rbln-sim/platform").write_text("cuda\n")
+    proc = vllm(python, *args, env=sim_env)
+    assert proc.returncode == 1 and "names platform 'cuda'" in proc.stderr
+
+
+def test_unknown_vllm_env_vars(sim: Any) -> None:
+    env = {"VLLM_TYPO": "1", "VLLM_CACHE_ROOT": "/c", "VLLM_RBLN_SUB_BLOCK_CACHE": "0", "HOME": "/"}
+    assert sim.unknown_env_vars(env, "rbln") == ["VLLM_TYPO"]
+    # vLLM itself knows no VLLM_RBLN_* variable: on a GPU host they are typos too
+    assert sim.unknown_env_vars(env, "upstream") == ["VLLM_RBLN_SUB_BLOCK_CACHE", "VLLM_TYPO"]
+
+
+def test_warns_of_an_unknown_vllm_env_var(venv: Path, sim_env: dict[str, str]) -> None:
+    env = dict(sim_env, VLLM_TYPO="1", VLLM_ENGINE_READY_TIMEOUT_S="600")
+    proc = vllm(venv / "bin/python", "openai/gpt-oss-20b", env=env)
+    warnings = [line for line in proc.stderr.splitlines() if "Unknown vLLM environment" in line]
+    assert proc.returncode == 1 and len(warnings) == 1
+    assert warnings[0].startswith("WARNING ")
+    assert warnings[0].endswith("Unknown vLLM environment variable detected: VLLM_TYPO")
 
 
 def test_needs_lmcache_for_lmcache_connector(
@@ -557,18 +597,46 @@ def test_compiles_once_then_reuses_and_serves(
     assert len(log.read_text().splitlines()) == lines_before + 1
 
 
+def test_fault_switch_rule(sim: Any, tmp_path: Path) -> None:
+    env = {"RBLN_SIM_ROOT": str(tmp_path)}
+    argv = ["/v/bin/vllm", "serve", MODEL, "--port", "8001"]
+    switch = tmp_path / "etc/rbln-sim/fail-health"
+    switch.parent.mkdir(parents=True)
+    assert sim.fault_switch(env, "fail-health", argv) is None  # no file
+    for text in ("", "\n"):  # empty (one trailing newline stripped): every process
+        switch.write_text(text)
+        assert sim.fault_switch(env, "fail-health", argv) == f"{switch} exists"
+    for text, hit in [("--port 8001\n", True), ("--port 8002", False), ("serve openai/", True)]:
+        switch.write_text(text)
+        assert (sim.fault_switch(env, "fail-health", argv) is not None) == hit, text
+    switch.write_text("--port  8001")  # argv joined by single spaces
+    assert sim.fault_switch(env, "fail-health", argv) is None
+    switch.write_text("8001\n\n")  # only one newline is stripped
+    assert sim.fault_switch(env, "fail-health", argv) is None
+
+
 def test_fault_switches(venv: Path, simroot: Path, sim_env: dict[str, str]) -> None:
-    (simroot / "etc/rbln-sim/fail-start").touch()
-    proc = vllm(venv / "bin/python", MODEL, env=sim_env)
+    python = venv / "bin/python"
+    fail_start = simroot / "etc/rbln-sim/fail-start"
+    fail_start.touch()
+    proc = vllm(python, MODEL, env=sim_env)
     assert proc.returncode == 1 and "simulated start failure" in proc.stderr
-    (simroot / "etc/rbln-sim/fail-start").unlink()
-    server = serve(venv, sim_env)
-    try:
-        assert http(server.port, "/health")[0] == 200
-        (simroot / "etc/rbln-sim/fail-health").touch()
-        assert http(server.port, "/health")[0] == 500
-    finally:
-        server.stop()
+    fail_start.write_text("--served-model-name doomed\n")  # only the matching command line
+    proc = vllm(python, MODEL, "--served-model-name", "doomed", env=sim_env)
+    assert proc.returncode == 1 and "simulated start failure" in proc.stderr
+    assert "matches '--served-model-name doomed'" in proc.stderr
+    with contextlib.ExitStack() as servers:
+        first = serve(venv, sim_env)  # does not match: starts
+        servers.callback(first.stop)
+        second = serve(venv, dict(sim_env, RBLN_VISIBLE_DEVICES="1"))
+        servers.callback(second.stop)
+        assert http(first.port, "/health")[0] == http(second.port, "/health")[0] == 200
+        fail_health = simroot / "etc/rbln-sim/fail-health"
+        fail_health.write_text(f"--port {first.port}\n")  # only the server on that port
+        assert http(first.port, "/health")[0] == 500
+        assert http(second.port, "/health")[0] == 200
+        fail_health.write_text("")
+        assert http(first.port, "/health")[0] == http(second.port, "/health")[0] == 500
 
 
 # ---------------------------------------------------------------------------------------------

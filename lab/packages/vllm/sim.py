@@ -1,10 +1,30 @@
 """Simulated ``vllm serve``: a SIMULATION for the servefleet lab, shipped in the lab's fake
 ``vllm 0.30.0+cpu`` wheel (console script ``vllm``). It is not vLLM and serves no model.
 
-It behaves like a vLLM 0.30 + vllm-rbln 0.12 server from the outside: a closed, typed flag
-table (exit 2 on anything else), import checks of the RBLN packages, a Hugging Face cache
+It behaves like a vLLM 0.30 + vllm-rbln 0.12 server from the outside: the real ``vllm serve``
+flag set (exit 2 on anything else), import checks of the RBLN packages, a Hugging Face cache
 check, NPU selection through ``RBLN_VISIBLE_DEVICES`` and ``rbln-smi -j``, a simulated compile
 keyed like vllm-rbln's mega-cache, and an OpenAI-style HTTP API. Standard library only.
+
+Flags: the parser is generated at run time from dumps of the real parser's argparse actions,
+kept verbatim in ``flags/`` next to this file: ``vllm-0.30.0-rbln-0.12.0.json`` (vllm-rbln's
+RBLN platform, what CR13 hosts run) and ``vllm-0.30.0-upstream.json`` (upstream vLLM, what GPU
+hosts run). The file /etc/rbln-sim/platform picks the table: ``rbln`` (also when the file is
+missing or empty) or ``upstream``; any other word refuses to start. Values are checked by
+vLLM's own value parsers (int, float, ``32k``/``1M``, ``auto``, JSON, ``None`` for optional
+values, choices) and FlexibleArgumentParser's habits are kept: ``--flag=value``, ``_`` for
+``-`` in a flag name, ``--model X`` as the positional model, dotted sub-keys of JSON arguments
+(``--speculative-config.method eagle3``, merged into the object the flag itself gives).
+
+Environment: a ``VLLM_*`` variable vLLM 0.30.0 does not know (``flags/vllm-0.30.0-envs.json``;
+on the rbln platform also vllm-rbln's ``VLLM_RBLN_*``) logs vLLM's start-up warning
+``Unknown vLLM environment variable detected: NAME``, so a typo shows in the journal.
+
+Fault switches, files under /etc/rbln-sim: ``fail-start`` makes the server exit 1 before it
+claims NPUs; ``fail-health`` makes ``GET /health`` answer 500 (read on every request). An EMPTY
+switch file fails every server; a switch file holding text (one trailing newline stripped)
+fails only the servers whose command line (their argv joined by single spaces) contains that
+text, e.g. ``--port 8001``.
 
 Every path under /etc/rbln-sim, /run/rbln-sim and /var/log/rbln-sim is prefixed by
 ``$RBLN_SIM_ROOT`` when that is set (tests only; a deploy never sets it).
@@ -14,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import fcntl
+import functools
 import hashlib
 import http.server
 import importlib
@@ -27,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 VERSION = "0.30.0+cpu"
@@ -37,6 +59,13 @@ SIM_RUN = "/run/rbln-sim"
 SIM_LOG = "/var/log/rbln-sim"
 DEFAULT_COMPILE_SECONDS = 3.0
 PROG = "vllm serve"
+FLAGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flags")
+# /etc/rbln-sim/platform word -> the dump of the real parser for that platform
+PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
+DEFAULT_PLATFORM = "rbln"
+ENVS_FILE = "vllm-0.30.0-envs.json"
+# What the platform fills in for an argument left unset (vllm-rbln: --max-num-seqs 1)
+PLATFORM_DEFAULTS: dict[str, dict[str, Any]] = {"rbln": {"max_num_seqs": 1}, "upstream": {}}
 
 
 def sim_path(env: Mapping[str, str], path: str) -> str:
@@ -48,91 +77,6 @@ def sim_path(env: Mapping[str, str], path: str) -> str:
     root = env.get(SIM_ROOT_ENV, "")
     return os.path.join(root, path.lstrip("/")) if root else path
 
-
-# ---------------------------------------------------------------------------------------------
-# The closed flag table (vLLM 0.30 value types; vllm-rbln 0.12 adds the --rbln-* flags)
-
-_KV_CACHE_DTYPES = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
-_DTYPES = ["auto", "half", "float16", "bfloat16", "float", "float32"]
-
-# (flags, kind, choices or None, default). kind: int, hint (int with k/m/g suffix), float, str,
-# choice, bool (--x/--no-x), json (a JSON object), names (one or more strings)
-FLAGS: list[tuple[tuple[str, ...], str, list[str] | None, Any]] = [
-    (("--host",), "str", None, "0.0.0.0"),
-    (("--port",), "int", None, 8000),
-    (("--model",), "str", None, None),
-    (("--served-model-name",), "names", None, None),
-    (("--dtype",), "choice", _DTYPES, "auto"),
-    (("--seed",), "int", None, None),
-    (("--max-model-len",), "hint", None, None),
-    (("--max-num-batched-tokens",), "hint", None, None),
-    (("--max-num-seqs",), "int", None, 1),  # vllm-rbln's default (upstream: 256)
-    (("--block-size",), "int", None, None),
-    (("--gpu-memory-utilization",), "float", None, 0.93),  # vllm-rbln's default
-    (("--num-gpu-blocks-override",), "int", None, None),
-    (("--kv-cache-dtype",), "choice", _KV_CACHE_DTYPES, "auto"),
-    (("--quantization", "-q"), "str", None, None),
-    (("--model-impl",), "choice", ["auto", "vllm", "transformers", "terratorch"], "auto"),
-    (("--tokenizer-mode",), "str", None, "auto"),
-    (("--trust-remote-code",), "bool", None, False),
-    (("--enforce-eager",), "bool", None, False),
-    (("--disable-sliding-window",), "bool", None, False),
-    (("--enable-prefix-caching",), "bool", None, None),
-    (("--enable-chunked-prefill",), "bool", None, None),
-    (("--async-scheduling",), "bool", None, None),
-    (("--language-model-only",), "bool", None, False),
-    (("--mm-encoder-tp-mode",), "choice", ["weights", "data"], "weights"),
-    (("--tensor-parallel-size", "-tp"), "int", None, 1),
-    (("--pipeline-parallel-size", "-pp"), "int", None, 1),
-    (("--data-parallel-size", "-dp"), "int", None, 1),
-    (("--data-parallel-size-local", "-dpl"), "int", None, None),
-    (("--data-parallel-hybrid-lb",), "bool", None, False),
-    (("--enable-expert-parallel", "-ep"), "bool", None, False),
-    (
-        ("--distributed-executor-backend",),
-        "choice",
-        ["ray", "mp", "uni", "external_launcher"],
-        None,
-    ),
-    (("--attention-backend",), "str", None, None),
-    (("--linear-backend",), "str", None, None),
-    (("--moe-backend",), "str", None, None),
-    (("--reasoning-parser",), "str", None, None),
-    (("--tool-call-parser",), "str", None, None),
-    (("--enable-auto-tool-choice",), "bool", None, False),
-    (("--tool-server",), "str", None, None),
-    (("--speculative-config",), "json", None, None),
-    (("--kv-transfer-config",), "json", None, None),
-    (("--compilation-config", "-cc"), "json", None, None),
-    (("--additional-config",), "json", None, None),
-    (("--kernel-config",), "json", None, None),
-    (("--hf-overrides",), "json", None, None),
-    # vllm-rbln 0.12 RBLNConfig fields (--rbln-<field> / --no-rbln-<field>)
-    (("--rbln-num-devices-per-local-rank",), "int", None, None),
-    (("--rbln-use-custom-sampler",), "bool", None, None),
-    (("--rbln-sub-block-size",), "int", None, None),
-    (("--rbln-enforce-model-fp32",), "bool", None, None),
-    (("--rbln-use-batch-attn-opt",), "bool", None, None),
-    (("--rbln-use-custom-kernel",), "bool", None, None),
-    (("--rbln-use-dynamic-kv-cache",), "bool", None, None),
-    (("--rbln-enable-sub-block-cache",), "bool", None, None),
-    (("--rbln-specialize-moe-decode",), "bool", None, None),
-    (("--rbln-use-moe-tokens-mask",), "bool", None, None),
-    (("--rbln-use-all2all-dispatch",), "bool", None, None),
-    (("--rbln-use-all2all-combine",), "bool", None, None),
-    (
-        ("--rbln-decode-batch-bucket-strategy",),
-        "choice",
-        ["exponential", "exp", "linear", "manual"],
-        None,
-    ),
-    (("--rbln-decode-batch-bucket-min",), "int", None, None),
-    (("--rbln-decode-batch-bucket-step",), "int", None, None),
-    (("--rbln-decode-batch-bucket-limit",), "int", None, None),
-    (("--rbln-decode-batch-bucket-manual-buckets",), "str", None, None),
-    (("--rbln-use-w8a8",), "bool", None, None),
-    (("--rbln-compile-dtype",), "str", None, None),
-]
 
 # RBLNConfig fields: (field, env var still honoured in 0.12, default)
 RBLN_FIELDS: list[tuple[str, str, Any]] = [
@@ -185,31 +129,234 @@ class SimError(Exception):
         self.code = code
 
 
-def _human_int(text: str) -> int:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
-    scale = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3}[m.group(2).lower()]
-    if m.group(2).isupper():
-        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}[m.group(2)]
-    value = float(m.group(1)) * scale
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
+def sim_platform(env: Mapping[str, str]) -> str:
+    """The flag table of this host: the word in /etc/rbln-sim/platform, ``rbln`` by default.
+
+    + env: the environment (RBLN_SIM_ROOT)
+    """
+    path = sim_path(env, SIM_ETC + "/platform")
+    try:
+        with open(path) as fh:
+            name = fh.read().strip() or DEFAULT_PLATFORM
+    except FileNotFoundError:
+        return DEFAULT_PLATFORM
+    if name not in PLATFORMS:
+        raise SimError(f"{path} names platform {name!r}; expected one of {', '.join(PLATFORMS)}")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# The flag table, generated from the dumps of the real parser (flags/*.json)
+
+# vLLM's value parsers, by the names the dumps give them. Their __name__ is what argparse shows
+# in "argument --x: invalid <name> value: 'v'", as vLLM's functions of the same name would.
+
+
+def human_readable_int(value: str) -> int:
+    """``25.6k`` = 25600 and ``1m`` = 10**6 (k/m/g/t: powers of 1000); ``2K`` = 2048 (K/M/G/T:
+    powers of 1024, whole numbers only); anything else goes to ``int()``."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        number, suffix = match.groups()
+        if suffix.islower():
+            return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+        if "." in number:
+            raise argparse.ArgumentTypeError(
+                f"Decimals are not allowed with binary suffixes like {suffix}. "
+                f"Did you mean to use {number}{suffix.lower()} instead?"
+            )
+        return int(number) * 1024 ** ("KMGT".index(suffix) + 1)
     return int(value)
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def human_readable_int_or_auto(value: str) -> int:
+    """:func:`human_readable_int`, or ``auto`` / ``-1`` (-1: let vLLM decide)."""
+    value = value.strip()
+    if value in ("auto", "-1"):
+        return -1
+    return human_readable_int(value)
+
+
+def parse_dataclass(val: str) -> dict[str, Any]:
+    """A config dataclass from JSON: a JSON object. The dumps do not list each config class's
+    fields, so unknown keys pass here (real vLLM's pydantic check refuses them)."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"invalid JSON: {exc}") from None
+        value = json.loads(val)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"Invalid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
+        raise argparse.ArgumentTypeError(f"Input should be a JSON object: {val!r}")
     return value
 
 
-_json_object.__name__ = "json"
-_human_int.__name__ = "int"
+def union_dict_and_str(val: str) -> Any:
+    """A JSON object when the text is braced (``{...}``), else the text itself."""
+    if not re.match(r"(?s)^\s*{.*}\s*$", val):
+        return str(val)
+    return json.loads(val)
+
+
+def _optional_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
+    def _optional_type(val: str) -> Any:  # vLLM's optional_type: "" and "None" are None
+        return None if val in ("", "None") else inner(val)
+
+    return _optional_type
+
+
+def _parse_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
+    def _parse_type(val: str) -> Any:  # vLLM's parse_type: a ValueError becomes the message
+        try:
+            return inner(val)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"Failed to parse '{val}' as <function {inner.__name__}>: {exc}"
+            ) from exc
+
+    return _parse_type
+
+
+def _kernel_backend(val: str) -> str:  # --moe-backend and friends: lower case, "-" as "_"
+    return val.lower().replace("-", "_")
+
+
+def _device_ids(val: str) -> list[int]:  # --device-ids 0,1
+    return [int(x) for x in val.split(",")]
+
+
+_kernel_backend.__name__ = _device_ids.__name__ = "<lambda>"
+_VALUE_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "loads": json.loads,
+    "human_readable_int": human_readable_int,
+    "human_readable_int_or_auto": human_readable_int_or_auto,
+    "parse_dataclass": parse_dataclass,
+    "union_dict_and_str": union_dict_and_str,
+}
+_WRAPPERS = {"_optional_type": _optional_type, "_parse_type": _parse_type}
+_LAMBDAS = {"device_ids": _device_ids}
+
+
+def value_type(name: str | None, dest: str) -> Callable[[str], Any] | None:
+    """The value parser a dump names, e.g. ``_optional_type(human_readable_int)``.
+
+    + name: the dump's ``type`` (None: the text as is)
+    + dest: the argument, for the dump's anonymous ``<lambda>`` parsers
+    """
+    if name is None:
+        return None
+    if name == "<lambda>":
+        return _LAMBDAS.get(dest, _kernel_backend)
+    wrapped = re.fullmatch(r"(\w+)\((.*)\)", name)
+    if wrapped:
+        inner = value_type(wrapped.group(2), dest)
+        assert inner is not None
+        return _WRAPPERS[wrapped.group(1)](inner)
+    return _VALUE_TYPES[name]
+
+
+def _update(into: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``extra`` into ``into`` the way vLLM merges dotted sub-keys: dicts recursively,
+    lists appended, anything else replaced."""
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _update(into[key], value)
+        elif isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] = into[key] + value
+        else:
+            into[key] = value
+    return into
+
+
+class _StoreRbln(argparse._StoreAction):
+    """vllm-rbln's store of an RBLNConfig field (``--rbln-<field>``)."""
+
+
+class _StoreRblnBool(argparse.BooleanOptionalAction):
+    """vllm-rbln's ``--rbln-<field>`` / ``--no-rbln-<field>``."""
+
+
+class _MergeAdditionalConfig(argparse._StoreAction):
+    """vllm-rbln's ``--additional-config``: a repeated JSON object merges into the earlier one."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        current = getattr(namespace, self.dest, None)
+        if isinstance(current, dict) and isinstance(values, dict):
+            values = _update(copy.deepcopy(current), values)
+        setattr(namespace, self.dest, values)
+
+
+class LoRAParserAction(argparse.Action):
+    """vLLM's ``--lora-modules``: items ``name=path`` or JSON ``{"name", "path"[, "base_model_name"]}``."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        modules: list[dict[str, Any]] = []
+        for item in values or []:
+            if item in (None, ""):
+                continue
+            if "=" in item and "," not in item:
+                name, path = item.split("=")  # as vLLM: a second "=" is a ValueError
+                modules.append({"name": name, "path": path})
+                continue
+            try:
+                module = json.loads(item)
+            except json.JSONDecodeError:
+                parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            fields = set(module) if isinstance(module, dict) else set()
+            if not {"name", "path"} <= fields <= {"name", "path", "base_model_name"}:
+                parser.error(f"Invalid fields for --lora-modules: {item}")
+            modules.append(module)
+        setattr(namespace, self.dest, modules)
+
+
+_ACTIONS: dict[str, Any] = {
+    "_StoreAction": "store",
+    "_StoreTrueAction": "store_true",
+    "_AppendAction": "append",
+    "_HelpAction": "help",
+    "BooleanOptionalAction": argparse.BooleanOptionalAction,
+    "_StoreRbln": _StoreRbln,
+    "_StoreRblnBool": _StoreRblnBool,
+    "_MergeAdditionalConfig": _MergeAdditionalConfig,
+    "LoRAParserAction": LoRAParserAction,
+}
+_BOOL_ACTIONS = ("BooleanOptionalAction", "_StoreRblnBool")
+# A default the dump could only write as a Python repr ("set()", "<Enum.X: 'x'>", "Cls(...)",
+# "{'k': ...}") is None here; so is the default of an --rbln-* field, so that a given flag can be
+# told from an unset one (RBLNConfig then takes the env var, then its own default).
+_REPR_DEFAULT = re.compile(r"<.*>|\w+\(.*\)|\{.*\}", re.S)
+
+
+def _default(entry: Mapping[str, Any]) -> Any:
+    value = entry["default"]
+    if entry["action"] in ("_StoreRbln", "_StoreRblnBool"):
+        return None
+    if isinstance(value, str) and _REPR_DEFAULT.fullmatch(value):
+        return None
+    return value
+
+
+@functools.cache
+def flag_table(platform: str = DEFAULT_PLATFORM) -> tuple[dict[str, Any], ...]:
+    """The real parser's actions for ``platform`` (``rbln`` or ``upstream``), from flags/."""
+    with open(os.path.join(FLAGS_DIR, PLATFORMS[platform])) as fh:
+        return tuple(json.load(fh)["flags"])
+
+
+@functools.cache
+def known_env_vars(platform: str = DEFAULT_PLATFORM) -> frozenset[str]:
+    """The ``VLLM_*`` variables vLLM 0.30.0 knows (and vllm-rbln's, on the rbln platform)."""
+    with open(os.path.join(FLAGS_DIR, ENVS_FILE)) as fh:
+        data = json.load(fh)
+    return frozenset(data["vllm"] + (data["vllm_rbln"] if platform == "rbln" else []))
+
+
+def unknown_env_vars(env: Mapping[str, str], platform: str = DEFAULT_PLATFORM) -> list[str]:
+    """The ``VLLM_*`` names in ``env`` that real vLLM would warn about, sorted."""
+    known = known_env_vars(platform)
+    return sorted(k for k in env if k.startswith("VLLM_") and k not in known)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -217,38 +364,35 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    @functools.cache  # noqa: B019 (parsers are built once per platform and kept)
+    def format_usage(self) -> str:  # some 440 spellings: wrapped once, not on every error
+        return super().format_usage()
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``vllm serve`` parser: the closed flag table, argparse-style errors (exit 2)."""
-    parser = _Parser(prog=PROG, allow_abbrev=False, add_help=True)
+
+@functools.cache
+def build_parser(platform: str = DEFAULT_PLATFORM) -> argparse.ArgumentParser:
+    """The ``vllm serve`` parser of ``platform``: every action of the dump, argparse errors."""
+    parser = _Parser(prog=PROG, allow_abbrev=False, add_help=False)
     parser.add_argument("model_tag", nargs="?", default=None, help="model id or path")
-    for flags, kind, choices, default in FLAGS:
-        dest = flags[0][2:].replace("-", "_")
-        if kind == "bool":
-            parser.add_argument(
-                *flags, dest=dest, action=argparse.BooleanOptionalAction, default=default
-            )
-        elif kind == "choice":
-            parser.add_argument(*flags, dest=dest, choices=choices, default=default)
-        elif kind == "names":
-            parser.add_argument(*flags, dest=dest, nargs="+", default=default)
-        else:
-            conv: Any = {
-                "int": int,
-                "hint": _human_int,
-                "float": float,
-                "str": str,
-                "json": _json_object,
-            }[kind]
-            parser.add_argument(*flags, dest=dest, type=conv, default=default)
+    for entry in flag_table(platform):
+        flags, kind = entry["flags"], entry["action"]
+        kwargs: dict[str, Any] = {"action": _ACTIONS[kind]}
+        if kind != "_HelpAction":
+            kwargs.update(dest=entry["dest"], default=_default(entry))
+        if kind in _BOOL_ACTIONS:  # argparse makes the --no- spellings itself
+            flags = [f for f in flags if not (f.startswith("--no-") and "--" + f[5:] in flags)]
+        elif kind not in ("_HelpAction", "_StoreTrueAction"):
+            kwargs.update(type=value_type(entry["type"], entry["dest"]), choices=entry["choices"])
+            if entry["nargs"] is not None:
+                kwargs["nargs"] = entry["nargs"]
+            if entry["nargs"] == "?":  # --hf-token alone: use the stored token
+                kwargs["const"] = True
+        parser.add_argument(*flags, **kwargs)
     return parser
 
 
-_JSON_FLAGS = {f for flags, kind, _, _ in FLAGS if kind == "json" for f in flags}
-
-
 def _dotted_value(text: str) -> Any:
-    if text in ("True", "False"):
+    if text in ("True", "False"):  # as pydantic reads them for a bool field
         return text == "True"
     try:
         return json.loads(text)
@@ -256,65 +400,78 @@ def _dotted_value(text: str) -> Any:
         return text
 
 
-def _preprocess(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """vLLM's FlexibleArgumentParser niceties: ``--a_b`` == ``--a-b``, and dotted overrides of
-    JSON flags (``-cc.pass_config.x=True``, ``--kernel-config.y=False``)."""
-    out: list[str] = []
+def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """vLLM's FlexibleArgumentParser before argparse: ``--model X`` becomes the positional,
+    ``_`` counts as ``-`` in a ``--flag`` name up to its first ``.``, and dotted sub-keys
+    (``--a.b.c v``, ``-cc.x=v``, ``--a.b+ x,y`` for a list) are taken out and collected into one
+    object per flag. Returns (the remaining arguments, flag -> object)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg.startswith("--model="):
+            args = [arg[len("--model=") :], *args[:i], *args[i + 1 :]]
+            break
+        if arg == "--model" and i + 1 < len(args):
+            args = [args[i + 1], *args[:i], *args[i + 2 :]]
+            break
+    named = []
+    for arg in args:
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            head, dot, tail = key[2:].partition(".")
+            arg = "--" + head.replace("_", "-") + dot + tail + eq + value
+        named.append(arg)
+    rest: list[str] = []
     dotted: dict[str, dict[str, Any]] = {}
-    items = list(argv)
-    i = 0
-    while i < len(items):
-        arg = items[i]
-        i += 1
-        if not arg.startswith("-") or arg == "--" or re.fullmatch(r"-\d.*", arg):
-            out.append(arg)
+    items = iter(named)
+    for arg in items:
+        key, eq, value = arg.partition("=")
+        if not arg.startswith("-") or "." not in key:
+            rest.append(arg)
             continue
-        name, eq, value = arg.partition("=")
-        if name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-") if "." not in name else name
-        base, dot, path = name.partition(".")
-        if dot and base.replace("_", "-") in _JSON_FLAGS:
-            base = base.replace("_", "-")
-            if not eq:
-                if i >= len(items):
-                    _Parser(prog=PROG).error(f"argument {name}: expected one argument")
-                value = items[i]
-                i += 1
-            node = dotted.setdefault(base, {})
-            keys = path.split(".")
-            for key in keys[:-1]:
-                node = node.setdefault(key, {})
-            node[keys[-1]] = _dotted_value(value)
-            continue
-        out.append(name + eq + value if eq else name)
-    return out, dotted
+        if not eq:
+            following = next(items, None)
+            if following is None:
+                _Parser(prog=PROG).error(f"argument {key}: expected one argument")
+            value = str(following)
+        if key.endswith("+"):
+            key, value = key[:-1], json.dumps(value.split(","))
+        flag, *path = key.split(".")
+        nested: Any = _dotted_value(value)
+        for part in reversed(path):
+            nested = {part: nested}
+        _update(dotted.setdefault(flag, {}), nested)
+    return rest, dotted
 
 
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-    return into
-
-
-def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
+def parse_serve_args(argv: Sequence[str], platform: str = DEFAULT_PLATFORM) -> argparse.Namespace:
     """Parse the arguments after ``vllm serve`` (exits 2 on an unknown flag or bad value).
 
     + argv: the arguments after ``serve``
+    + platform: the flag table, ``rbln`` or ``upstream``
     """
-    args, dotted = _preprocess(argv)
-    ns = build_parser().parse_args(args)
-    for flag, extra in dotted.items():
-        dest = next(f for f, _, _, _ in FLAGS if flag in f)[0][2:].replace("-", "_")
-        setattr(ns, dest, _merge(getattr(ns, dest) or {}, extra))
-    if ns.model_tag and ns.model and ns.model_tag != ns.model:
-        _Parser(prog=PROG).error("the model is given both as positional and as --model")
-    ns.model = ns.model_tag or ns.model
-    if not ns.model:
-        _Parser(prog=PROG).error("the following arguments are required: model_tag")
+    parser = build_parser(platform)
+    args, dotted = _flexible(argv)
+    # as vLLM: each collected object goes back in as the flag's JSON text, for its value parser
+    tail = [item for flag, obj in dotted.items() for item in (flag, json.dumps(obj))]
+    ns = parser.parse_args(args + tail)
+    if dotted:  # ... merged here into the object the flag itself gives (any spelling of it)
+        given = vars(parser.parse_args(args))
+        for flag, extra in dotted.items():
+            dest = parser._option_string_actions[flag].dest
+            if isinstance(getattr(ns, dest), dict):
+                base = given[dest] if isinstance(given[dest], dict) else {}
+                given[dest] = _update(copy.deepcopy(base), extra)
+                setattr(ns, dest, given[dest])
+    ns.model = ns.model_tag or ns.model  # vllm serve: the positional model wins
+    for dest, value in PLATFORM_DEFAULTS[platform].items():
+        if getattr(ns, dest) is None:
+            setattr(ns, dest, value)
     return ns
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON argument's object, or {} (unset, None, or a non-object JSON value)."""
+    return value if isinstance(value, dict) else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,9 +485,9 @@ def _env_bool(text: str) -> bool:
 def _rbln_options(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
     """RBLNConfig: a flag wins over the (deprecated) env var, which wins over the default."""
     opts: dict[str, Any] = {}
-    extra = dict(ns.additional_config or {})
+    extra = _object(ns.additional_config)
     for field, var, default in RBLN_FIELDS:
-        flag = getattr(ns, "rbln_" + field)
+        flag = getattr(ns, "rbln_" + field, None)  # the upstream table has no --rbln-* flags
         if flag is not None:
             value = flag
         elif field in extra:
@@ -378,7 +535,7 @@ def _key_factors(
             k: v for k, v in config["additional_config"].items() if k not in fields
         }
     rbln = {k: v for k, v in _rbln_options(ns, env).items() if k not in RBLN_UNCACHED}
-    spec = ns.speculative_config or {}
+    spec = _object(ns.speculative_config)
     draft = spec.get("model")
     major_minor = ".".join(rebel_version.split("+")[0].split(".")[:2])
     return {
@@ -424,7 +581,7 @@ def cache_key(
     + rebel_version: the installed rebel-compiler version (only major.minor counts)
     + num_devices: NPUs of this server; default: the entries of RBLN_VISIBLE_DEVICES, else 1
     """
-    ns = parse_serve_args(_strip_launcher(argv))
+    ns = parse_serve_args(_strip_launcher(argv), "rbln")  # the mega-cache is vllm-rbln's
     return _signature(ns, env, npu_name, rebel_version, num_devices)
 
 
@@ -482,7 +639,7 @@ def check_packages(ns: argparse.Namespace) -> dict[str, Any]:
         "rebel": _import("rebel", "rebel-compiler is required by vllm-rbln: import rebel"),
         "vllm_rbln": _import("vllm_rbln", "the RBLN platform plugin vllm-rbln is not installed"),
     }
-    kv = ns.kv_transfer_config or {}
+    kv = _object(ns.kv_transfer_config)
     connector = str(kv.get("kv_connector", ""))
     if "lmcache" in connector.lower():
         mods["lmcache_rbln"] = _import(
@@ -493,7 +650,7 @@ def check_packages(ns: argparse.Namespace) -> dict[str, Any]:
         mods["nixl_rbln"] = _import(
             "nixl_rbln", f"kv_connector {connector} needs nixl-rbln (vllm-rbln[kv-connectors])"
         )
-    spec = ns.speculative_config or {}
+    spec = _object(ns.speculative_config)
     if spec.get("method") == "suffix":
         mods["arctic_inference"] = _import(
             "arctic_inference", "speculative method 'suffix' needs arctic-inference"
@@ -645,6 +802,30 @@ def warm_up(ns: argparse.Namespace, env: Mapping[str, str], sig: str, log: Any) 
     return bundle, True
 
 
+def fault_switch(env: Mapping[str, str], name: str, argv: Sequence[str]) -> str | None:
+    """Whether switch /etc/rbln-sim/``name`` fails this process: None if not, else why.
+
+    An empty switch file fails every process; one holding text (one trailing newline stripped)
+    fails the processes whose command line, ``argv`` joined by single spaces, contains it.
+
+    + env: the environment (RBLN_SIM_ROOT)
+    + name: ``fail-start`` or ``fail-health``
+    + argv: the process's command line
+    """
+    path = sim_path(env, f"{SIM_ETC}/{name}")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError:  # present but unreadable: the old rule, it exists
+        text = ""
+    text = text[:-1] if text.endswith("\n") else text
+    if not text:
+        return f"{path} exists"
+    return f"{path} matches {text!r}" if text in " ".join(argv) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # HTTP
 
@@ -659,7 +840,8 @@ class _State:
         self.ns = ns
         self.env = env
         self.info = info
-        self.names: list[str] = ns.served_model_name or [ns.model]
+        self.argv = list(sys.argv)  # this process's command line, for the fail-health switch
+        self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
         self.requests = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
@@ -684,7 +866,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802
             path = self.path.split("?")[0]
             if path == "/health":
-                failing = os.path.exists(sim_path(state.env, SIM_ETC + "/fail-health"))
+                failing = fault_switch(state.env, "fail-health", state.argv) is not None
                 self._send(500 if failing else 200, b"", "text/plain")
             elif path == "/v1/models":
                 data = [
@@ -776,8 +958,8 @@ def _metrics(state: _State) -> str:
 # Entry point
 
 
-def _log(message: str) -> None:
-    sys.stderr.write(f"INFO {time.strftime('%m-%d %H:%M:%S')} [sim] {message}\n")
+def _log(message: str, level: str = "INFO") -> None:
+    sys.stderr.write(f"{level} {time.strftime('%m-%d %H:%M:%S')} [sim] {message}\n")
     sys.stderr.flush()
 
 
@@ -803,8 +985,10 @@ def serve(argv: Sequence[str]) -> int:
 
     + argv: the arguments after ``serve``
     """
-    ns = parse_serve_args(argv)
     env = dict(os.environ)
+    platform = sim_platform(env)
+    ns = parse_serve_args(argv, platform)
+    host = ns.host or "0.0.0.0"  # no --host: every interface, as vLLM
 
     def _stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)
@@ -812,14 +996,18 @@ def serve(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     _log(f"vLLM API server version {VERSION} (simulated for the servefleet lab)")
     _log(f"non-default args: model={ns.model!r} port={ns.port} host={ns.host!r}")
+    _log(f"platform {platform}: the flag table of {PLATFORMS[platform]}")
+    for name in unknown_env_vars(env, platform):
+        _log(f"Unknown vLLM environment variable detected: {name}", "WARNING")
     _record(ns, env)
     mods = check_packages(ns)
     find_snapshot(env, ns.model)
-    draft = (ns.speculative_config or {}).get("model")
+    draft = _object(ns.speculative_config).get("model")
     if draft:
         find_snapshot(env, str(draft))
-    if os.path.exists(sim_path(env, SIM_ETC + "/fail-start")):
-        raise SimError(f"simulated start failure: {sim_path(env, SIM_ETC + '/fail-start')} exists")
+    switch = fault_switch(env, "fail-start", sys.argv)
+    if switch is not None:
+        raise SimError(f"simulated start failure: {switch}")
     smi = rbln_smi(env)
     devices, fds = claim_devices(env, smi)
     npu = next(d["name"] for d in smi["devices"] if int(d["npu"]) == devices[0])
@@ -827,9 +1015,9 @@ def serve(argv: Sequence[str]) -> int:
     _log(f"NPUs {devices} ({npu}), rebel {mods['rebel'].__version__}, signature {sig}")
     bundle, compiled = warm_up(ns, env, sig, _log)
     state = _State(ns, env, {"compiled": compiled, "bundle": bundle, "sig": sig})
-    httpd = http.server.ThreadingHTTPServer((ns.host, ns.port), _make_handler(state))
+    httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
     httpd.daemon_threads = True
-    _log(f"Starting vLLM API server on http://{ns.host}:{ns.port}")
+    _log(f"Starting vLLM API server on http://{host}:{ns.port}")
     try:
         httpd.serve_forever()
     finally:
