@@ -603,15 +603,19 @@ def test_fault_switch_rule(sim: Any, tmp_path: Path) -> None:
     switch = tmp_path / "etc/rbln-sim/fail-health"
     switch.parent.mkdir(parents=True)
     assert sim.fault_switch(env, "fail-health", argv) is None  # no file
-    for text in ("", "\n"):  # empty (one trailing newline stripped): every process
+    for text in ("", "\n", "\n\n"):  # no text: every process
         switch.write_text(text)
         assert sim.fault_switch(env, "fail-health", argv) == f"{switch} exists"
-    for text, hit in [("--port 8001\n", True), ("--port 8002", False), ("serve openai/", True)]:
+    for text, hit in [
+        ("--port 8001\n", True),
+        ("--port 8002", False),
+        ("serve openai/", True),
+        ("serve\n--port 8001\n", True),  # every line must be in the command line
+        ("serve\n--port 8002\n", False),
+    ]:
         switch.write_text(text)
         assert (sim.fault_switch(env, "fail-health", argv) is not None) == hit, text
     switch.write_text("--port  8001")  # argv joined by single spaces
-    assert sim.fault_switch(env, "fail-health", argv) is None
-    switch.write_text("8001\n\n")  # only one newline is stripped
     assert sim.fault_switch(env, "fail-health", argv) is None
 
 

@@ -22,9 +22,9 @@ on the rbln platform also vllm-rbln's ``VLLM_RBLN_*``) logs vLLM's start-up warn
 
 Fault switches, files under /etc/rbln-sim: ``fail-start`` makes the server exit 1 before it
 claims NPUs; ``fail-health`` makes ``GET /health`` answer 500 (read on every request). An EMPTY
-switch file fails every server; a switch file holding text (one trailing newline stripped)
-fails only the servers whose command line (their argv joined by single spaces) contains that
-text, e.g. ``--port 8001``.
+switch file fails every server; a switch file holding lines of text fails only the servers
+whose command line (their argv joined by single spaces) contains every line, e.g. the two lines
+``--max-num-seqs 8`` and ``--port 8001``.
 
 Every path under /etc/rbln-sim, /run/rbln-sim and /var/log/rbln-sim is prefixed by
 ``$RBLN_SIM_ROOT`` when that is set (tests only; a deploy never sets it).
@@ -805,8 +805,8 @@ def warm_up(ns: argparse.Namespace, env: Mapping[str, str], sig: str, log: Any) 
 def fault_switch(env: Mapping[str, str], name: str, argv: Sequence[str]) -> str | None:
     """Whether switch /etc/rbln-sim/``name`` fails this process: None if not, else why.
 
-    An empty switch file fails every process; one holding text (one trailing newline stripped)
-    fails the processes whose command line, ``argv`` joined by single spaces, contains it.
+    An empty switch file fails every process; one holding lines of text fails the processes
+    whose command line, ``argv`` joined by single spaces, contains every one of those lines.
 
     + env: the environment (RBLN_SIM_ROOT)
     + name: ``fail-start`` or ``fail-health``
@@ -820,10 +820,13 @@ def fault_switch(env: Mapping[str, str], name: str, argv: Sequence[str]) -> str 
             text = fh.read()
     except OSError:  # present but unreadable: the old rule, it exists
         text = ""
-    text = text[:-1] if text.endswith("\n") else text
-    if not text:
+    lines = [line for line in text.splitlines() if line]
+    if not lines:
         return f"{path} exists"
-    return f"{path} matches {text!r}" if text in " ".join(argv) else None
+    line = " ".join(argv)
+    return (
+        f"{path} matches {' + '.join(map(repr, lines))}" if all(x in line for x in lines) else None
+    )
 
 
 # ---------------------------------------------------------------------------------------------
