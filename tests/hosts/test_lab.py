@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from labhelpers import on_host, servefleet
@@ -145,8 +146,11 @@ def test_pip_in_a_host_downloads_from_the_private_index_with_credentials(
     assert "from versions: none" in anonymous.stdout
     log = Path(lab["servers"]["index_private"]["log"]).read_text()
     assert re.search(r'"GET /simple/rebel-compiler/ HTTP/1.1" 401', log), log[-2000:]
-    # credentials on stdin, never in argv
-    creds = f"{_secret(lab, 'RBLN_INDEX_USER')}\n{_secret(lab, 'RBLN_INDEX_PASSWORD')}\n"
+    # credentials on stdin, never in argv (URL-quoted: the lab's password has spaces and quotes)
+    user, password = (
+        quote(_secret(lab, k), safe="") for k in ("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD")
+    )
+    creds = f"{user}\n{password}\n"
     got = on_host(
         lab,
         host,
