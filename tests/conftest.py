@@ -40,14 +40,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if not checked:
                 reason, checked = lab_unavailable_reason(), True
             if reason and os.environ.get("CI", "").lower() in ("true", "1"):
-                item.add_marker(pytest.mark.usefixtures("_lab_required_in_ci"))
+                item.stash[LAB_MISSING_IN_CI] = reason
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture
-def _lab_required_in_ci() -> None:
-    pytest.fail(f"CI=true: the lab fleet must run here, but {lab_unavailable_reason()}")
+LAB_MISSING_IN_CI = pytest.StashKey[str]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = item.stash.get(LAB_MISSING_IN_CI, None)
+    if reason:
+        pytest.fail(f"CI=true: the lab fleet must run here, but {reason}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
