@@ -111,7 +111,7 @@ def run_killed(
 
 
 def op_names(state: dict[str, Any], *args: str) -> list[str]:
-    """The operations a run would start, in order (from a real --dry run)."""
+    """The operations a run would start, in order (the table of a real --dry run)."""
     env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
     out = subprocess.run(
         [PYINFRA, "--dry", *args, "inventories/lab.py", "deploys/serve.py"],
@@ -122,8 +122,9 @@ def op_names(state: dict[str, Any], *args: str) -> list[str]:
         timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    lines = (ANSI.sub("", x) for x in (out.stdout + out.stderr).splitlines())
-    return [m.group(1).strip() for m in map(STARTING.search, lines) if m]
+    text = ANSI.sub("", out.stdout + out.stderr)
+    table = text.split("--> Detected changes:", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    return [re.split(r"\s{2,}", row.strip())[0] for row in table if row.strip()]
 
 
 def resolved(*extra: str) -> dict[str, Any]:

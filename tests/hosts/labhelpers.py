@@ -12,14 +12,17 @@ from servefleet.lab.state import load_state
 LAB_HOSTS = 3
 
 
-def servefleet(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def servefleet(
+    *args: str, check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """Run the servefleet CLI (this interpreter's install) and capture its output."""
     proc = subprocess.run(
         [sys.executable, "-m", "servefleet", *args], capture_output=True, text=True, timeout=timeout
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"servefleet {' '.join(args)} exited {proc.returncode}:\n"
-                             f"{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"servefleet {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -28,12 +31,24 @@ def lab_up(*extra: str) -> dict[str, Any]:
     return load_state()
 
 
-def on_host(state: dict[str, Any], host: str, command: str, stdin: str | None = None,
-            check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def on_host(
+    state: dict[str, Any],
+    host: str,
+    command: str,
+    stdin: str | None = None,
+    check: bool = True,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
     """Run a shell command on a lab host over ssh (as root)."""
-    proc = subprocess.run(ssh_command(state, host, [command]), input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        ssh_command(state, host, [command]),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{host}: {command!r} exited {proc.returncode}:\n"
-                             f"{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"{host}: {command!r} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc

@@ -137,7 +137,9 @@ def assert_records(state: dict[str, Any], spec: dict[str, Any]) -> None:
             assert rec["argv"][0].startswith("/opt/servefleet/releases/")
             assert rec["argv"][1:] == server["argv"][1:] + ["--port", str(port)]
             env = {k: v for k, v in rec["env"].items() if k not in SYSTEMD_ENV}
-            unit = on_host(state, host, f"cat /etc/systemd/system/servefleet-vllm-{i}.service").stdout
+            unit = on_host(
+                state, host, f"cat /etc/systemd/system/servefleet-vllm-{i}.service"
+            ).stdout
             assert f'Environment="SERVEFLEET_UNIT={env.pop("SERVEFLEET_UNIT")}"' in unit
             assert env == {
                 **server["env"],

@@ -28,8 +28,9 @@ def _leftovers() -> dict[str, Any]:
     return {
         "netns": [line for line in netns.splitlines() if line.startswith(layout.NETNS_PREFIX)],
         "mounts": [line for line in mounts.splitlines() if str(layout.STATE_DIR) in line],
-        "overlays": [line for line in mounts.splitlines() if " overlay " in line
-                     and "sf-ovl-" in line],
+        "overlays": [
+            line for line in mounts.splitlines() if " overlay " in line and "sf-ovl-" in line
+        ],
         "links": [n for n in (layout.BRIDGE, layout.VETH_PREFIX) if f" {n}" in links],
         "host processes": fleet.host_pids(),
         "server processes": fleet.server_pids(),
@@ -38,21 +39,39 @@ def _leftovers() -> dict[str, Any]:
     }
 
 
-NOTHING = {"netns": [], "mounts": [], "overlays": [], "links": [], "host processes": [],
-           "server processes": [], "cgroups": [], "state": False}
+NOTHING = {
+    "netns": [],
+    "mounts": [],
+    "overlays": [],
+    "links": [],
+    "host processes": [],
+    "server processes": [],
+    "cgroups": [],
+    "state": False,
+}
 
 
 def test_down_leaves_no_namespace_mount_or_process(lab: dict[str, Any], repo_root: Path) -> None:
     before = _leftovers()
-    assert len(before["netns"]) == LAB_HOSTS and before["host processes"] and before["server processes"]
+    assert (
+        len(before["netns"]) == LAB_HOSTS
+        and before["host processes"]
+        and before["server processes"]
+    )
     servefleet("lab", "down")
     assert _leftovers() == NOTHING
     # with the lab down, its users get one clear line, no traceback
     env = servefleet("lab", "env", check=False)
-    assert env.returncode == 2 and "the lab is not up" in env.stderr and "Traceback" not in env.stderr
+    assert (
+        env.returncode == 2 and "the lab is not up" in env.stderr and "Traceback" not in env.stderr
+    )
     pyinfra = Path(sys.executable).parent / "pyinfra"
-    inv = subprocess.run([str(pyinfra), "-y", "inventories/lab.py", "exec", "--", "true"],
-                         cwd=repo_root, capture_output=True, text=True)
+    inv = subprocess.run(
+        [str(pyinfra), "-y", "inventories/lab.py", "exec", "--", "true"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+    )
     assert inv.returncode != 0
     assert "the lab is not up" in inv.stderr and "Traceback" not in inv.stderr, inv.stderr
     servefleet("lab", "down")  # idempotent
@@ -79,7 +98,9 @@ def test_up_after_a_crash_clears_the_leftovers(lab: dict[str, Any]) -> None:
     assert on_host(state, "lab1", "lspci -n | grep -c 1eff:2130").stdout.strip() == "2"
     assert on_host(state, "lab2", "cat /etc/rbln-sim/compile-seconds").stdout.strip() == "0.5"
     for host in state["hosts"]:
-        assert on_host(state, host["name"], "systemctl is-system-running").stdout.strip() == "running"
+        assert (
+            on_host(state, host["name"], "systemctl is-system-running").stdout.strip() == "running"
+        )
     # leave the default lab for whoever comes next
     lab.clear()
     lab.update(lab_up())
@@ -88,8 +109,20 @@ def test_up_after_a_crash_clears_the_leftovers(lab: dict[str, Any]) -> None:
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_not_root_is_one_clear_line(lab: dict[str, Any]) -> None:
     proc = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
-         "servefleet", "lab", "up"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "servefleet",
+            "lab",
+            "up",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
