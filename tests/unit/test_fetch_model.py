@@ -270,6 +270,8 @@ def test_a_pinned_revision_must_be_in_the_archive(stub: Stub, home: Path) -> Non
     proc = fetch(home, "--store", store, "--revision", REV2)
     assert proc.returncode == 0, proc.stderr
     assert marker(home) == REV2
+    # offline servers load what refs/main names: the pinned snapshot
+    assert (home / "hub" / TOP / "refs" / "main").read_text() == REV2
     shutil.rmtree(home / "hub" / TOP)
     line = refused(fetch(home, "--store", store, "--revision", REV))
     assert line == (
@@ -563,6 +565,7 @@ def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
     proc = fetch(home, *args, "--revision", REV2)
     assert proc.returncode == 0, proc.stderr
     assert marker(home) == REV2
+    assert (home / "hub" / TOP / "refs" / "main").read_text() == REV2
     seen = json.loads(log.read_text())
     assert seen == {
         "HF_HOME": str(home),

@@ -23,7 +23,8 @@ Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV)`` in PYTHON, wi
 HF_TOKEN_PATH pointing at the token file.
 
 ``--revision REV`` (40 hex digits) pins a commit: the archive must hold ``snapshots/REV``
-(refs/main may name another). Without it the revision is the one refs/main names (store) or the
+(refs/main may name another; the fetcher then points refs/main at the pinned revision, since
+servers run offline and load what refs/main names). Without it the revision is the one refs/main names (store) or the
 one the hub resolves.
 
 Completeness marker (the contract the host probe reads): the LAST step of a successful fetch,
@@ -359,6 +360,19 @@ def give(top: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
+def point_main(repo: Path, rev: str, uid: int, gid: int) -> None:
+    """refs/main names rev (atomically; the refs directory made if the hub client made none)."""
+    refs = repo / "refs"
+    refs.mkdir(exist_ok=True)
+    os.chown(refs, uid, gid, follow_symlinks=False)
+    tmp = refs / "main.servefleet-tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(rev)
+    os.chown(tmp, uid, gid, follow_symlinks=False)
+    os.replace(tmp, refs / "main")
+
+
 def mark_complete(repo: Path, rev: str, uid: int, gid: int) -> None:
     """Write repo/MARKER holding rev, atomically, after syncing everything written before."""
     os.sync()
@@ -585,7 +599,10 @@ def fetch(a: argparse.Namespace) -> str:
             rev = from_store(a, hub, client, user.pw_uid, user.pw_gid)
         else:
             rev = from_hub(a, hub, user.pw_uid, user.pw_gid)
-        mark_complete(hub / repo_dir_name(a.model), rev, user.pw_uid, user.pw_gid)
+        repo = hub / repo_dir_name(a.model)
+        if a.revision:  # servers run offline and load refs/main: make it the pinned snapshot
+            point_main(repo, rev, user.pw_uid, user.pw_gid)
+        mark_complete(repo, rev, user.pw_uid, user.pw_gid)
     return rev
 
 
