@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faults import resolved, secrets
 from labhelpers import on_host
 
 from servefleet.lab import layout
@@ -40,10 +41,6 @@ SYSTEMD_ENV = {
     "SHELL",
 }
 EXTRA_ENV = {"VLLM_CACHE_ROOT", "HOME", "HF_HOME", "HF_HUB_OFFLINE", "RBLN_VISIBLE_DEVICES"}
-
-
-def secrets(state: dict[str, Any]) -> dict[str, str]:
-    return {name: Path(path).read_text().strip() for name, path in state["secrets"].items()}
 
 
 def deploy(
@@ -115,16 +112,6 @@ def unit_starts(state: dict[str, Any], host: str) -> list[int]:
 def compiles(state: dict[str, Any], host: str) -> int:
     out = on_host(state, host, "cat /var/log/rbln-sim/compile.log 2>/dev/null || true").stdout
     return len(out.splitlines())
-
-
-def resolved(*extra: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "servefleet", "resolve", "rbln/gpt-oss-120b", *extra],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout)
 
 
 def assert_records(state: dict[str, Any], spec: dict[str, Any]) -> None:

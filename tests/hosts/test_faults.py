@@ -187,26 +187,9 @@ def test_selection_fault_on_one_host_rolls_back_and_keeps_serving(settled: dict[
 def test_stack_twice_never_removes_the_release_units_name(settled: dict[str, Any]) -> None:
     lab = settled
     serving = on_host(lab, "lab1", "readlink /opt/servefleet/current").stdout.strip()
-    ok(
-        run(
-            lab,
-            "--limit",
-            "lab1",
-            "--data",
-            "serve_selection=lmcache=cpu",
-            deploy_file="deploys/stack.py",
-        )
-    )
-    ok(
-        run(
-            lab,
-            "--limit",
-            "lab1",
-            "--data",
-            "serve_selection=spec_decode=suffix",
-            deploy_file="deploys/stack.py",
-        )
-    )
+    for selection in ("lmcache=cpu", "spec_decode=suffix"):
+        stack = ["--limit", "lab1", "--data", f"serve_selection={selection}"]
+        ok(run(lab, *stack, deploy_file="deploys/stack.py"))
     on_host(lab, "lab1", f"test -f /opt/servefleet/{serving}/.servefleet-release.json")
     # a crash of a server now restarts it from the release its unit names
     rec = record(lab, "lab1", 8000)

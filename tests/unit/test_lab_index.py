@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_host import serving
 
 from servefleet.lab.index import Config, fetch as _get, make_server, normalize, project_of
 
 
 def _serve(config: Config) -> Iterator[str]:
-    server = make_server(config, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
+    with serving(make_server(config, "127.0.0.1", 0)) as base:
+        yield base
 
 
 @pytest.fixture
@@ -48,14 +40,17 @@ def private(dists: Path) -> Iterator[str]:
     yield from _serve(Config("simple", dists, basic=("lab-user", "pa:ss")))
 
 
-@pytest.mark.parametrize(("filename", "project"), [
-    ("vllm_rbln-0.12.1-py3-none-any.whl", "vllm-rbln"),
-    ("torch-2.13.0+cpu-py3-none-any.whl", "torch"),
-    ("arctic_inference-0.1.1.tar.gz", "arctic-inference"),
-    ("Foo.Bar-1.0.zip", "foo-bar"),
-    ("README.md", None),
-    ("nodash.tar.gz", None),
-])
+@pytest.mark.parametrize(
+    ("filename", "project"),
+    [
+        ("vllm_rbln-0.12.1-py3-none-any.whl", "vllm-rbln"),
+        ("torch-2.13.0+cpu-py3-none-any.whl", "torch"),
+        ("arctic_inference-0.1.1.tar.gz", "arctic-inference"),
+        ("Foo.Bar-1.0.zip", "foo-bar"),
+        ("README.md", None),
+        ("nodash.tar.gz", None),
+    ],
+)
 def test_project_of_file_names(filename: str, project: str | None) -> None:
     assert project_of(filename) == project
 
