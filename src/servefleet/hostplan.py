@@ -143,7 +143,7 @@ class HostPlan:
         return {
             "root": s.root,
             "release": self.release.id,
-            "model": self.spec.requirements.models[0],
+            "model": served_name(self.spec.servers[0].argv, self.spec.requirements.models[0]),
             "host": s.host,
             "cache_root": s.cache_root,
             "devices_env": DEVICES_ENV,
@@ -264,6 +264,17 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
     )
+
+
+def served_name(argv: list[str], model: str) -> str:
+    """The name clients (and the health gate's chat) must ask for: the first
+    ``--served-model-name``, else the model."""
+    for i, arg in enumerate(argv):
+        if arg.replace("_", "-") == "--served-model-name" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.replace("_", "-").startswith("--served-model-name="):
+            return arg.split("=", 1)[1]
+    return model
 
 
 def probe_args(settings: Settings, spec: ServeSpec) -> str:

@@ -5,13 +5,18 @@ and leaves a default 3-host lab behind)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from faults import run, secrets
 from labhelpers import lab_up, on_host, servefleet
+
+from servefleet.lab.chat import chat_once
 
 REPO = Path(__file__).resolve().parents[2]
 FETCHER = REPO / "src" / "servefleet" / "remote" / "fetch_model.py"
@@ -64,8 +69,46 @@ def test_a_host_fetching_an_unknown_model_gets_one_line(lab: dict[str, Any]) -> 
     assert proc.stderr.strip() == f"servefleet: {ADDED[0]} is not in the store ({store})"
 
 
+def custom_card(model: str, max_len_flag: str = "--max-model-len") -> dict[str, Any]:
+    """A card written for this test: flags the seed card does not use, 4 NPUs a server."""
+    args = {
+        "--override-generation-config": (
+            '--override-generation-config \'{"temperature": 0.6, "top_p": 0.95}\''
+        ),
+        "--served-model-name": "--served-model-name 'custom moe'",
+        "--max-model-len": f"{max_len_flag}=32768",
+        "--tensor-parallel-size": "--tensor-parallel-size 4",
+    }
+    grid = {
+        "model": model,
+        "base": [{"role": "main", "launcher": "vllm serve", "args": args, "envs": {}}],
+        "modes": {},
+        "options": {"sampler": ["on"]},
+        "option_base": {"sampler": "on"},
+        "recommended": {"sampler": "on"},
+        "excluded": [],
+        "deltas": {},
+    }
+    option = {"target": "Latency", "npus": 4, "skus": ["RBLN-CR13"], "grid": grid}
+    return {
+        "name": "custom-4npu",
+        "model": model,
+        "axes": [
+            {"axis": "sampler", "title": "Sampler", "options": [{"label": "On", "value": "on"}]}
+        ],
+        "strategies": [{"slug": "tp4", "label": "Four devices", "options": [option]}],
+    }
+
+
+def deploy_card(state: dict[str, Any], card: dict[str, Any], tmp: Path, name: str) -> Any:
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps(card))
+    env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
+    return run(state, "--limit", "lab2", "--data", f"serve_recipe={path}", env=env)
+
+
 @pytest.mark.lab_destructive
-def test_lab_up_models_adds_models_the_store_serves(lab: dict[str, Any]) -> None:
+def test_lab_up_models_adds_models_the_store_serves(lab: dict[str, Any], tmp_path: Path) -> None:
     try:
         state = lab_up("--models", ",".join(ADDED))
         models = listed()
@@ -73,7 +116,33 @@ def test_lab_up_models_adds_models_the_store_serves(lab: dict[str, Any]) -> None
         proc = fetch_on_host(state, "lab2", ADDED[1])
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.splitlines()[-1] == models[ADDED[1]][0]
+        # a card of our own, its model from --models: 1 instance of 4 NPUs serves on lab2
+        card = custom_card(ADDED[0])
+        done = deploy_card(state, card, tmp_path, "custom")
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        (tmp_path / "c.json").write_text(json.dumps(card))
+        want = resolved_card(tmp_path / "c.json")
+        rec = json.loads(on_host(state, "lab2", "cat /run/rbln-sim/vllm-8000.json").stdout)
+        assert rec["argv"][1:] == want + ["--port", "8000"]
+        assert rec["env"]["RBLN_VISIBLE_DEVICES"] == "0,1,2,3"
+        units = on_host(state, "lab2", "ls /etc/systemd/system | grep servefleet-vllm").stdout
+        assert units.split() == ["servefleet-vllm-0.service"]
+        address = next(h["address"] for h in state["hosts"] if h["name"] == "lab2")
+        assert chat_once(address, 8000, "custom moe", "Hello", max_tokens=4)
+        # the same card with a misspelt flag fails at its first start, argparse's line shown
+        bad = deploy_card(state, custom_card(ADDED[0], "--max-modle-len"), tmp_path, "bad")
+        out = bad.stdout + bad.stderr
+        assert bad.returncode != 0
+        assert "--- journal tail of servefleet-vllm-0.service ---" in out
+        assert "unrecognized arguments: --max-modle-len=32768" in out
+        assert "Traceback" not in out.split("--- journal tail")[0]
+        assert chat_once(address, 8000, "custom moe", "Hello", max_tokens=4), "rolled back"
     finally:  # leave the default lab for whoever comes next
         lab.clear()
         lab.update(lab_up())
     assert not set(ADDED) & set(listed())
+
+
+def resolved_card(path: Path) -> list[str]:
+    out = servefleet("resolve", str(path))
+    return list(json.loads(out.stdout)["servers"][0]["argv"][1:])

@@ -158,3 +158,13 @@ def test_unknown_key_with_our_prefix_is_refused() -> None:
     data = load_defaults()
     with pytest.raises(DataError, match="serve_targte.*did you mean serve_target"):
         settings_from(data.get, CREDS, keys=[*data, "serve_targte", "ssh_user"])
+
+
+def test_the_gate_asks_for_the_served_model_name() -> None:
+    from servefleet.hostplan import served_name
+
+    assert served_name(["vllm", "serve", "m", "--served-model-name", "a b", "c"], "m") == "a b"
+    assert served_name(["vllm", "serve", "m", "--served_model_name=x"], "m") == "x"
+    assert served_name(["vllm", "serve", "m"], "m") == "m"
+    plan = plan_host(settings(serve_recipe=str(TINY)), probe())
+    assert plan.desired_state()["model"] == "tiny moe=fast"
