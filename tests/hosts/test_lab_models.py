@@ -76,7 +76,7 @@ def custom_card(model: str, max_len_flag: str = "--max-model-len") -> dict[str, 
             '--override-generation-config \'{"temperature": 0.6, "top_p": 0.95}\''
         ),
         "--served-model-name": "--served-model-name 'custom moe'",
-        "--max-model-len": f"{max_len_flag}=32768",
+        max_len_flag: f"{max_len_flag}=32768",
         "--tensor-parallel-size": "--tensor-parallel-size 4",
     }
     grid = {
