@@ -34,9 +34,11 @@ SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets liv
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
 HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
 UNIT_PREFIX = "servefleet-vllm-"
+REMOTE_SCRIPTS = ("install_release.py", "fetch_model.py", "health.py", "instances.py")
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
-LOGIN_SHELLS_EXCLUDED = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
+NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
+LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,30 @@ class HostPlan:
     kernel: str
     reload_needed: bool  # systemd has not loaded some unit file as it is on disk
     good_release: str | None  # the release of the host's last converged state
+    paths: dict[str, dict[str, str] | None]  # watched_paths() as the probe found them
+    account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
+    group_exists: bool  # serve_user's group
+
+    def has(
+        self, path: str, kind: str, mode: str, user: str = "root", sha256: str | None = None
+    ) -> bool:
+        """``path`` is there as a ``kind`` ("dir"/"file") with this mode, owned user:user, and
+        (for files) this content: a deploy adds no operation for it."""
+        found = self.paths.get(path)
+        return bool(found) and found == {
+            "type": kind,
+            "mode": mode,
+            "user": user,
+            "group": user,
+            **({"sha256": sha256} if kind == "file" else {}),
+        }
+
+    @property
+    def account_ok(self) -> bool:
+        """serve_user and its group exist as a deploy makes them."""
+        a, s = self.account or {}, self.settings
+        want = {"shell": NOLOGIN, "home": s.home, "group": s.user}
+        return self.group_exists and all(a.get(k) == v for k, v in want.items())
 
     @property
     def lib(self) -> str:
@@ -263,6 +289,9 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         kernel=str(probe.get("kernel", "")),
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
+        paths=probe.get("paths", {}),
+        account=account,
+        group_exists=bool(probe.get("group")),
     )
 
 
@@ -277,9 +306,20 @@ def served_name(argv: list[str], model: str) -> str:
     return model
 
 
+def watched_paths(settings: Settings, release_id: str) -> list[str]:
+    """Every directory and file a deploy manages outside releases and units: the probe stats
+    them (and hashes the files), so a run that would change none of them adds no operation."""
+    root = settings.root
+    lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
+    dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
+    dirs += [SECRETS_DIR, settings.cache_root, settings.hf_home]
+    return [*dirs, *lib, f"{root}/plans/{release_id}.json", NETRC, HF_TOKEN_FILE]
+
+
 def probe_args(settings: Settings, spec: ServeSpec) -> str:
     """The PROBE script's one argument (JSON): paths, the serve user and the wanted models."""
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
+    release_id = plan_release(settings, spec, NETRC).id
     return json.dumps(
         {
             "root": settings.root,
@@ -287,6 +327,7 @@ def probe_args(settings: Settings, spec: ServeSpec) -> str:
             "cache_root": settings.cache_root,
             "user": settings.user,
             "models": models,
+            "paths": watched_paths(settings, release_id),
         },
         sort_keys=True,
     )
@@ -295,7 +336,8 @@ def probe_args(settings: Settings, spec: ServeSpec) -> str:
 # The probe: one round trip that reads everything plan_host needs. Runs on the host with
 # python3 (as root); prints one JSON object. Its one argument: ``probe_args()``.
 PROBE = r"""
-import glob, hashlib, json, os, pwd, subprocess, sys
+import glob, grp, hashlib, json, os, pwd, subprocess, sys
+from stat import S_ISDIR, S_ISREG
 a = json.loads(sys.argv[1])
 root, hf_home, cache_root = a["root"], a["hf_home"], a["cache_root"]
 def run(cmd):
@@ -354,8 +396,30 @@ def present(model, revision):
 out["models"] = [m for m, r in sorted(a["models"].items()) if present(m, r)]
 try:
     pw = pwd.getpwnam(a["user"])
-    out["user"] = {"uid": pw.pw_uid, "shell": pw.pw_shell}
+    out["user"] = {"uid": pw.pw_uid, "shell": pw.pw_shell, "home": pw.pw_dir,
+                   "group": grp.getgrgid(pw.pw_gid).gr_name}
 except KeyError:
     out["user"] = None
+try:
+    out["group"] = grp.getgrnam(a["user"]).gr_gid is not None
+except KeyError:
+    out["group"] = False
+def stat(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = "dir" if S_ISDIR(st.st_mode) else "file" if S_ISREG(st.st_mode) else "other"
+    def name(get, i):
+        try:
+            return get(i)[0]
+        except KeyError:
+            return str(i)
+    info = {"type": kind, "mode": "%o" % (st.st_mode & 0o7777),
+            "user": name(pwd.getpwuid, st.st_uid), "group": name(grp.getgrgid, st.st_gid)}
+    if kind == "file" and st.st_size < 1 << 24:
+        info["sha256"] = hashlib.sha256(read(path, "rb") or b"").hexdigest()
+    return info
+out["paths"] = {p: stat(p) for p in a.get("paths", [])}
 print(json.dumps(out))
 """

@@ -11,10 +11,11 @@ health gate, one instance at a time, the first alone (it compiles) when the cach
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
-from io import StringIO
+from io import BytesIO, StringIO
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +31,8 @@ from servefleet.deploys.operations import HostProbe, current_link, put_secret, r
 from servefleet.errors import RecipeError, ServefleetError
 from servefleet.hostplan import (
     HF_TOKEN_FILE,
+    NOLOGIN,
+    REMOTE_SCRIPTS,
     SECRETS_DIR,
     HostPlan,
     plan_host,
@@ -38,7 +41,6 @@ from servefleet.hostplan import (
 )
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
-REMOTE_SCRIPTS = ("install_release.py", "fetch_model.py", "health.py", "instances.py")
 RUNFILE_DIR = "/var/cache/servefleet/driver"
 
 __all__ = ["driver", "host_plan", "host_settings", "models", "rollback", "serve", "stack"]
@@ -188,50 +190,67 @@ def _netrc(s: Settings) -> str:
     return "".join(f"machine {h} login {user} password {password}\n" for h in hosts)
 
 
+# Every operation below is added only when the probe found its target differing, so a run with
+# nothing to change costs one remote command per host (the probe).
+
+
+def _directory(plan: HostPlan, path: str, mode: str = "755", user: str = "root") -> None:
+    if not plan.has(path, "dir", mode, user):
+        files.directory(name=f"Create {path} ({mode})", path=path, user=user, group=user, mode=mode)
+
+
+def _put(plan: HostPlan, name: str, data: bytes, dest: str) -> None:
+    if not plan.has(dest, "file", "644", sha256=hashlib.sha256(data).hexdigest()):
+        files.put(name=name, src=BytesIO(data), dest=dest, user="root", group="root", mode="644")
+
+
+def _secret(plan: HostPlan, name: str, dest: str, secret: str) -> None:
+    line = secret if secret.endswith("\n") else secret + "\n"
+    if not plan.has(dest, "file", "600", sha256=hashlib.sha256(line.encode()).hexdigest()):
+        put_secret(name=name, dest=dest, secret=line)
+
+
 def _secrets_dir(plan: HostPlan) -> None:
     """The 0700 directory secrets pass through and live in, when this host gets any."""
     if plan.release.netrc or plan.settings.hf_token:
-        files.directory(name=f"Create {SECRETS_DIR} (0700)", path=SECRETS_DIR, mode="700")
+        _directory(plan, SECRETS_DIR, mode="700")
 
 
 def _lib_ops(plan: HostPlan) -> None:
     """serve_root's directories and the host-side scripts (root-owned, never the serve user's)."""
     s = plan.settings
     for path in (s.root, plan.lib, f"{s.root}/plans", f"{s.root}/releases", plan.state_dir):
-        files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="755")
+        _directory(plan, path)
     for script in REMOTE_SCRIPTS:
-        files.put(
-            name=f"Upload {script}",
-            src=str(REMOTE / script),
-            dest=f"{plan.lib}/{script}",
-            mode="644",
-        )
+        _put(plan, f"Upload {script}", (REMOTE / script).read_bytes(), f"{plan.lib}/{script}")
 
 
-def _stack_ops(plan: HostPlan) -> OperationMeta:
+def _stack_ops(plan: HostPlan) -> OperationMeta | None:
     s, rel = plan.settings, plan.release
     plan_file = f"{s.root}/plans/{rel.id}.json"
-    files.put(
-        name=f"Upload the plan of release {rel.id}",
-        src=StringIO(json.dumps(rel.to_json(), indent=1, sort_keys=True) + "\n"),
-        dest=plan_file,
-        mode="644",
-    )
+    plan_json = json.dumps(rel.to_json(), indent=1, sort_keys=True) + "\n"
+    _put(plan, f"Upload the plan of release {rel.id}", plan_json.encode(), plan_file)
     if rel.netrc:
-        put_secret(
-            name="Write the index credentials (netrc, 0600)", dest=rel.netrc, secret=_netrc(s)
+        _secret(plan, "Write the index credentials (netrc, 0600)", rel.netrc, _netrc(s))
+    installed = None
+    if not plan.release_complete:
+        installed = release(
+            name=f"Install release {rel.id} and check it",
+            plan_file=plan_file,
+            marker=rel.marker,
+            installer=f"{plan.lib}/install_release.py",
         )
-    installed = release(
-        name=f"Install release {rel.id} and check it",
-        plan_file=plan_file,
-        marker=rel.marker,
-        installer=f"{plan.lib}/install_release.py",
-    )
-    current_link(name=f"Point {s.root}/current at release {rel.id}", root=s.root, release_id=rel.id)
+    if plan.current != rel.id:
+        current_link(
+            name=f"Point {s.root}/current at release {rel.id}", root=s.root, release_id=rel.id
+        )
     return installed
 
 
-def _user_ops(s: Settings) -> None:
+def _user_ops(plan: HostPlan) -> None:
+    s = plan.settings
+    if plan.account_ok:
+        return
     server.group(name=f"Create group {s.user}", group=s.user, system=True)
     server.user(
         name=f"Create system user {s.user}",
@@ -240,18 +259,16 @@ def _user_ops(s: Settings) -> None:
         system=True,
         home=s.home,
         create_home=True,
-        shell="/usr/sbin/nologin",
+        shell=NOLOGIN,
     )
 
 
 def _models_ops(plan: HostPlan) -> None:
     s = plan.settings
-    _user_ops(s)
+    _user_ops(plan)
     token = []
     if s.hf_token:
-        put_secret(
-            name="Write the Hugging Face token (0600)", dest=HF_TOKEN_FILE, secret=s.hf_token
-        )
+        _secret(plan, "Write the Hugging Face token (0600)", HF_TOKEN_FILE, s.hf_token)
         token = ["--token-file", HF_TOKEN_FILE]
     source = (
         ["--store", s.models_store_url]
@@ -281,7 +298,7 @@ def _units_ops(plan: HostPlan) -> None:
     runs its unit (judged from the processes in the probe, never from what a run wrote)."""
     s = plan.settings
     for path in (s.cache_root, s.hf_home):
-        files.directory(name=f"Create {path}", path=path, user=s.user, group=s.user, mode="755")
+        _directory(plan, path, user=s.user)
     if plan.converged:
         return
     desired = f"{plan.state_dir}/desired.json"
