@@ -320,6 +320,65 @@ def rollback_cmd(inventory: str, limit: str | None, pyinfra_args: tuple[str, ...
     sys.exit(subprocess.run([*cmd, str(DEPLOYS / "rollback.py")]).returncode)
 
 
+def _report(kind: str, inventory: str, pyinfra_args: tuple[str, ...]) -> dict[str, Any]:
+    """Run deploys/report.py over the inventory (the deploy's probe and planner, no operation)
+    and read each host's summary. Hosts that could not be reached are reported as such."""
+    import os
+    import subprocess
+    import tempfile
+
+    pyinfra = str(Path(sys.executable).parent / "pyinfra")
+    with tempfile.TemporaryDirectory(prefix="servefleet-report-") as tmp:
+        env = {**os.environ, "SERVEFLEET_REPORT_DIR": tmp, "SERVEFLEET_REPORT": kind}
+        cmd = [pyinfra, "-y", *pyinfra_args, inventory, str(DEPLOYS / "report.py")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        found = {p.stem: json.loads(p.read_text()) for p in Path(tmp).glob("*.json")}
+    if not found:
+        lines = [x for x in (proc.stdout + proc.stderr).splitlines() if "servefleet:" in x]
+        raise ServefleetError(lines[0] if lines else f"pyinfra found no host ({proc.returncode})")
+    return found
+
+
+_FLEET = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@main.command("plan", context_settings=_FLEET)
+@click.argument("inventory")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+def plan_cmd(inventory: str, as_json: bool, pyinfra_args: tuple[str, ...]) -> None:
+    """What a deploy would change on each host (driver, release and packages, models, restarts,
+    recompiles). Changes nothing. Arguments after ``--`` go to pyinfra (``--data``, ``--limit``)."""
+    from servefleet.fleetview import dumps, plan_table
+
+    plans = _report("plan", inventory, pyinfra_args)
+    click.echo(dumps(plans) if as_json else plan_table(plans))
+
+
+@main.command("status", context_settings=_FLEET)
+@click.argument("inventory")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option(
+    "--prometheus", type=click.Path(path_type=Path), help="Write file_sd targets to this file."
+)
+@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+def status_cmd(
+    inventory: str, as_json: bool, prometheus: Path | None, pyinfra_args: tuple[str, ...]
+) -> None:
+    """How each host runs against its data: driver, SKU, release and packages, each instance's
+    running vs desired unit and health. Exits 1 naming every host that drifts or is unhealthy."""
+    from servefleet.fleetview import dumps, prometheus_targets, status_problems, status_table
+
+    statuses = _report("status", inventory, pyinfra_args)
+    click.echo(dumps(statuses) if as_json else status_table(statuses))
+    if prometheus:
+        prometheus.write_text(dumps(prometheus_targets(statuses)) + "\n")
+    problems = [line for h, st in sorted(statuses.items()) for line in status_problems(h, st)]
+    for line in problems:
+        click.echo(f"servefleet: {line}", err=True)
+    sys.exit(1 if problems else 0)
+
+
 def _register() -> None:
     from servefleet.lab.chat import chat
     from servefleet.lab.cli import lab

@@ -110,6 +110,7 @@ class HostPlan:
     release: ReleasePlan
     release_complete: bool
     current: str | None  # the release `current` points at now
+    current_pins: dict[str, str] | None  # what that release holds (its completion marker)
     instances: tuple[Instance, ...]
     stale_units: tuple[str, ...]  # our units beyond the instances this host now runs
     active_units: frozenset[str]
@@ -118,6 +119,7 @@ class HostPlan:
     kernel: str
     reload_needed: bool  # systemd has not loaded some unit file as it is on disk
     good_release: str | None  # the release of the host's last converged state
+    units: dict[str, dict[str, Any]]  # our units as the probe found them (active, running sha)
     paths: dict[str, dict[str, str] | None]  # watched_paths() as the probe found them
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
     group_exists: bool  # serve_user's group
@@ -279,6 +281,7 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         release=release,
         release_complete=release.id in probe.get("releases", []),
         current=probe.get("current"),
+        current_pins=probe.get("current_pins"),
         instances=tuple(instances),
         stale_units=tuple(u for u in units if u not in names),
         active_units=frozenset(u for u, st in units.items() if st.get("active") == "active"),
@@ -289,6 +292,7 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         kernel=str(probe.get("kernel", "")),
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
+        units=units,
         paths=probe.get("paths", {}),
         account=account,
         group_exists=bool(probe.get("group")),
@@ -365,6 +369,11 @@ out["releases"] = sorted(d for d in (os.listdir(rel) if os.path.isdir(rel) else 
                          if os.path.exists(os.path.join(rel, d, ".servefleet-release.json")))
 cur = os.path.join(root, "current")
 out["current"] = os.path.basename(os.readlink(cur)) if os.path.islink(cur) else None
+try:
+    marker = os.path.join(rel, out["current"] or "-", ".servefleet-release.json")
+    out["current_pins"] = json.loads(read(marker) or "null")["pins"]
+except (ValueError, TypeError, KeyError):
+    out["current_pins"] = None
 try:
     out["good"] = json.loads(read(os.path.join(root, "state", "good.json")) or "null")["release"]
 except (ValueError, TypeError, KeyError):

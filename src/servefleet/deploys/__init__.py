@@ -27,7 +27,13 @@ from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from servefleet.data import Settings, settings_from
-from servefleet.deploys.operations import HostProbe, current_link, put_secret, release
+from servefleet.deploys.operations import (
+    HostProbe,
+    InstanceHealth,
+    current_link,
+    put_secret,
+    release,
+)
 from servefleet.errors import RecipeError, ServefleetError
 from servefleet.hostplan import (
     HF_TOKEN_FILE,
@@ -43,7 +49,7 @@ from servefleet.hostplan import (
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
 RUNFILE_DIR = "/var/cache/servefleet/driver"
 
-__all__ = ["driver", "host_plan", "host_settings", "models", "rollback", "serve", "stack"]
+__all__ = ["driver", "host_plan", "host_settings", "report", "models", "rollback", "serve", "stack"]
 
 
 def host_settings() -> Settings:
@@ -369,3 +375,26 @@ def rollback(settings: Settings) -> None:
         commands=[_sh("python3", f"{settings.root}/lib/instances.py", "rollback",
                       f"{settings.root}/state")],
     )  # fmt: skip
+
+
+REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where report() writes <host>.json
+REPORT_ENV = "SERVEFLEET_REPORT"  # "plan" or "status"
+
+
+def report() -> None:
+    """``servefleet plan`` / ``status``: this host's summary from the deploy's own plan, written
+    on the controller to $SERVEFLEET_REPORT_DIR/<host>.json. Adds no operation: changes nothing."""
+    import os
+
+    from servefleet.fleetview import plan_summary, status_summary
+
+    plan = host_plan()
+    if os.environ.get(REPORT_ENV) == "status":
+        ports = tuple(i.port for i in plan.instances)
+        health = host.get_fact(InstanceHealth, ports=ports) if ports else {}
+        address = str(host.data.get("ssh_hostname") or host.name)
+        summary = status_summary(plan, health, address)
+    else:
+        summary = plan_summary(plan)
+    out = Path(os.environ[REPORT_DIR_ENV]) / f"{host.name}.json"
+    out.write_text(json.dumps(summary, sort_keys=True))

@@ -35,6 +35,31 @@ class HostProbe(FactBase):
         return json.loads("\n".join(output))
 
 
+class InstanceHealth(FactBase):
+    """
+    Returns port -> "ok" or why not, for each port: ``GET /health`` on 127.0.0.1 from the host.
+    """
+
+    def command(self, ports: tuple[int, ...]) -> str:
+        return f"python3 -c {shlex.quote(_HEALTH)} " + " ".join(str(p) for p in ports)
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return json.loads("\n".join(output))
+
+
+_HEALTH = r"""
+import json, sys, urllib.request
+out = {}
+for port in sys.argv[1:]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            out[port] = "ok" if r.status == 200 else f"/health answered {r.status}"
+    except Exception as e:
+        out[port] = f"not answering: {getattr(e, 'reason', e)}"
+print(json.dumps(out))
+"""
+
+
 @operation()
 def secret_file(dest: str, content: HiddenValue, mode: str = "600"):
     """

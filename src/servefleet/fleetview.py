@@ -1,0 +1,173 @@
+"""`servefleet plan` and `servefleet status`: what a deploy would change on each host, and how
+each host runs now, both read from the deploy's own HostPlan (one probe, the same planner).
+
+Pure (no pyinfra import): ``report()`` in :mod:`servefleet.deploys` writes one summary per host,
+the CLI reads them and prints a table or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from servefleet.hostplan import HostPlan
+
+
+def plan_summary(plan: HostPlan) -> dict[str, Any]:
+    """What a deploy would change on this host (nothing is changed to find out)."""
+    s, rel = plan.settings, plan.release
+    have = plan.current_pins or {}
+    want = rel.expect
+    packages = {
+        name: [have.get(name), want.get(name)]
+        for name in sorted(set(have) | set(want))
+        if have.get(name) != want.get(name)
+    }
+    restarts = [i.unit for i in plan.instances if not (i.converged and i.written)]
+    return {
+        "refusal": plan.refusal,
+        "driver": [plan.hardware.driver_version, s.driver_version] if plan.driver_needed else None,
+        "release": [plan.current, rel.id] if plan.current != rel.id else None,
+        "install_release": not plan.release_complete,
+        "packages": packages if plan.current != rel.id else {},
+        "models": list(plan.missing_models),
+        "restarts": restarts,
+        "remove": list(plan.stale_units),
+        "recompile": not plan.warm,
+        "fingerprint": plan.spec.compile_fingerprint,
+        "changes": not plan.refusal
+        and bool(
+            plan.driver_needed
+            or plan.current != rel.id
+            or not plan.release_complete
+            or plan.missing_models
+            or not plan.converged
+        ),
+    }
+
+
+def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> dict[str, Any]:
+    """How this host runs now against what its data asks for.
+
+    + health: port (as a string) -> "ok" or why not, read on the host
+    + address: where the instances are reached from outside (Prometheus targets)
+    """
+    instances = []
+    for inst in plan.instances:
+        state = plan.units.get(inst.unit, {})
+        instances.append(
+            {
+                "unit": inst.unit,
+                "port": inst.port,
+                "active": state.get("active", "absent"),
+                "running": state.get("running"),
+                "desired": inst.sha,
+                "drift": not (inst.converged and inst.written),
+                "health": health.get(str(inst.port), "not checked"),
+            }
+        )
+    return {
+        "address": address,
+        "refusal": plan.refusal,
+        "driver": plan.hardware.driver_version,
+        "sku": plan.hardware.sku or ",".join(sorted(set(plan.hardware.skus))),
+        "devices": len(plan.hardware.devices),
+        "release": plan.current,
+        "good_release": plan.good_release,
+        "packages": plan.current_pins or {},
+        "instances": instances,
+        "stale_units": list(plan.stale_units),
+        "warm": plan.warm,
+        "fingerprint": plan.spec.compile_fingerprint,
+    }
+
+
+def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
+    """One line for each thing wrong on the host (drift, unhealthy, stale units)."""
+    out = [f"{host}: {status['refusal']}"] if status.get("refusal") else []
+    for inst in status["instances"]:
+        if inst["drift"]:
+            running = inst["running"] or "nothing of ours"
+            out.append(f"{host}: {inst['unit']} drifts: runs {running}, wants {inst['desired']}")
+        if inst["health"] != "ok":
+            out.append(f"{host}: {inst['unit']} (port {inst['port']}) unhealthy: {inst['health']}")
+    out += [f"{host}: {unit} is stale (no device group for it)" for unit in status["stale_units"]]
+    return out
+
+
+def prometheus_targets(statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Prometheus ``file_sd`` target groups: one per host, its instances' ports."""
+    groups = []
+    for host, st in sorted(statuses.items()):
+        targets = [f"{st['address']}:{i['port']}" for i in st["instances"]]
+        if targets:
+            labels = {"host": host, "release": str(st["release"]), "job": "servefleet-vllm"}
+            groups.append({"targets": targets, "labels": labels})
+    return groups
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == [] or value == {}:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list) and len(value) == 2 and not isinstance(value[0], (list, dict)):
+        return f"{value[0] or '-'} -> {value[1]}"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+def table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain text table (columns padded, '-' for nothing)."""
+    cells = [list(header)] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
+
+
+PLAN_COLUMNS = (
+    "host",
+    "driver",
+    "release",
+    "packages",
+    "models",
+    "restarts",
+    "remove",
+    "recompile",
+)
+STATUS_COLUMNS = ("host", "driver", "sku", "devices", "release", "instances", "warm")
+
+
+def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
+    rows: list[list[Any]] = []
+    for host, p in sorted(plans.items()):
+        if p.get("refusal"):
+            rows.append([host, f"refused: {p['refusal']}"] + [None] * (len(PLAN_COLUMNS) - 2))
+            continue
+        release = p["release"] or ([None, "install"] if p["install_release"] else None)
+        rows.append(
+            [host, p["driver"], release, p["packages"], p["models"], p["restarts"], p["remove"],
+             p["recompile"]]
+        )  # fmt: skip
+    return table(rows, PLAN_COLUMNS)
+
+
+def status_table(statuses: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = []
+    for host, st in sorted(statuses.items()):
+        inst = [
+            f"{i['port']}:{i['active']}{' drift' if i['drift'] else ''}"
+            f"{'' if i['health'] == 'ok' else ' unhealthy'}"
+            for i in st["instances"]
+        ]
+        rows.append([host, st["driver"], st["sku"], st["devices"], st["release"], inst, st["warm"]])
+    return table(rows, STATUS_COLUMNS)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=1, sort_keys=True)
