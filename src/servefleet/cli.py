@@ -379,6 +379,74 @@ def status_cmd(
     sys.exit(1 if problems else 0)
 
 
+@main.command("rollout", context_settings=_FLEET)
+@click.argument("inventory")
+@click.argument("deploy", required=False)
+@click.option("--canary", type=click.IntRange(min=0), default=0, help="The first K hosts alone.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Hosts a batch.")
+@click.option(
+    "--batch-percent", type=click.FloatRange(0, 100, min_open=True), default=None,
+    help="Hosts a batch, as a percentage of the hosts.",
+)  # fmt: skip
+@click.option("--max-failures", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--limit", "limits", multiple=True, help="Hosts or groups (as pyinfra's --limit).")
+@click.option("--json", "as_json", is_flag=True, help="Per host: releases, result, rolled back.")
+@click.option("--yes", is_flag=True, help="Do not ask before starting.")
+@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+def rollout_cmd(
+    inventory: str,
+    deploy: str | None,
+    canary: int,
+    batch_size: int | None,
+    batch_percent: float | None,
+    max_failures: int,
+    limits: tuple[str, ...],
+    as_json: bool,
+    yes: bool,
+    pyinfra_args: tuple[str, ...],
+) -> None:
+    """Deploy batch by batch in inventory order, a canary first; stop (exit 1) when a batch
+    fails more hosts than --max-failures: failed hosts are back on what they served, hosts not
+    reached are untouched. Arguments after ``--`` go to pyinfra (e.g. ``--data k=v``)."""
+    from servefleet.fleetview import dumps, table
+    from servefleet.rollout import Rollout, batches, inventory_hosts, limit_hosts, summary_rows
+
+    if batch_size and batch_percent:
+        raise click.UsageError("--batch-size and --batch-percent: give one of them")
+    if deploy and deploy.startswith("-"):
+        pyinfra_args, deploy = (deploy, *pyinfra_args), None
+    order, groups = inventory_hosts(inventory)
+    hosts = limit_hosts(order, groups, limits)
+    plan = batches(hosts, canary, batch_size, batch_percent)
+    echo = (lambda _m: None) if as_json else click.echo
+    echo(f"rollout of {len(hosts)} host(s) in {len(plan)} batch(es): "
+         + " | ".join(", ".join(b) for b in plan))  # fmt: skip
+    if not yes and not as_json:
+        click.confirm("Start?", abort=True)
+
+    def report(kind: str, some: list[str]) -> dict[str, Any]:
+        limit = [a for h in some for a in ("--limit", h)]
+        try:
+            return _report(kind, inventory, (*limit, *pyinfra_args))
+        except ServefleetError:
+            return {}
+
+    rollout = Rollout(
+        inventory=inventory,
+        deploy=deploy or str(DEPLOYS / "serve.py"),
+        pyinfra_args=list(pyinfra_args),
+        report=report,
+        echo=lambda m: echo(m),
+    )
+    ok = rollout.run(plan, max_failures)
+    if as_json:
+        click.echo(dumps({h: vars(r) for h, r in rollout.results.items()}))
+    else:
+        header = ("host", "before", "after", "result", "rolled back", "why")
+        click.echo(table(summary_rows(rollout.results), header))
+    sys.exit(0 if ok else 1)
+
+
 def _register() -> None:
     from servefleet.lab.chat import chat
     from servefleet.lab.cli import lab

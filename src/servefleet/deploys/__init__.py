@@ -367,12 +367,17 @@ def serve(plan: HostPlan) -> None:
 
 
 @deploy("Rollback")
-def rollback(settings: Settings) -> None:
-    """Back to the state before the last good one (units, release, running instances), through
-    the health gate. Needs no recipe: everything comes from the host's kept states."""
+def rollback(settings: Settings, to: str = "previous") -> None:
+    """Back to a kept state through the health gate: ``previous`` (the state before the last
+    good one) or ``good`` (the last good one, e.g. after a failed change). Needs no recipe:
+    everything comes from the host's kept states.
+
+    + to: "previous" or "good"
+    """
+    command = "rollback" if to == "previous" else "restore"
     server.shell(
-        name="Roll back to the previous good state",
-        commands=[_sh("python3", f"{settings.root}/lib/instances.py", "rollback",
+        name=f"Roll back to the {to} state",
+        commands=[_sh("python3", f"{settings.root}/lib/instances.py", command,
                       f"{settings.root}/state")],
     )  # fmt: skip
 

@@ -1,0 +1,180 @@
+"""`servefleet rollout`: the real pyinfra deploy, batch by batch in inventory order (a canary
+first), each host through its health gates; stop when a batch fails more hosts than allowed.
+
+pyinfra has no batches (``--serial`` takes hosts in random order), so each batch is one run of
+the pyinfra CLI limited to its hosts. A host whose gate fails is rolled back by the deploy itself
+(``remote/instances.py``); a failed host that does not serve afterwards is restored to its last
+good state here; hosts not yet reached are never touched.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import re
+import runpy
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servefleet.errors import ServefleetError
+
+
+def inventory_hosts(path: str) -> tuple[list[str], dict[str, list[str]]]:
+    """Hosts of a Python inventory file in pyinfra's order (first appearance, groups in the
+    order they are defined), and each group's hosts."""
+    try:
+        names = runpy.run_path(path)
+    except (OSError, SyntaxError) as e:
+        raise ServefleetError(f"{path}: cannot read the inventory: {e}") from None
+    except SystemExit as e:
+        raise ServefleetError(str(e.code)) from None
+    order: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for group, value in names.items():
+        if group.startswith("_") or not isinstance(value, (list, tuple)):
+            continue
+        items = value[0] if isinstance(value, tuple) and len(value) == 2 and isinstance(
+            value[1], dict
+        ) else value  # fmt: skip
+        hosts = [h[0] if isinstance(h, tuple) else h for h in items]
+        if not all(isinstance(h, str) for h in hosts):
+            continue
+        groups[group] = hosts
+        order += [h for h in hosts if h not in order]
+    return order, groups
+
+
+def limit_hosts(order: list[str], groups: dict[str, list[str]], limits: Sequence[str]) -> list[str]:
+    """pyinfra's ``--limit``: host names, group names or glob patterns of host names."""
+    if not limits:
+        return order
+    wanted: set[str] = set()
+    for pattern in limits:
+        for part in pattern.split(","):
+            wanted |= set(groups.get(part, [])) | set(fnmatch.filter(order, part))
+    picked = [h for h in order if h in wanted]
+    if not picked:
+        raise ServefleetError(f"--limit {' '.join(limits)} matches no host of the inventory")
+    return picked
+
+
+def batches(
+    hosts: list[str], canary: int, size: int | None, percent: float | None
+) -> list[list[str]]:
+    """The canary hosts alone, then the rest in batches of ``size`` (or ``percent`` of all)."""
+    first, rest = hosts[:canary], hosts[canary:]
+    step = size or (max(1, math.ceil(len(hosts) * percent / 100)) if percent else len(rest) or 1)
+    out = [first] if first else []
+    out += [rest[i : i + step] for i in range(0, len(rest), step)]
+    return out
+
+
+@dataclass
+class HostResult:
+    release_before: str | None = None
+    release_after: str | None = None
+    result: str = "not reached"  # ok, failed, not reached
+    rolled_back: bool = False
+    why: str = ""
+
+
+@dataclass
+class Rollout:
+    inventory: str
+    deploy: str
+    pyinfra_args: list[str]
+    report: Callable[[str, list[str]], dict[str, Any]]  # kind, hosts -> host summaries
+    echo: Callable[[str], None]
+    results: dict[str, HostResult] = field(default_factory=dict)
+
+    def pyinfra(self, hosts: list[str], deploy: str) -> tuple[int, dict[str, Any] | None, str]:
+        """One real pyinfra run limited to ``hosts``: (exit code, its --json results, stderr).
+        stderr is read as it comes, for the live line of a host that compiles."""
+        exe = str(Path(sys.executable).parent / "pyinfra")
+        limits = [a for h in hosts for a in ("--limit", h)]
+        cmd = [exe, "-y", "-v", "--json", *limits, *self.pyinfra_args, self.inventory, deploy]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None and proc.stdout is not None
+        err: list[str] = []
+        compiling: dict[str, float] = {}
+        for line in proc.stderr:
+            err.append(line)
+            m = re.search(r"\[([^\]]+)\].*restarted \(cold: compiling", line)
+            if m:
+                compiling[m.group(1)] = time.monotonic()
+                self.echo(f"  {m.group(1)}: compiling (pre-warm) ...")
+            m = re.search(r"\[([^\]]+)\].*servefleet-vllm-0\.service: healthy", line)
+            if m and m.group(1) in compiling:
+                took = time.monotonic() - compiling.pop(m.group(1))
+                self.echo(f"  {m.group(1)}: compiled and healthy after {took:.0f} s")
+        out = proc.stdout.read()
+        code = proc.wait()
+        try:
+            results = json.loads(out)["results"]
+        except (ValueError, KeyError, TypeError):
+            results = None
+        return code, results, "".join(err)
+
+    def releases(self, hosts: list[str]) -> dict[str, str | None]:
+        found = self.report("status", hosts)
+        return {h: (found.get(h) or {}).get("release") for h in hosts}
+
+    def run(self, plan: list[list[str]], max_failures: int) -> bool:
+        hosts = [h for batch in plan for h in batch]
+        for host, release in self.releases(hosts).items():
+            self.results[host] = HostResult(release_before=release)
+        failures: list[str] = []
+        for n, batch in enumerate(plan, 1):
+            t0 = time.monotonic()
+            self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
+            code, results, err = self.pyinfra(batch, self.deploy)
+            failed = set(batch) if results is None else set(results["failed_hosts"]) & set(batch)
+            for host in batch:
+                r = self.results[host]
+                r.result = "failed" if host in failed else "ok"
+                r.rolled_back = bool(re.search(rf"\[{re.escape(host)}\].*rolled back to ", err))
+                if host in failed:
+                    lines = [x for x in err.splitlines() if host in x and "servefleet:" in x]
+                    r.why = lines[0].split("servefleet:", 1)[1].strip() if lines else "failed"
+            failures += sorted(failed)
+            took = time.monotonic() - t0
+            verdict = f"{len(batch) - len(failed)} ok, {len(failed)} failed"
+            self.echo(f"batch {n}/{len(plan)}: {verdict} ({took:.0f} s)")
+            if len(failures) > max_failures:
+                self.echo(
+                    f"stopping: {len(failures)} failed host(s), --max-failures {max_failures}"
+                )
+                self.settle(sorted(failed))
+                break
+        reached = [h for h, r in self.results.items() if r.result != "not reached"]
+        for host, release in self.releases(reached).items():
+            self.results[host].release_after = release
+        return len(failures) <= max_failures
+
+    def settle(self, failed: list[str]) -> None:
+        """Failed hosts serve what they served before: the deploy rolled back those whose gate
+        failed; any other that does not answer healthy is restored to its last good state."""
+        statuses = self.report("status", failed) if failed else {}
+        unhealthy = [
+            h for h in failed
+            if h in statuses and any(i["health"] != "ok" for i in statuses[h]["instances"])
+        ]  # fmt: skip
+        if unhealthy:
+            self.echo(f"restoring the last good state on {', '.join(unhealthy)}")
+            restore = str(Path(self.deploy).resolve().parent / "restore.py")
+            self.pyinfra(unhealthy, restore)
+            for host in unhealthy:
+                self.results[host].rolled_back = True
+
+
+def summary_rows(results: dict[str, HostResult]) -> list[list[Any]]:
+    return [
+        [h, r.release_before, r.release_after, r.result, r.rolled_back, r.why]
+        for h, r in results.items()
+    ]

@@ -1,0 +1,142 @@
+"""`servefleet rollout` on a 4-host lab (destructive: it re-ups the lab with 4 hosts and leaves
+a default 3-host lab behind): batches in inventory order with a canary, a failing canary stops
+the rollout and rolls back, a host that disappears, and a controller killed mid-batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import REPO, resolved, run, runs_argv, secrets
+from labhelpers import lab_up, on_host, servefleet
+
+from servefleet.lab.chat import chat_once
+
+pytestmark = pytest.mark.lab_destructive
+
+HOSTS = ["lab1", "lab2", "lab3", "lab4"]
+PORTS = [8000 + i for i in range(4)]
+SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
+LATENCY = resolved()["servers"][0]["argv"]
+THROUGHPUT = resolved("--target", "throughput")["servers"][0]["argv"]
+
+
+def rollout(state: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
+    return subprocess.run([SERVEFLEET, "rollout", "inventories/lab.py", "--yes", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=1800)  # fmt: skip
+
+
+def serving(state: dict[str, Any], host: str) -> int:
+    address = next(h["address"] for h in state["hosts"] if h["name"] == host)
+    n = 0
+    for port in PORTS:
+        try:
+            n += bool(chat_once(address, port, "openai/gpt-oss-120b", "hi", max_tokens=1))
+        except Exception:  # noqa: BLE001 - not serving on that port right now
+            pass
+    return n
+
+
+def units_and_releases(state: dict[str, Any], host: str) -> str:
+    return on_host(state, host, "cat /etc/systemd/system/servefleet-vllm-*.service; "
+                   "ls /opt/servefleet/releases; readlink /opt/servefleet/current").stdout
+
+
+def test_rollouts_on_four_hosts(lab: dict[str, Any]) -> None:
+    try:
+        state = lab_up("--hosts", "4")
+        assert run(state).returncode == 0
+        # batches in inventory order, a canary first; all hosts end on the change
+        done = rollout(state, "--canary", "1", "--batch-size", "2", "--",
+                       "--data", "serve_target=Throughput")  # fmt: skip
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        assert "batch 1/3: lab1\n" in done.stdout
+        assert "batch 2/3: lab2, lab3\n" in done.stdout and "batch 3/3: lab4\n" in done.stdout
+        for host in HOSTS:
+            assert all(runs_argv(state, host, p, THROUGHPUT) for p in PORTS), host
+        again = rollout(state, "--canary", "1", "--batch-size", "2", "--json", "--",
+                        "--data", "serve_target=Throughput")  # fmt: skip
+        assert again.returncode == 0, again.stderr[-3000:]
+        per_host = json.loads(again.stdout)
+        assert all(r["result"] == "ok" and r["release_before"] == r["release_after"]
+                   for r in per_host.values())  # fmt: skip
+        noop = run(state, "--json", "--data", "serve_target=Throughput")
+        assert json.loads(noop.stdout)["results"]["totals"]["success"] == 0
+
+        # the canary fails its gate on the new selection: stop, canary rolled back, rest untouched
+        before = {h: units_and_releases(state, h) for h in HOSTS[1:]}
+        on_host(state, "lab1", "echo '--max-num-seqs 1 ' > /etc/rbln-sim/fail-health")
+        try:
+            failed = rollout(state, "--canary", "1", "--batch-size", "2", "--json", "--",
+                             "--data", "serve_health_timeout=8")  # fmt: skip
+        finally:
+            on_host(state, "lab1", "rm -f /etc/rbln-sim/fail-health")
+        assert failed.returncode == 1
+        result = json.loads(failed.stdout)
+        assert result["lab1"]["result"] == "failed" and result["lab1"]["rolled_back"]
+        assert result["lab1"]["release_after"] == result["lab1"]["release_before"]
+        assert all(result[h]["result"] == "not reached" for h in HOSTS[1:])
+        assert all(runs_argv(state, "lab1", p, THROUGHPUT) for p in PORTS)
+        assert serving(state, "lab1") == 4
+        assert {h: units_and_releases(state, h) for h in HOSTS[1:]} == before
+
+        # a host that disappears (sshd stopped, back in 90 s) is reported; the rest go on
+        on_host(state, "lab3", "systemd-run --on-active=90 systemctl start ssh.service && "
+                "(sleep 1; systemctl stop ssh.service) >/dev/null 2>&1 &")  # fmt: skip
+        time.sleep(3)
+        gone = rollout(state, "--batch-size", "1", "--max-failures", "1", "--json")
+        assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
+        result = json.loads(gone.stdout)
+        assert result["lab3"]["result"] == "failed"
+        for host in ("lab1", "lab2", "lab4"):
+            assert result[host]["result"] == "ok"
+            assert all(runs_argv(state, host, p, LATENCY) for p in PORTS), host
+        deadline = time.monotonic() + 120
+        while servefleet("lab", "ssh", "lab3", "true", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "lab3's sshd did not come back"
+            time.sleep(2)
+
+        # the controller killed mid-batch: every host keeps serving; running again converges
+        low: dict[str, int] = {}
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                for host in HOSTS:
+                    low[host] = min(low.get(host, 4), serving(state, host))
+                time.sleep(0.3)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
+        args = ["--yes", "--batch-size", "2", "--", "--data", "serve_target=Throughput"]
+        proc = subprocess.Popen([SERVEFLEET, "rollout", "inventories/lab.py", *args], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("batch 1/2: lab1, lab2") and "ok" not in line:
+                time.sleep(6)  # inside the batch: lab1/lab2 restarting
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        proc.wait()
+        time.sleep(2)
+        stop.set()
+        sampler.join()
+        assert all(low.get(h, 0) >= 1 for h in HOSTS), f"a host served nothing: {low}"
+        again = rollout(state, "--batch-size", "2", "--", "--data", "serve_target=Throughput")
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        for host in HOSTS:
+            assert all(runs_argv(state, host, p, THROUGHPUT) for p in PORTS), host
+    finally:
+        lab.clear()
+        lab.update(lab_up())
