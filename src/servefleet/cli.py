@@ -339,7 +339,7 @@ def _report(kind: str, inventory: str, pyinfra_args: tuple[str, ...]) -> dict[st
     return found
 
 
-_FLEET = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+_FLEET = {"ignore_unknown_options": True}
 
 
 @main.command("plan", context_settings=_FLEET)

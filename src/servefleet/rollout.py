@@ -16,6 +16,7 @@ import re
 import runpy
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.errors import ServefleetError
+
+TICK = 15.0  # seconds between the live lines of a running batch
 
 
 def inventory_hosts(path: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -93,33 +96,34 @@ class Rollout:
     echo: Callable[[str], None]
     results: dict[str, HostResult] = field(default_factory=dict)
 
-    def pyinfra(self, hosts: list[str], deploy: str) -> tuple[int, dict[str, Any] | None, str]:
+    def pyinfra(
+        self, hosts: list[str], deploy: str, compiling: Sequence[str] = ()
+    ) -> tuple[int, dict[str, Any] | None, str]:
         """One real pyinfra run limited to ``hosts``: (exit code, its --json results, stderr).
-        stderr is read as it comes, for the live line of a host that compiles."""
+        While it runs, a line every TICK seconds names the hosts that pre-warm (compile)."""
         exe = str(Path(sys.executable).parent / "pyinfra")
         limits = [a for h in hosts for a in ("--limit", h)]
-        cmd = [exe, "-y", "-v", "--json", *limits, *self.pyinfra_args, self.inventory, deploy]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stderr is not None and proc.stdout is not None
-        err: list[str] = []
-        compiling: dict[str, float] = {}
-        for line in proc.stderr:
-            err.append(line)
-            m = re.search(r"\[([^\]]+)\].*restarted \(cold: compiling", line)
-            if m:
-                compiling[m.group(1)] = time.monotonic()
-                self.echo(f"  {m.group(1)}: compiling (pre-warm) ...")
-            m = re.search(r"\[([^\]]+)\].*servefleet-vllm-0\.service: healthy", line)
-            if m and m.group(1) in compiling:
-                took = time.monotonic() - compiling.pop(m.group(1))
-                self.echo(f"  {m.group(1)}: compiled and healthy after {took:.0f} s")
-        out = proc.stdout.read()
-        code = proc.wait()
+        cmd = [exe, "-y", "--json", *limits, *self.pyinfra_args, self.inventory, deploy]
+        done = threading.Event()
+        t0 = time.monotonic()
+
+        def tick() -> None:
+            while not done.wait(TICK):
+                what = f"{', '.join(compiling)}: pre-warm (compiling)" if compiling else "running"
+                self.echo(f"  {what} for {time.monotonic() - t0:.0f} s")
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
         try:
-            results = json.loads(out)["results"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        finally:
+            done.set()
+            ticker.join()
+        try:
+            results = json.loads(proc.stdout)["results"]
         except (ValueError, KeyError, TypeError):
             results = None
-        return code, results, "".join(err)
+        return proc.returncode, results, proc.stderr
 
     def releases(self, hosts: list[str]) -> dict[str, str | None]:
         found = self.report("status", hosts)
@@ -133,7 +137,9 @@ class Rollout:
         for n, batch in enumerate(plan, 1):
             t0 = time.monotonic()
             self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
-            code, results, err = self.pyinfra(batch, self.deploy)
+            planned = self.report("plan", batch)
+            compiling = [h for h in batch if (planned.get(h) or {}).get("recompile")]
+            code, results, err = self.pyinfra(batch, self.deploy, compiling)
             failed = set(batch) if results is None else set(results["failed_hosts"]) & set(batch)
             for host in batch:
                 r = self.results[host]

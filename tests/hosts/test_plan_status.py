@@ -24,7 +24,7 @@ def cli(state: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def plans(state: dict[str, Any], *pyinfra_args: str) -> dict[str, Any]:
-    proc = cli(state, "plan", "inventories/lab.py", "--json", *pyinfra_args)
+    proc = cli(state, "plan", "inventories/lab.py", "--json", "--", *pyinfra_args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 

@@ -182,3 +182,17 @@ def test_nothing_listening_is_not_answering(systemd: FakeSystemd) -> None:
     assert f"servefleet: health gate: {UNIT}: not healthy within 1s: not answering: " in proc.stderr
     assert "Connection refused" in proc.stderr
     assert proc.stderr.endswith(f"--- journal tail of {UNIT} ---\n{JOURNAL}")
+
+
+def test_a_prewarm_answering_unhealthy_fails_after_answered_timeout(
+    systemd: FakeSystemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pre-warm may take its whole timeout to compile (not answering), but once the server
+    answers, an unhealthy one fails within answered_timeout, not hours later."""
+    monkeypatch.setenv("PATH", systemd.env()["PATH"])
+    systemd.show(ours())
+    with Stub(health=500) as stub:
+        started = time.monotonic()
+        why = health.check(UNIT, stub.port, MODEL, 3600.0, answered_timeout=1.0)
+    assert time.monotonic() - started < 10
+    assert why == f"not healthy within 1s: http://127.0.0.1:{stub.port}/health answered 500"

@@ -260,15 +260,25 @@ def probe(base: str, model: str, limit: float) -> str | None:
         return f"not answering: {e}"
 
 
-def check(unit: str, port: int, model: str, timeout: float, host: str = "127.0.0.1") -> str | None:
+def check(
+    unit: str,
+    port: int,
+    model: str,
+    timeout: float,
+    host: str = "127.0.0.1",
+    answered_timeout: float | None = None,
+) -> str | None:
     """Wait up to ``timeout`` seconds for ``unit`` to serve ``model`` on ``host``:``port``.
 
     + unit: the systemd unit just (re)started
     + host: the address the gate connects to; an any-address (0.0.0.0, ::, "") means 127.0.0.1
+    + answered_timeout: once the server answers HTTP at all (its compile is over), at most this
+      many seconds more (a pre-warm gets ``timeout`` to compile, not to stay unhealthy)
     Returns None when healthy, else the reason in one line (no journal)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     deadline = time.monotonic() + timeout
+    answered = False
     st = unit_state(unit)
     baseline = st.restarts  # NRestarts survives a manual restart: count from here
     while True:
@@ -279,6 +289,10 @@ def check(unit: str, port: int, model: str, timeout: float, host: str = "127.0.0
         if why is None:
             st = unit_state(unit)
             return state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, True)
+        if answered_timeout is not None and not answered and not why.startswith("not answering"):
+            answered = True
+            if time.monotonic() + answered_timeout < deadline:
+                deadline, timeout = time.monotonic() + answered_timeout, answered_timeout
         left = deadline - time.monotonic()
         if left <= 0:
             return f"not healthy within {timeout:g}s: {why}"

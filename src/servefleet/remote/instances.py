@@ -167,7 +167,12 @@ def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: boo
     else:
         log(f"{inst['unit']}: runs its unit; resuming the pre-warm (gate {timeout}s)")
     why = health.check(
-        inst["unit"], inst["port"], state["model"], timeout, state.get("host") or "127.0.0.1"
+        inst["unit"],
+        inst["port"],
+        state["model"],
+        timeout,
+        state.get("host") or "127.0.0.1",
+        answered_timeout=state["health_timeout"],
     )
     if why is not None:
         raise Failed(f"health gate: {inst['unit']}: {why}", health.journal_tail(inst["unit"]))
