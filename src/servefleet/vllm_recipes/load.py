@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from servefleet.errors import RecipeError
-from servefleet.recipes import RECIPES_DIR
+from servefleet.shipped import RECIPES_DIR
 from servefleet.vllm_args import env_map, token_list
 from servefleet.vllm_recipes.recipe import VllmRecipe
 
