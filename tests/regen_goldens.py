@@ -7,7 +7,8 @@ the tests only compare against these files and never write them.
 
 + golden/rbln/<case>.json: the ``args`` of ``servefleet resolve`` -> its JSON ``output``
 + golden/vllm/<case>.json: a ``recipe_file`` and the ``resolve`` arguments -> the ServeSpec JSON
-  ``expected`` (the recipe path relative to the repository)
+  ``expected`` (recipe paths relative to the repository, ``recipes/...`` to the package's shipped
+  files ``src/servefleet/_files``)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from servefleet.cli import main
+from servefleet.shipped import FILES
 from servefleet.vllm_recipes import load_vllm_recipe, resolve_vllm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,9 +38,10 @@ def rbln_output(doc: dict[str, Any]) -> Any:
 
 def vllm_expected(doc: dict[str, Any]) -> Any:
     """The ServeSpec JSON of a vLLM recipe resolved with the case's arguments."""
-    recipe = load_vllm_recipe(REPO / doc["recipe_file"])
+    rel = doc["recipe_file"]
+    recipe = load_vllm_recipe((FILES if rel.startswith("recipes/") else REPO) / rel)
     spec = resolve_vllm(recipe, **doc["resolve"]).to_json()
-    spec["recipe"] = spec["recipe"].replace(str(REPO) + "/", "")
+    spec["recipe"] = spec["recipe"].replace(str(FILES) + "/", "").replace(str(REPO) + "/", "")
     return spec
 
 

@@ -26,6 +26,7 @@ from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from servefleet.data import Settings, settings_from
+from servefleet.defaults import DEFAULTS
 from servefleet.deploys.operations import HostProbe, current_link, put_secret, release
 from servefleet.errors import RecipeError, ServefleetError
 from servefleet.hostplan import (
@@ -300,7 +301,7 @@ def _units_ops(plan: HostPlan) -> None:
     )
 
 
-@deploy("Driver")
+@deploy("Driver", data_defaults=DEFAULTS)
 def driver(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the wanted RBLN driver if it is missing or different;
     the servers of the host's last good state come back through the health gate."""
@@ -310,7 +311,7 @@ def driver(plan: HostPlan) -> OperationMeta | None:
     return _driver_ops(plan)
 
 
-@deploy("Release")
+@deploy("Release", data_defaults=DEFAULTS)
 def stack(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the pinned release the selection needs. Running
     servers keep their release: units name it, and no release a unit or state names is removed."""
@@ -321,7 +322,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
     return _stack_ops(plan)
 
 
-@deploy("Models")
+@deploy("Models", data_defaults=DEFAULTS)
 def models(plan: HostPlan) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
     if not _refused(plan):
@@ -330,7 +331,7 @@ def models(plan: HostPlan) -> None:
         _models_ops(plan)
 
 
-@deploy("servefleet")
+@deploy("servefleet", data_defaults=DEFAULTS)
 def serve(plan: HostPlan) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
     if _refused(plan):
@@ -343,7 +344,7 @@ def serve(plan: HostPlan) -> None:
     _units_ops(plan)
 
 
-@deploy("Rollback")
+@deploy("Rollback", data_defaults=DEFAULTS)
 def rollback(settings: Settings) -> None:
     """Back to the state before the last good one (units, release, running instances), through
     the health gate. Needs no recipe: everything comes from the host's kept states."""
