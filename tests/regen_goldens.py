@@ -5,7 +5,8 @@
 Run it by hand after a deliberate change of output, then review ``git diff tests/data/golden``:
 the tests only compare against these files and never write them.
 
-+ golden/rbln/<case>.json: the ``args`` of ``servefleet resolve`` -> its JSON ``output``
++ golden/rbln/<case>.json: the ``args`` of ``servefleet resolve`` -> its ``output``: the JSON, or
+  the text for ``--format shell``/``unit``
 + golden/vllm/<case>.json: a ``recipe_file`` and the ``resolve`` arguments -> the ServeSpec JSON
   ``expected`` (recipe paths relative to the repository, ``recipes/...`` to the package's shipped
   files ``src/servefleet/_files``)
@@ -29,11 +30,13 @@ GOLDEN = REPO / "tests" / "data" / "golden"
 
 
 def rbln_output(doc: dict[str, Any]) -> Any:
-    """What ``servefleet resolve <args>`` prints, parsed."""
-    result = CliRunner().invoke(main, ["resolve", *doc["args"]], catch_exceptions=False)
+    """What ``servefleet resolve <args>`` prints, parsed unless it is text."""
+    args = doc["args"]
+    result = CliRunner().invoke(main, ["resolve", *args], catch_exceptions=False)
     if result.exit_code != 0:
-        raise SystemExit(f"servefleet resolve {' '.join(doc['args'])}: {result.output}")
-    return json.loads(result.output)
+        raise SystemExit(f"servefleet resolve {' '.join(args)}: {result.output}")
+    text = "--format" in args and args[args.index("--format") + 1] != "json"
+    return result.output if text else json.loads(result.output)
 
 
 def vllm_expected(doc: dict[str, Any]) -> Any:

@@ -162,7 +162,9 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     type=click.Choice(["json", "shell", "unit"]),
     default="json",
     show_default=True,
-    help="Output: JSON spec, a pasteable shell line, a systemd unit.",
+    help="Output: JSON spec, a pasteable shell line, a systemd unit. RBLN: the unit "
+    "deploys/serve.py writes for instance 0 under the default data; vLLM recipes (no deploy "
+    "yet): the server's own argv and env as a unit.",
 )
 def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> None:
     """Resolve a selection of RECIPE (a path or a name such as rbln/gpt-oss-120b) to the exact
