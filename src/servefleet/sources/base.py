@@ -12,13 +12,11 @@ from servefleet.spec import ServeSpec
 class Source:
     """One kind of recipe file: how to recognise it, name it, show it, resolve it.
 
-    + name: the source's id (``rbln``, ``vllm-yaml``, ``vllm-json``)
     + kind: the first part of its qualified names (``rbln/...``, ``vllm/...``)
     + label: how errors name a recipe of this source (``an RBLN recipe card``)
     + options: the ``servefleet resolve`` options it takes: CLI flag -> keyword of :meth:`resolve`
     """
 
-    name: str
     kind: str
     label: str
     options: Mapping[str, str]

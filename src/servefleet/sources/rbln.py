@@ -11,6 +11,7 @@ import yaml
 
 from servefleet.errors import RecipeError
 from servefleet.recipes import Card, load_card
+from servefleet.resolve import default_selection, pick_option, pick_strategy, resolve_rbln
 from servefleet.sources.base import Source
 from servefleet.spec import ServeSpec
 
@@ -31,8 +32,6 @@ def is_card(obj: Any) -> bool:
 
 def describe(card: Card) -> dict[str, Any]:
     """What a card offers, per strategy and target: axes, defaults, recommended, excluded."""
-    from servefleet.resolve import default_selection
-
     return {
         "recipe": card.name,
         "kind": "rbln",
@@ -68,8 +67,6 @@ def parse_sets(
     for item in sets:
         axis, eq, value = item.partition("=")
         if not eq or not axis:
-            from servefleet.resolve import pick_option, pick_strategy
-
             grid = pick_option(card, pick_strategy(card, strategy), target).grid
             offered = "; ".join(f"{a}: {', '.join(v)}" for a, v in grid.offered().items())
             raise RecipeError(f"--set {item!r} is not AXIS=VALUE (offered: {offered})")
@@ -78,7 +75,6 @@ def parse_sets(
 
 
 class RblnSource(Source):
-    name = "rbln"
     kind = "rbln"
     label = "an RBLN recipe card"
     options = {
@@ -115,8 +111,6 @@ class RblnSource(Source):
     def resolve(
         self, path: Path, name: str, strategy: str | None, options: Mapping[str, Any]
     ) -> ServeSpec:
-        from servefleet.resolve import resolve_rbln
-
         card = load_card(path, name=name)
         target = options.get("target") or "Latency"
         return resolve_rbln(

@@ -9,8 +9,6 @@ from servefleet.sources.vllm_yaml import VllmSource
 
 
 class VllmJsonSource(VllmSource):
-    name = "vllm-json"
-
     def detect(self, path: Path, text: str) -> bool:
         return path.suffix == ".json"  # tried after the RBLN card
 

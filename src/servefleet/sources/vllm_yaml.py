@@ -48,8 +48,6 @@ class VllmSource(Source):
 
 
 class VllmYamlSource(VllmSource):
-    name = "vllm-yaml"
-
     def detect(self, path: Path, text: str) -> bool:
         return True  # the last source tried: its loader says what is wrong with anything else
 
