@@ -48,7 +48,7 @@ from typing import Any
 LAB = Path(__file__).resolve().parent
 REPO = LAB.parent
 PACKAGES = LAB / "packages"
-RECIPES = REPO / "recipes"
+RECIPES = REPO / "src" / "servefleet" / "_files" / "recipes"  # the package ships them
 WHEEL_CACHE = Path(os.environ.get("SERVEFLEET_LAB_WHEEL_CACHE", "/var/cache/servefleet-lab/wheels"))
 FORMAT = 1  # bump when the output layout changes
 EPOCH = 315532800  # 1980-01-01: fixed timestamps make the artifacts reproducible

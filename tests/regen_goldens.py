@@ -5,9 +5,11 @@
 Run it by hand after a deliberate change of output, then review ``git diff tests/data/golden``:
 the tests only compare against these files and never write them.
 
-+ golden/rbln/<case>.json: the ``args`` of ``servefleet resolve`` -> its JSON ``output``
++ golden/rbln/<case>.json: the ``args`` of ``servefleet resolve`` -> its ``output``: the JSON, or
+  the text for ``--format shell``/``unit``
 + golden/vllm/<case>.json: a ``recipe_file`` and the ``resolve`` arguments -> the ServeSpec JSON
-  ``expected`` (the recipe path relative to the repository)
+  ``expected`` (recipe paths relative to the repository, ``recipes/...`` to the package's shipped
+  files ``src/servefleet/_files``)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from servefleet.cli import main
+from servefleet.shipped import FILES
 from servefleet.vllm_recipes import load_vllm_recipe, resolve_vllm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,18 +30,21 @@ GOLDEN = REPO / "tests" / "data" / "golden"
 
 
 def rbln_output(doc: dict[str, Any]) -> Any:
-    """What ``servefleet resolve <args>`` prints, parsed."""
-    result = CliRunner().invoke(main, ["resolve", *doc["args"]], catch_exceptions=False)
+    """What ``servefleet resolve <args>`` prints, parsed unless it is text."""
+    args = doc["args"]
+    result = CliRunner().invoke(main, ["resolve", *args], catch_exceptions=False)
     if result.exit_code != 0:
-        raise SystemExit(f"servefleet resolve {' '.join(doc['args'])}: {result.output}")
-    return json.loads(result.output)
+        raise SystemExit(f"servefleet resolve {' '.join(args)}: {result.output}")
+    text = "--format" in args and args[args.index("--format") + 1] != "json"
+    return result.output if text else json.loads(result.output)
 
 
 def vllm_expected(doc: dict[str, Any]) -> Any:
     """The ServeSpec JSON of a vLLM recipe resolved with the case's arguments."""
-    recipe = load_vllm_recipe(REPO / doc["recipe_file"])
+    rel = doc["recipe_file"]
+    recipe = load_vllm_recipe((FILES if rel.startswith("recipes/") else REPO) / rel)
     spec = resolve_vllm(recipe, **doc["resolve"]).to_json()
-    spec["recipe"] = spec["recipe"].replace(str(REPO) + "/", "")
+    spec["recipe"] = spec["recipe"].replace(str(FILES) + "/", "").replace(str(REPO) + "/", "")
     return spec
 
 

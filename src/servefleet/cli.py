@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,42 +73,12 @@ def recipes_list(directory: Path | None) -> None:
 
         servefleet recipes list
     """
-    from servefleet.recipes import list_recipes
+    from servefleet.sources import list_recipes
 
     if directory is not None and not directory.is_dir():
         raise RecipeError(f"{directory}: not a directory")
     for name in list_recipes(directory):
         click.echo(name)
-
-
-def _describe_rbln(card: Any) -> dict[str, Any]:
-    from servefleet.resolve import default_selection
-
-    return {
-        "recipe": card.name,
-        "kind": "rbln",
-        "model": card.model,
-        "display_axes": card.axes,
-        "strategies": [
-            {
-                "slug": s.slug,
-                "label": s.label,
-                "targets": [
-                    {
-                        "target": o.target,
-                        "npus": o.npus,
-                        "skus": o.skus,
-                        "axes": o.grid.offered(),
-                        "defaults": default_selection(o.grid),
-                        "recommended": default_selection(o.grid, recommended=True),
-                        "excluded": o.grid.excluded,
-                    }
-                    for o in s.options
-                ],
-            }
-            for s in card.strategies
-        ],
-    }
 
 
 @recipes_group.command("show")
@@ -120,50 +90,21 @@ def recipes_show(recipe: str) -> None:
 
         servefleet recipes show rbln/gpt-oss-120b
     """
-    from servefleet.recipes import find_recipe, load_card
+    from servefleet.sources import find
 
-    kind, path = find_recipe(recipe)
-    if kind == "rbln":
-        info = _describe_rbln(load_card(path, name=recipe))
-    else:
-        from servefleet.vllm_recipes import describe_vllm, load_vllm_recipe
-
-        info = {"recipe": recipe, "kind": "vllm", **describe_vllm(load_vllm_recipe(path))}
-    click.echo(json.dumps(info, indent=2, ensure_ascii=False))
+    source, path = find(recipe)
+    click.echo(json.dumps(source.show(path, recipe), indent=2, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------------------------------------
 # resolve
 
-_RBLN_OPTIONS = ("--target", "--set", "--recommended", "--sku", "--compiler-version")
-_VLLM_OPTIONS = ("--hardware", "--variant", "--tp", "--feature", "--no-feature")
 _COMMON_OPTIONS = ("--strategy", "--format")
 
 
-def _refuse_foreign(given: list[str], recipe: str, kind: str, own: tuple[str, ...]) -> None:
-    if given:
-        label = "an RBLN recipe card" if kind == "rbln" else "a vLLM recipe"
-        raise RecipeError(
-            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the other kind "
-            f"of recipe only: {recipe} is {label} "
-            f"(its options: {', '.join(own + _COMMON_OPTIONS)})"
-        )
-
-
-def _parse_sets(
-    sets: tuple[str, ...], card: Any, target: str, strategy: str | None
-) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in sets:
-        axis, eq, value = item.partition("=")
-        if not eq or not axis:
-            from servefleet.resolve import pick_option, pick_strategy
-
-            grid = pick_option(card, pick_strategy(card, strategy), target).grid
-            offered = "; ".join(f"{a}: {', '.join(v)}" for a, v in grid.offered().items())
-            raise RecipeError(f"--set {item!r} is not AXIS=VALUE (offered: {offered})")
-        out[axis] = value
-    return out
+def _given(value: Any) -> bool:
+    """Whether the user gave an option: a number (0 too), a set flag, a non-empty value."""
+    return (isinstance(value, int) and not isinstance(value, bool)) or bool(value)
 
 
 def shell_command(server: Any) -> str:
@@ -176,20 +117,17 @@ def shell_command(server: Any) -> str:
     return " ".join(words)
 
 
-def _render(spec: Any, fmt: str) -> str:
+def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     if fmt == "json":
         return json.dumps(spec.to_json(), indent=2, ensure_ascii=False)
     if fmt == "shell":
         if len(spec.servers) == 1:
             return shell_command(spec.servers[0])
         return "\n".join(f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers)
-    from servefleet.systemd import unit_text
-
     if len(spec.servers) != 1:
         roles = ", ".join(s.role for s in spec.servers)
         raise RecipeError(f"--format unit renders one server; this selection has {roles}")
-    server = spec.servers[0]
-    return unit_text(server.argv, server.env, description=f"servefleet {spec.recipe}").rstrip("\n")
+    return unit()
 
 
 @main.command("resolve")
@@ -224,23 +162,11 @@ def _render(spec: Any, fmt: str) -> str:
     type=click.Choice(["json", "shell", "unit"]),
     default="json",
     show_default=True,
-    help="Output: JSON spec, a pasteable shell line, a systemd unit.",
+    help="Output: JSON spec, a pasteable shell line, a systemd unit. RBLN: the unit "
+    "deploys/serve.py writes for instance 0 under the default data; vLLM recipes (no deploy "
+    "yet): the server's own argv and env as a unit.",
 )
-def resolve_cmd(
-    recipe: str,
-    target: str | None,
-    strategy: str | None,
-    sets: tuple[str, ...],
-    recommended: bool,
-    sku: str | None,
-    compiler_version: str | None,
-    hardware: str | None,
-    variant: str | None,
-    tp: int | None,
-    features: tuple[str, ...],
-    no_features: tuple[str, ...],
-    fmt: str,
-) -> None:
+def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> None:
     """Resolve a selection of RECIPE (a path or a name such as rbln/gpt-oss-120b) to the exact
     argv and env of each server.
 
@@ -248,53 +174,20 @@ def resolve_cmd(
 
         servefleet resolve rbln/gpt-oss-120b --target throughput --set lmcache=cpu --format shell
     """
-    from servefleet.recipes import find_recipe
+    from servefleet.sources import SOURCES, find
 
-    kind, path = find_recipe(recipe)
-    rbln_given = [
-        name
-        for name, value in zip(
-            _RBLN_OPTIONS, (target, sets, recommended, sku, compiler_version), strict=True
+    source, path = find(recipe)
+    flags = {flag: key for s in SOURCES for flag, key in s.options.items()}
+    foreign = [f for f, key in flags.items() if f not in source.options and _given(options[key])]
+    if foreign:
+        raise RecipeError(
+            f"{', '.join(foreign)} {'applies' if len(foreign) == 1 else 'apply'} to the other "
+            f"kind of recipe only: {recipe} is {source.label} "
+            f"(its options: {', '.join((*source.options, *_COMMON_OPTIONS))})"
         )
-        if value
-    ]
-    vllm_given = [
-        name
-        for name, value in zip(
-            _VLLM_OPTIONS, (hardware, variant, tp is not None, features, no_features), strict=True
-        )
-        if value
-    ]
-    if kind == "rbln":
-        from servefleet.recipes import load_card
-        from servefleet.resolve import resolve_rbln
-
-        _refuse_foreign(vllm_given, recipe, kind, _RBLN_OPTIONS)
-        card = load_card(path, name=recipe)
-        tgt = target or "Latency"
-        spec = resolve_rbln(
-            card,
-            target=tgt,
-            strategy=strategy,
-            sets=_parse_sets(sets, card, tgt, strategy),
-            recommended=recommended,
-            sku=sku,
-            compiler_version=compiler_version,
-        )
-    else:
-        from servefleet.vllm_recipes import load_vllm_recipe, resolve_vllm
-
-        _refuse_foreign(rbln_given, recipe, kind, _VLLM_OPTIONS)
-        spec = resolve_vllm(
-            load_vllm_recipe(path),
-            hardware=hardware,
-            strategy=strategy,
-            variant=variant,
-            tp=tp,
-            features=list(features),
-            no_features=list(no_features),
-        )
-    click.echo(_render(spec, fmt))
+    own = {key: options[key] for key in source.options.values()}
+    spec = source.resolve(path, recipe, strategy, own)
+    click.echo(_render(spec, fmt, lambda: source.unit(spec, own)))
 
 
 # ---------------------------------------------------------------------------------------------

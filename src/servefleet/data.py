@@ -1,35 +1,33 @@
-"""Deploy data: read ``group_data/all.py`` defaults and validate a host's data into Settings.
+"""Deploy data: the package's defaults (:mod:`servefleet.defaults`) and a host's data validated
+into Settings.
 
 Pure Python (no pyinfra import): the deploy files call :func:`settings_from` on ``host.data`` at
-the top, before any operation is added. The data is validated whole, one check per key of
-``group_data/all.py`` in its order (:func:`_checks`), then across keys; the first bad key stops
-the run with one line ``<key>: <value> <what is wrong>; allowed: <what is>`` and no host changes.
+the top, before any operation is added (and so before the deploys' ``data_defaults`` apply: a key
+the host has no data for takes its default here). The data is validated whole, one check per key
+of the defaults in their order (:func:`_checks`), then across keys; the first bad key stops the
+run with one line ``<key>: <value> <what is wrong>; allowed: <what is>`` and no host changes.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import ipaddress
 import os
 import posixpath
 import re
-import runpy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from packaging.version import InvalidVersion, Version
 
+from servefleet.defaults import DEFAULTS, PREFIXES
 from servefleet.errors import DataError
-
-REPO = Path(__file__).resolve().parents[2]
-GROUP_DATA_ALL = REPO / "group_data" / "all.py"
 
 MAX_PORT = 65535
 TARGETS = ("Latency", "Throughput")
-PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_")
 REQUIRED_PINS = ("rebel-compiler", "vllm-rbln")
 # Directories a serve_*/models_* path may be below but never be (any /usr/<dir> too)
 SYSTEM_DIRS = frozenset(
@@ -83,9 +81,9 @@ def canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def load_defaults(path: Path = GROUP_DATA_ALL) -> dict[str, Any]:
-    """The keys of ``group_data/all.py`` with their default values."""
-    return {k: v for k, v in runpy.run_path(str(path)).items() if not k.startswith("__")}
+def load_defaults() -> dict[str, Any]:
+    """Every data key with its default (a copy of :data:`servefleet.defaults.DEFAULTS`)."""
+    return copy.deepcopy(DEFAULTS)
 
 
 @dataclass(frozen=True)
@@ -100,7 +98,7 @@ class Index:
 
 @dataclass(frozen=True)
 class Settings:
-    """Validated deploy data for one host (see group_data/all.py for each key's meaning)."""
+    """Validated deploy data for one host (see servefleet/defaults.py for each key's meaning)."""
 
     driver_version: str
     driver_runfile_url: str | None
@@ -404,12 +402,12 @@ def parse_pins(pins: Any, key: str = "sdk_pins") -> dict[str, str]:
 
 
 def default_compiler_version() -> str:
-    """The rebel-compiler version the deploy's data pins (``group_data/all.py``)."""
+    """The rebel-compiler version the deploy's default data pins."""
     return parse_pins(load_defaults()["sdk_pins"])["rebel-compiler"]
 
 
 # ---------------------------------------------------------------------------------------------
-# The keys of group_data/all.py
+# The data keys (servefleet/defaults.py)
 
 
 def _package(value: Any) -> str:
@@ -538,7 +536,7 @@ def _user(value: Any) -> str:
 
 
 def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
-    """One check per key of group_data/all.py, in its order; http is allowed on ``trusted``."""
+    """One check per data key, in the defaults' order; http is allowed on ``trusted``."""
     url = _url(trusted)
     env_name = _matching(_ENV_NAME, "an environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
     sha256 = _matching(_SHA256, "a sha256", "64 lowercase hex digits")
@@ -589,7 +587,7 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
     }
 
 
-KEYS = tuple(_checks(frozenset()))  # every data key, in the order of group_data/all.py
+KEYS = tuple(_checks(frozenset()))  # every data key, in the order of servefleet/defaults.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -638,7 +636,9 @@ def _refuse_unknown(keys: Iterable[str]) -> None:
     for key in sorted(k for k in keys if isinstance(k, str) and k.startswith(PREFIXES)):
         if key not in KEYS:
             close = _closest(key, KEYS)
-            hint = f"did you mean {close}?" if close else "allowed: the keys of group_data/all.py"
+            hint = (
+                f"did you mean {close}?" if close else "allowed: the keys of servefleet/defaults.py"
+            )
             raise DataError(f"{key if key.isprintable() else repr(key)}: unknown data key; {hint}")
 
 
@@ -651,16 +651,22 @@ def settings_from(
 
     + get: returns the value of a data key (None when unset)
     + environ: where credential variables are read from (default: this process's environment)
-    + keys: every data key the host has (``host.data.dict().keys()``); ones with our prefixes
-      that group_data/all.py does not define are refused (None: not checked)
+    + keys: every data key the host has (``host.data.dict().keys()``): ones with our prefixes
+      that the defaults do not define are refused, and a key the host lacks takes its default,
+      as inside the deploys (None: ``get`` answers for every key)
     """
     environ = os.environ if environ is None else environ
-    if keys is not None:
-        _refuse_unknown(keys)
+    have = None if keys is None else set(keys)
+    if have is not None:
+        _refuse_unknown(have)
+
+    def read(key: str) -> Any:
+        return get(key) if have is None or key in have else copy.deepcopy(DEFAULTS[key])
+
     values: dict[str, Any] = {}
-    for key, check in _checks(_trusted(get("pip_trusted_hosts"))).items():
+    for key, check in _checks(_trusted(read("pip_trusted_hosts"))).items():
         try:
-            values[key] = check(get(key))
+            values[key] = check(read(key))
         except _Refused as e:
             raise e.error(key) from None
         if key in _ACROSS:

@@ -196,6 +196,45 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
     )
 
 
+def render_instance(
+    settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str
+) -> tuple[str, str]:
+    """The unit file of one instance and its SERVEFLEET_UNIT sha (pure: the deploy writes this
+    text, ``servefleet resolve --format unit`` prints it).
+
+    + settings: validated data (user, paths, base port, host)
+    + spec: the resolved selection (its first server)
+    + release: the release the instance runs from
+    + index: the instance (port ``serve_base_port + index``)
+    + devices: its NPUs (``0,1``)
+    """
+    server = spec.servers[0]
+    port = settings.base_port + index
+    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
+    if settings.host:
+        exec_argv += ["--host", settings.host]
+    env = dict(server.env)
+    env.update(
+        {DEVICES_ENV: devices},
+        VLLM_CACHE_ROOT=settings.cache_root,
+        HOME=settings.home,
+        HF_HOME=settings.hf_home,
+        HF_HUB_OFFLINE="1",
+    )
+    fields: dict[str, Any] = dict(
+        exec_argv=exec_argv,
+        recipe=spec.recipe,
+        selection=spec.selection,
+        fingerprint=spec.compile_fingerprint,
+        index=index,
+        port=port,
+        devices=devices,
+        user=settings.user,
+    )
+    sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
+    return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
+
+
 def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None = None) -> HostPlan:
     """Everything one host needs, from its validated data and its probe.
 
@@ -237,31 +276,8 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
     for i, group in enumerate(groups):
         port = settings.base_port + i
         devices = ",".join(str(d) for d in group)
-        exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
-        if settings.host:
-            exec_argv += ["--host", settings.host]
-        env = dict(server.env)
-        env.update(
-            {DEVICES_ENV: devices},
-            VLLM_CACHE_ROOT=settings.cache_root,
-            HOME=settings.home,
-            HF_HOME=settings.hf_home,
-            HF_HUB_OFFLINE="1",
-        )
+        text, sha = render_instance(settings, spec, release, i, devices)
         unit = f"{UNIT_PREFIX}{i}.service"
-
-        fields: dict[str, Any] = dict(
-            exec_argv=exec_argv,
-            recipe=spec.recipe,
-            selection=spec.selection,
-            fingerprint=spec.compile_fingerprint,
-            index=i,
-            port=port,
-            devices=devices,
-            user=settings.user,
-        )
-        sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
-        text = render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
         converged = on_host.get("active") == "active" and on_host.get("running") == sha

@@ -8,14 +8,14 @@ once, naming the file, so a broken card reads as one line.
 What a card offers comes only from each grid's ``modes`` and ``options``; the top-level ``axes``
 list is kept for display (and for naming what a grid does *not* offer in error messages).
 
-Recipe names under ``recipes/`` are qualified by kind: ``rbln/<name>`` is
-``recipes/rbln/<name>.json``, ``vllm/<org>/<name>`` is ``recipes/vllm/models/<org>/<name>.yaml``.
+Recipe names are qualified by kind (``rbln/<name>``, ``vllm/<org>/<name>``); the registry of
+recipe sources (:mod:`servefleet.sources`) finds and lists them, the functions at the end of this
+module are its names as callers knew them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Callable
@@ -23,14 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from servefleet.errors import RecipeError
 
 T = TypeVar("T")
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-RECIPES_DIR = Path(os.environ.get("SERVEFLEET_RECIPES") or (PACKAGE_DIR.parent.parent / "recipes"))
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -507,11 +503,12 @@ def load_card(path: str | Path, *, name: str | None = None) -> Card:
     """
     p = Path(path)
     label = name or str(path)
-    text = _read_text(p, label)
+    text = read_recipe_text(p, label)
     return card_from_dict(decode_card_text(text, label), name=label, path=p)
 
 
-def _read_text(p: Path, label: str) -> str:
+def read_recipe_text(p: Path, label: str) -> str:
+    """A recipe file's text; RecipeError naming ``label`` when it cannot be read."""
     try:
         return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -520,18 +517,7 @@ def _read_text(p: Path, label: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Naming
-
-
-def _is_rbln_card(obj: Any) -> bool:
-    """An RBLN card has ``strategies`` whose options carry a ``grid``."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("strategies"), list):
-        return False
-    for s in obj["strategies"]:
-        if isinstance(s, dict) and isinstance(s.get("options"), list):
-            if any(isinstance(o, dict) and "grid" in o for o in s["options"]):
-                return True
-    return False
+# Naming: the registry of recipe sources (servefleet.sources) under the names callers know
 
 
 def detect_kind(path: Path) -> str:
@@ -539,70 +525,38 @@ def detect_kind(path: Path) -> str:
 
     + path: the recipe file
     """
-    text = _read_text(path, str(path))
-    start = text.find("{")
-    if start >= 0:
-        try:
-            obj, _ = json.JSONDecoder().raw_decode(text, start)
-            if _is_rbln_card(obj):
-                return "rbln"
-        except json.JSONDecodeError:
-            pass
-    try:
-        if _is_rbln_card(yaml.safe_load(text)):
-            return "rbln"
-    except yaml.YAMLError:
-        pass
-    return "vllm"
+    from servefleet.sources import detect
+
+    return detect(path).kind
 
 
 def find_recipe(name_or_path: str, recipes_dir: Path | None = None) -> tuple[str, Path]:
-    """Locate a recipe: an existing file path, or a qualified name under the recipes directory.
-
-    ``rbln/<name>`` -> ``rbln/<name>.json``; ``vllm/<org>/<name>`` ->
-    ``vllm/models/<org>/<name>.yaml``. A path's kind is detected from its content.
+    """Locate a recipe (:func:`servefleet.sources.find`): its kind and its file.
 
     + name_or_path: a file path or a qualified name
-    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    + recipes_dir: the recipes directory (default: the shipped recipes)
     """
-    base = recipes_dir or RECIPES_DIR
-    p = Path(name_or_path)
-    if p.is_file():
-        return detect_kind(p), p
-    kind, _, rest = name_or_path.partition("/")
-    if kind == "rbln" and rest:
-        cand = base / "rbln" / f"{rest}.json"
-        if cand.is_file():
-            return "rbln", cand
-    elif kind == "vllm" and rest:
-        cand = base / "vllm" / "models" / f"{rest}.yaml"
-        if cand.is_file():
-            return "vllm", cand
-    known = list_recipes(base)
-    hint = f"known: {', '.join(known)}" if known else f"no recipes under {base}"
-    raise RecipeError(f"no recipe {name_or_path!r} (not a file, not a name under {base}; {hint})")
+    from servefleet.sources import find
+
+    source, path = find(name_or_path, recipes_dir)
+    return source.kind, path
 
 
 def list_recipes(recipes_dir: Path | None = None) -> list[str]:
-    """Qualified names of the recipes under a directory, sorted (``rbln/...`` then ``vllm/...``).
+    """Qualified names of the recipes under a directory (:func:`servefleet.sources.list_recipes`).
 
-    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    + recipes_dir: the recipes directory (default: the shipped recipes)
     """
-    base = Path(recipes_dir or RECIPES_DIR)
-    names = [f"rbln/{p.stem}" for p in sorted((base / "rbln").glob("*.json"))]
-    models = base / "vllm" / "models"
-    names += [
-        "vllm/" + p.relative_to(models).with_suffix("").as_posix()
-        for p in sorted(models.glob("*/*.yaml"))
-    ]
-    return names
+    from servefleet.sources import list_recipes as listed
+
+    return listed(recipes_dir)
 
 
 def load_rbln(name_or_path: str, recipes_dir: Path | None = None) -> Card:
     """Find and load an RBLN card by qualified name or path.
 
     + name_or_path: ``rbln/<name>`` or a file path
-    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    + recipes_dir: the recipes directory (default: the shipped recipes)
     """
     kind, path = find_recipe(name_or_path, recipes_dir)
     if kind != "rbln":

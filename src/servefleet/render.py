@@ -1,4 +1,4 @@
-"""Render a systemd unit for one server instance from ``templates/vllm.service.j2``.
+"""Render a systemd unit for one server instance from the shipped ``templates/vllm.service.j2``.
 
 argv and env arrive here as lists and maps; this is the one place they are escaped, by
 systemd's rules (:mod:`servefleet.systemd`), never the shell's. The bytes the unit tests compare
@@ -7,14 +7,13 @@ are the bytes the deploy uploads.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import jinja2
 
 from servefleet.errors import RecipeError
+from servefleet.shipped import TEMPLATES_DIR
 from servefleet.systemd import environment_line, exec_line
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -27,11 +26,6 @@ def _one_line(what: str, value: str) -> str:
             f"{what}: {value!r} holds a control character (a newline would add unit lines)"
         )
     return value
-
-
-TEMPLATES_DIR = Path(
-    os.environ.get("SERVEFLEET_TEMPLATES", Path(__file__).resolve().parents[2] / "templates")
-)
 
 
 def render_unit(

@@ -39,6 +39,7 @@ from faults import (
 from labhelpers import on_host
 
 from servefleet.lab.chat import chat_once
+from servefleet.shipped import FILES
 
 TWO = ["lab1", "lab2"]
 LIMIT = ["--limit", "lab1", "--limit", "lab2"]
@@ -405,7 +406,7 @@ def test_hostile_card_is_refused_before_any_change(
     settled: dict[str, Any], tmp_path: Path, slug: str
 ) -> None:
     lab = settled
-    card = json.loads((REPO / "recipes" / "rbln" / "gpt-oss-120b.json").read_text())
+    card = json.loads((FILES / "recipes" / "rbln" / "gpt-oss-120b.json").read_text())
     card["strategies"][0]["slug"] = slug
     path = tmp_path / "hostile.json"
     path.write_text(json.dumps(card))

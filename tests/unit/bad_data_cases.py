@@ -3,7 +3,7 @@
 ``BAD_DATA_CASES``: (key, value, a substring of the DataError line). Every value is an int, a
 bool, a float or a plain string that pyinfra's ``parse_cli_arg`` gives back unchanged from
 ``f"{key}={value}"``, so a lab test can pass each case as ``--data`` (test_data.py checks that).
-Each case fails on its own key given the defaults of group_data/all.py or the lab's data.
+Each case fails on its own key given the package's defaults or the lab's data.
 Misspelled keys are refused only when the deploy passes the host's keys to ``settings_from``.
 """
 

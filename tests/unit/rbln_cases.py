@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from servefleet.recipes import Card, load_card
+from servefleet.shipped import FILES
 
 REPO = Path(__file__).resolve().parents[2]
-SEED = REPO / "recipes" / "rbln" / "gpt-oss-120b.json"
+SEED = FILES / "recipes" / "rbln" / "gpt-oss-120b.json"
 SEED_PAGE = REPO / "tests" / "data" / "rbln" / "gpt-oss-120b.page.txt"
 DATA = REPO / "tests" / "data"
 TINY = DATA / "rbln" / "tiny-moe.json"

@@ -39,7 +39,7 @@ LAB_STATE = {  # the parts of a running lab's state group_data/lab.py reads
 
 
 def lab_data() -> dict[str, Any]:
-    """group_data/all.py overlaid with group_data/lab.py's values for a running lab."""
+    """The defaults overlaid with group_data/lab.py's values for a running lab."""
     with mock.patch.object(groupdata, "load_state", return_value=LAB_STATE):
         return {**load_defaults(), **groupdata.lab_group_data()}
 
@@ -326,7 +326,7 @@ def test_unknown_keys_with_our_prefixes_are_refused_with_did_you_mean() -> None:
     )
     assert refused(keys=True, models_revision={}).endswith("did you mean models_revisions?")
     assert refused(keys=True, serve_frobnicate_quux=1) == (
-        "serve_frobnicate_quux: unknown data key; allowed: the keys of group_data/all.py"
+        "serve_frobnicate_quux: unknown data key; allowed: the keys of servefleet/defaults.py"
     )
     validate(keys=True, ssh_user="root", _sudo=True, app_port=1, servers=[])  # not ours
     validate(serve_targte="Throughput")  # keys not given: not checked

@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from systemd_parse import parse_unit
 
+from servefleet.cli import main
 from servefleet.data import load_defaults, settings_from
 from servefleet.datadoc import BEGIN, END, data_table
 from servefleet.errors import DataError
@@ -15,6 +17,8 @@ from servefleet.hostplan import hardware_from_probe, plan_host, resolve_for
 from servefleet.release import plan_release
 
 REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
+PINS = load_defaults()["sdk_pins"]
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
 CR13_PCI = [
     "03:00.0 1200: 1eff:2130",
@@ -183,11 +187,43 @@ def test_host_plan_one_instance_per_npu_group() -> None:
 
 
 def test_host_plan_groups_npus_per_server(tmp_path: Path) -> None:
-    card = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
-    plan = plan_host(settings(serve_recipe=str(card), serve_host="127.0.0.1"), probe())
+    plan = plan_host(settings(serve_recipe=str(TINY), serve_host="127.0.0.1"), probe())
     assert [i.devices for i in plan.instances] == ["0,1", "2,3"]
     argv, _ = parse_unit(plan.instances[1].text)
     assert argv[-4:] == ["--port", "8001", "--host", "127.0.0.1"]
+
+
+@pytest.mark.parametrize(
+    ("data", "args"),
+    [
+        ({}, []),
+        (
+            {"serve_target": "Throughput", "serve_selection": {"lmcache": "cpu"}},
+            ["--target", "throughput", "--set", "lmcache=cpu"],
+        ),
+        ({"serve_recommended": True}, ["--recommended"]),
+        (
+            {"serve_target": "Throughput", "serve_selection": {"spec_decode": "suffix"}},
+            ["--target", "Throughput", "--set", "spec_decode=suffix"],
+        ),
+        (
+            {"serve_recipe": str(TINY), "serve_selection": {"lmcache": "cpu"}},
+            ["--set", "lmcache=cpu"],
+        ),
+        (
+            {"sdk_pins": [p.replace("compiler==0.12.0", "compiler==0.12.1") for p in PINS]},
+            ["--compiler-version", "0.12.1"],
+        ),
+    ],
+)
+def test_resolve_format_unit_is_the_deploys_instance_0(
+    data: dict[str, Any], args: list[str]
+) -> None:
+    plan = plan_host(settings(**data), probe())
+    recipe = data.get("serve_recipe", "rbln/gpt-oss-120b")
+    result = CliRunner().invoke(main, ["resolve", recipe, *args, "--format", "unit"])
+    assert result.exit_code == 0, result.output
+    assert result.output == plan.instances[0].text
 
 
 def test_host_plan_refuses_another_sku() -> None:

@@ -168,7 +168,7 @@ def test_recipe_models_counts_every_speculative_draft(builder: Any, tmp_path: Pa
 
 def test_every_draft_the_shipped_recipes_name_is_in_the_store(builder: Any) -> None:
     named = set()
-    for path in (REPO / "recipes").rglob("*"):
+    for path in builder.RECIPES.rglob("*"):
         if path.suffix in (".json", ".yaml") and "speculative" in path.read_text():
             text = path.read_text().replace('\\"', '"')
             named.update(re.findall(r'"model"\s*:\s*"([\w.-]+/[\w.-]+)"', text))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rbln_cases import BROKEN, REPO, SEED, SEED_PAGE, TINY, seed
+from rbln_cases import BROKEN, SEED, SEED_PAGE, TINY, seed
 
 from servefleet.errors import RecipeError
 from servefleet.recipes import (
@@ -19,8 +19,9 @@ from servefleet.recipes import (
     parse_arg_fragment,
     parse_env_fragment,
 )
+from servefleet.shipped import FILES
 
-RECIPES = REPO / "recipes"
+RECIPES = FILES / "recipes"
 
 
 def test_seed_shape() -> None:

@@ -19,6 +19,7 @@ from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.errors import RecipeError
 from servefleet.resolve import resolve_rbln
+from servefleet.shipped import FILES
 from servefleet.vllm_recipes import (
     load_vllm_recipe,
     offered_hardware,
@@ -30,7 +31,7 @@ SIM = load(LAB / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim_flags"
 FLAGS = LAB / "packages" / "vllm" / "flags"
 REFERENCE = Path("/work/shared/reference/vllm-serve-flags")
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
-VLLM_RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "vllm"
+VLLM_RECIPES = FILES / "recipes" / "vllm"
 BOOLS = ("BooleanOptionalAction", "_StoreRblnBool", "_StoreTrueAction")
 # Flags the property test leaves out, each for a reason
 UNMODELED = {

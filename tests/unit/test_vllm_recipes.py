@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import given, strategies as st
+from regen_goldens import vllm_expected
 
 from servefleet.errors import RecipeError
+from servefleet.shipped import FILES
 from servefleet.vllm_args import dedupe_args, flag_name, is_flag
 from servefleet.vllm_recipes import (
     VllmRecipe,
@@ -27,7 +29,7 @@ from servefleet.vllm_recipes import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-VLLM = REPO / "recipes" / "vllm"
+VLLM = FILES / "recipes" / "vllm"
 SEED = VLLM / "json" / "openai" / "gpt-oss-120b.json"
 MODELS = sorted((VLLM / "models").glob("*/*.yaml"))
 GOLDEN = sorted((REPO / "tests" / "data" / "golden" / "vllm").glob("*.json"))
@@ -166,9 +168,7 @@ def test_seed_json_and_yaml_share_the_resolver() -> None:
 @pytest.mark.parametrize("case", GOLDEN, ids=[p.stem for p in GOLDEN])
 def test_golden(case: Path) -> None:
     doc = json.loads(case.read_text())
-    spec = resolve_vllm(load_vllm_recipe(REPO / doc["recipe_file"]), **doc["resolve"]).to_json()
-    spec["recipe"] = spec["recipe"].replace(str(REPO) + "/", "")
-    assert spec == doc["expected"]
+    assert vllm_expected(doc) == doc["expected"]
 
 
 def test_goldens_cover_the_required_cases() -> None:
@@ -447,8 +447,8 @@ def test_broken_recipes(name: str, needle: str) -> None:
 
 def test_list_vllm_recipes() -> None:
     expected = sorted(f"vllm/{p.parent.name}/{p.stem}" for p in (VLLM / "models").rglob("*.yaml"))
-    assert sorted(list_vllm_recipes(REPO / "recipes")) == expected
-    assert list_vllm_recipes(VLLM) == list_vllm_recipes(REPO / "recipes")
+    assert sorted(list_vllm_recipes(FILES / "recipes")) == expected
+    assert list_vllm_recipes(VLLM) == list_vllm_recipes(FILES / "recipes")
     assert "vllm/openai/gpt-oss-120b" in expected
 
 

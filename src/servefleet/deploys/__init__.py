@@ -27,6 +27,7 @@ from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from servefleet.data import Settings, settings_from
+from servefleet.defaults import DEFAULTS
 from servefleet.deploys.operations import (
     HostProbe,
     InstanceHealth,
@@ -323,7 +324,7 @@ def _units_ops(plan: HostPlan) -> None:
     )
 
 
-@deploy("Driver")
+@deploy("Driver", data_defaults=DEFAULTS)
 def driver(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the wanted RBLN driver if it is missing or different;
     the servers of the host's last good state come back through the health gate."""
@@ -333,7 +334,7 @@ def driver(plan: HostPlan) -> OperationMeta | None:
     return _driver_ops(plan)
 
 
-@deploy("Release")
+@deploy("Release", data_defaults=DEFAULTS)
 def stack(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the pinned release the selection needs. Running
     servers keep their release: units name it, and no release a unit or state names is removed."""
@@ -344,7 +345,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
     return _stack_ops(plan)
 
 
-@deploy("Models")
+@deploy("Models", data_defaults=DEFAULTS)
 def models(plan: HostPlan) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
     if not _refused(plan):
@@ -353,7 +354,7 @@ def models(plan: HostPlan) -> None:
         _models_ops(plan)
 
 
-@deploy("servefleet")
+@deploy("servefleet", data_defaults=DEFAULTS)
 def serve(plan: HostPlan) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
     if _refused(plan):
@@ -366,7 +367,7 @@ def serve(plan: HostPlan) -> None:
     _units_ops(plan)
 
 
-@deploy("Rollback")
+@deploy("Rollback", data_defaults=DEFAULTS)
 def rollback(settings: Settings, to: str = "previous") -> None:
     """Back to a kept state through the health gate: ``previous`` (the state before the last
     good one) or ``good`` (the last good one, e.g. after a failed change). Needs no recipe:

@@ -16,7 +16,7 @@ KEYRING = "/etc/apt/keyrings/servefleet-lab.gpg"
 
 
 def lab_group_data() -> dict[str, Any]:
-    """Data keys pointing a deploy at the lab's own package sources (see group_data/all.py)."""
+    """Data keys pointing a deploy at the lab's own package sources (see servefleet/defaults.py)."""
     try:
         state = load_state()
     except ServefleetError:

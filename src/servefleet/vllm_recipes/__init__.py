@@ -1,0 +1,32 @@
+"""vLLM recipes (GPU hosts): load a recipe YAML or the recipes site's JSON, resolve a selection.
+
+The recipe format is vllm-project/recipes' (``models/<org>/<name>.yaml`` with the shared
+``taxonomy.yaml`` and ``strategies/*.yaml``); the site's JSON form of a model carries the same
+keys plus a ``recommended_command``. Both resolve with the same code. Pure: no pyinfra import.
+
+Modules: ``recipe`` (the loaded recipe), ``load`` (reading, validation, listing), ``hardware``
+(what runs where, defaults, parallel size), ``features``, ``resolve`` (the layering), ``describe``.
+"""
+
+from servefleet.vllm_recipes.describe import describe_vllm
+from servefleet.vllm_recipes.hardware import (
+    PRECISION_HARDWARE,
+    offered_hardware,
+    parallel_size,
+    single_node_strategies,
+)
+from servefleet.vllm_recipes.load import list_vllm_recipes, load_vllm_recipe
+from servefleet.vllm_recipes.recipe import VllmRecipe
+from servefleet.vllm_recipes.resolve import resolve_vllm
+
+__all__ = [
+    "PRECISION_HARDWARE",
+    "VllmRecipe",
+    "describe_vllm",
+    "list_vllm_recipes",
+    "load_vllm_recipe",
+    "offered_hardware",
+    "parallel_size",
+    "resolve_vllm",
+    "single_node_strategies",
+]

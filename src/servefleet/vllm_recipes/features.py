@@ -1,0 +1,104 @@
+"""Features of a vLLM recipe: which are on for a selection (and in which mode), and the
+args/env each contributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servefleet.errors import RecipeError
+from servefleet.vllm_args import env_map, token_list
+from servefleet.vllm_recipes.hardware import _generation, _keyed
+from servefleet.vllm_recipes.recipe import VllmRecipe
+
+
+def _parse_features(
+    r: VllmRecipe, features: list[str], no_features: list[str]
+) -> dict[str, str | None]:
+    known = r.features
+    names = ", ".join(known) or "none"
+    wanted: dict[str, str | None] = {}
+    for item in features:
+        name, sep, mode = item.partition("=")
+        if name not in known:
+            raise RecipeError(f"{r.name}: unknown feature {name!r} (features: {names})")
+        if sep and not mode:
+            raise RecipeError(f"{r.name}: --feature {item!r} names no mode")
+        wanted[name] = mode if sep else None
+    for name in no_features:
+        if name not in known:
+            raise RecipeError(f"{r.name}: unknown feature {name!r} (features: {names})")
+        if name in wanted:
+            raise RecipeError(f"{r.name}: feature {name} is both turned on and off")
+    return wanted
+
+
+def _mode_allowed(mode: dict[str, Any], vname: str, gpu: str, prof: dict[str, Any]) -> bool:
+    allow = mode.get("variants")
+    if isinstance(allow, list) and allow and vname not in allow:
+        return False
+    hw = mode.get("hardware")
+    if isinstance(hw, dict):
+        if hw.get(_generation(prof)) == "unsupported" or hw.get(gpu) == "unsupported":
+            return False
+    return True
+
+
+def _select_features(
+    r: VllmRecipe, vname: str, strategy: str, gpu: str, features: list[str], no_features: list[str]
+) -> dict[str, str | None]:
+    """Enabled features (recipe order) -> selected mode (None for a plain feature)."""
+    wanted = _parse_features(r, features, no_features)
+    prof, variant = r.profiles[gpu], r.variants[vname]
+    on: dict[str, str | None] = {}
+    for name, feat in r.features.items():
+        explicit = name in wanted
+        if name in no_features or (not explicit and name in r.opt_in_features):
+            continue
+        allow = feat.get("strategies")
+        if isinstance(allow, list) and allow and strategy not in allow:
+            if explicit:
+                raise RecipeError(
+                    f"{r.name}: feature {name} is not offered with strategy {strategy} "
+                    f"(its strategies: {', '.join(allow)})"
+                )
+            continue
+        picked = wanted.get(name)
+        modes = feat.get("modes")
+        if not isinstance(modes, dict) or not modes:
+            if picked is not None:
+                raise RecipeError(f"{r.name}: feature {name} has no modes; use --feature {name}")
+            on[name] = None
+            continue
+        here = [m for m, spec in modes.items() if _mode_allowed(spec or {}, vname, gpu, prof)]
+        if picked is not None:
+            if picked not in modes:
+                raise RecipeError(
+                    f"{r.name}: unknown mode {picked!r} of feature {name} (modes: {', '.join(modes)})"
+                )
+            if picked not in here:
+                raise RecipeError(
+                    f"{r.name}: mode {picked} of feature {name} does not run with variant "
+                    f"{vname} on {gpu} (modes here: {', '.join(here) or 'none'})"
+                )
+        cands = [picked, (variant.get("default_modes") or {}).get(name), feat.get("default_mode")]
+        mode = next((c for c in cands if c in here), here[0] if here else None)
+        if mode is None:
+            if explicit:
+                raise RecipeError(
+                    f"{r.name}: feature {name} has no mode for variant {vname} on {gpu} "
+                    f"(modes: {', '.join(modes)})"
+                )
+            continue
+        on[name] = mode
+    return on
+
+
+def _feature_block(r: VllmRecipe, name: str, mode: str | None, gpu: str) -> dict[str, Any]:
+    """The args/env a feature (or its mode) contributes; a hardware override replaces them."""
+    feat = r.features[name]
+    spec = feat["modes"][mode] if mode is not None else feat
+    ho = _keyed(spec.get("hardware_overrides"), gpu, r.profiles[gpu]) or {}
+    w = f"{r.name}: features.{name}"
+    args = ho.get("args") if ho.get("args") is not None else spec.get("args")
+    env = ho.get("env") if ho.get("env") is not None else spec.get("env")
+    return {"args": token_list(args, w), "env": env_map(env, w)}

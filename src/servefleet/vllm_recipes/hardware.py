@@ -1,0 +1,208 @@
+"""Hardware, variants and strategies of a vLLM recipe: what runs where, the defaults the site
+lands on, and the parallel size of a strategy on one host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servefleet.errors import RecipeError
+from servefleet.vllm_recipes.recipe import VllmRecipe
+
+# Precision -> the hardware it needs, unless the variant sets ``precision_hardware``.
+PRECISION_HARDWARE = {
+    "nvfp4": {"brand": "NVIDIA", "generation": "blackwell"},
+    "fp4": {"brand": "NVIDIA", "generation": "blackwell"},
+}
+
+
+def _generation(profile: dict[str, Any]) -> str | None:
+    gen = profile.get("generation") or profile.get("gpu_generation")
+    if isinstance(gen, list):
+        gen = gen[0] if gen else None
+    return str(gen) if gen else None
+
+
+def _brand(profile: dict[str, Any]) -> str | None:
+    brand = profile.get("brand")
+    return brand.lower() if isinstance(brand, str) else None
+
+
+def _keyed(mapping: Any, gpu: str, profile: dict[str, Any]) -> Any:
+    """A hardware-keyed value: exact GPU id > generation > brand > ``default``."""
+    if not isinstance(mapping, dict):
+        return None
+    for key in (gpu, _generation(profile), _brand(profile), "default"):
+        if key is not None and mapping.get(key) is not None:
+            return mapping[key]
+    return None
+
+
+def _generation_block(overrides: Any, profile: dict[str, Any]) -> dict[str, Any] | None:
+    """The override block for the profile's generation, else for its brand (``nvidia``)."""
+    if not isinstance(overrides, dict):
+        return None
+    gen, brand = _generation(profile), _brand(profile)
+    block = overrides.get(gen) if gen else None
+    if block is None and brand:
+        block = overrides.get(brand)
+    return block
+
+
+def _precision_need(variant: dict[str, Any]) -> dict[str, Any]:
+    """The hardware a variant's precision needs (``precision_hardware`` or the built-in table)."""
+    need = variant.get("precision_hardware")
+    if isinstance(need, dict):
+        return need
+    return PRECISION_HARDWARE.get(str(variant.get("precision")), {})
+
+
+def _precision_ok(profile: dict[str, Any], variant: dict[str, Any]) -> bool:
+    need = _precision_need(variant)
+    if not need:
+        return True
+    if need.get("brand") and profile.get("brand") != need["brand"]:
+        return False
+    return not need.get("generation") or _generation(profile) == need["generation"]
+
+
+def _variant_runs(r: VllmRecipe, vname: str, gpu: str) -> bool:
+    """Whether a variant may run on a GPU: precision, ``supported_hardware``, and for
+    non-scalable hardware (one box, no scale-out) its ``vram_minimum_gb``."""
+    v, prof = r.variants[vname], r.profiles[gpu]
+    supported = v.get("supported_hardware")
+    if supported and gpu not in supported:
+        return False
+    if not _precision_ok(prof, v):
+        return False
+    if prof.get("scalable") is False:
+        need, have = v.get("vram_minimum_gb") or 0, prof.get("vram_gb") or 0
+        return need <= 0 or have <= 0 or need <= have
+    return True
+
+
+def offered_hardware(r: VllmRecipe) -> list[str]:
+    """GPU ids the recipe can be resolved for, in taxonomy order.
+
+    A profile is offered unless ``meta.hardware`` marks it ``unsupported``, it is restricted
+    and the recipe does not declare it, or no variant runs on it.
+
+    + r: the recipe
+    """
+    declared = r.declared_hardware
+    out = []
+    for gpu, prof in r.profiles.items():
+        if declared.get(gpu) == "unsupported":
+            continue
+        if prof.get("restricted") and gpu not in declared:
+            continue
+        if any(_variant_runs(r, v, gpu) for v in r.variants):
+            out.append(gpu)
+    return out
+
+
+def _default_hardware(r: VllmRecipe, vname: str) -> str:
+    """The site's landing hardware for a variant: ``meta.default_hardware``, B200/GB200 for
+    Blackwell-only precisions, H200, else NVIDIA first then alphabetical."""
+    offered = [g for g in offered_hardware(r) if _variant_runs(r, vname, g)]
+    if not offered:
+        raise RecipeError(f"{r.name}: variant {vname} runs on none of the recipe's hardware")
+    authored = (r.data.get("meta") or {}).get("default_hardware")
+    if authored in offered:
+        return str(authored)
+    if _precision_need(r.variants[vname]).get("generation") == "blackwell":
+        for gpu in ("b200", "gb200"):
+            if gpu in offered:
+                return gpu
+    if "h200" in offered:
+        return "h200"
+    order = {"NVIDIA": 0, "AMD": 1}
+    return sorted(offered, key=lambda g: (order.get(str(r.profiles[g].get("brand")), 9), g))[0]
+
+
+def _default_variant(r: VllmRecipe, gpu: str, preferred: str | None) -> str:
+    for cand in (preferred, "default"):
+        if cand in r.variants and _variant_runs(r, cand, gpu):
+            return str(cand)
+    fitting = [v for v in r.variants if _variant_runs(r, v, gpu)]
+    if not fitting:
+        raise RecipeError(
+            f"{r.name}: no variant runs on {gpu}; hardware offered: "
+            f"{', '.join(offered_hardware(r))}"
+        )
+    # Highest fidelity that fits: the largest footprint (the site's pickFittingVariant).
+    fitting.sort(key=lambda v: -(r.variants[v].get("vram_minimum_gb") or 0))
+    return fitting[0]
+
+
+def _strategy_on(r: VllmRecipe, strategy: str, gpu: str) -> bool:
+    gate = _keyed((r.data.get("strategy_hardware") or {}).get(strategy), gpu, r.profiles[gpu])
+    if gate is not None:
+        return gate != "unsupported"
+    return strategy in (r.data.get("compatible_strategies") or r.compatible_strategies)
+
+
+def _single_node(r: VllmRecipe, strategy: str) -> bool:
+    return r.strategies[strategy].get("deploy_type", "single_node") == "single_node"
+
+
+def _gpus_ok(r: VllmRecipe, strategy: str, gpu: str) -> bool:
+    match = r.strategies[strategy].get("hardware_match") or {}
+    count = r.profiles[gpu]["gpu_count"]
+    return match.get("min_gpus", 1) <= count <= match.get("max_gpus", count)
+
+
+def single_node_strategies(r: VllmRecipe, gpu: str) -> list[str]:
+    """Compatible strategies that render as one ``vllm serve`` on one host of this GPU.
+
+    + r: the recipe
+    + gpu: a GPU id of the taxonomy
+    """
+    return [
+        s
+        for s in r.compatible_strategies
+        if _strategy_on(r, s, gpu) and _single_node(r, s) and _gpus_ok(r, s, gpu)
+    ]
+
+
+def _default_strategy(r: VllmRecipe, gpu: str) -> str:
+    usable = single_node_strategies(r, gpu)
+    rec = (r.recommended or {}).get("strategy")
+    for cand in (rec, r.data.get("default_strategy"), "single_node_tp"):
+        if cand in usable:
+            return str(cand)
+    if usable:
+        return usable[0]
+    raise RecipeError(
+        f"{r.name}: no single-node strategy runs on {gpu} (compatible: "
+        f"{', '.join(r.compatible_strategies)}; multi-node strategies cannot be rendered for one host)"
+    )
+
+
+def parallel_size(r: VllmRecipe, vname: str, strategy: str, gpu: str) -> int:
+    """GPUs the strategy's parallel flag spans on one host.
+
+    ``single_node_tp``: the variant's ``tp``, else ``strategy_overrides.single_node_tp.tp``
+    (a number or a map keyed by GPU id > generation > brand > ``default``), capped at the
+    profile's ``gpu_count``; else 1 when ``vram_minimum_gb`` fits one GPU, else ``gpu_count``.
+    Other strategies: ``gpu_count``.
+
+    + r: the recipe
+    + vname: the variant
+    + strategy: the strategy
+    + gpu: the GPU id
+    """
+    prof = r.profiles[gpu]
+    count = int(prof["gpu_count"])
+    if strategy != "single_node_tp":
+        return count
+    variant = r.variants[vname]
+    so = ((r.data.get("strategy_overrides") or {}).get(strategy) or {}).get("tp")
+    for raw in (variant.get("tp"), so):
+        declared = raw if isinstance(raw, int) else _keyed(raw, gpu, prof)
+        if isinstance(declared, int) and not isinstance(declared, bool) and declared > 0:
+            return min(declared, count)
+    need = variant.get("vram_minimum_gb") or 0
+    per_gpu = (prof.get("vram_gb") or 0) / count if count else 0
+    if not need or per_gpu <= 0:
+        return count
+    return 1 if need <= per_gpu else count

@@ -1,0 +1,66 @@
+"""A loaded vLLM recipe: the recipe mapping with the shared vocabulary it resolves against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class VllmRecipe:
+    """A loaded vLLM recipe with the shared vocabulary it resolves against.
+
+    + name: qualified name ``vllm/<org>/<name>``, or the path it was loaded from
+    + path: the recipe file
+    + form: ``yaml`` (recipe YAML) or ``json`` (the recipes site's JSON)
+    + data: the recipe mapping
+    + profiles: ``taxonomy.hardware_profiles`` (GPU id -> profile)
+    + strategies: strategy name -> strategy mapping (``strategies/*.yaml``)
+    + platforms: ``platforms.yaml`` entries (for display)
+    + recommended: the JSON form's ``recommended_command`` (None for YAML)
+    """
+
+    name: str
+    path: Path
+    form: str
+    data: dict[str, Any]
+    profiles: dict[str, dict[str, Any]]
+    strategies: dict[str, dict[str, Any]]
+    platforms: list[dict[str, Any]] = field(default_factory=list)
+    recommended: dict[str, Any] | None = None
+
+    @property
+    def model_id(self) -> str:
+        return str(self.data["model"]["model_id"])
+
+    @property
+    def variants(self) -> dict[str, dict[str, Any]]:
+        return self.data["variants"]
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.data.get("features") or {}
+
+    @property
+    def opt_in_features(self) -> list[str]:
+        return list(self.data.get("opt_in_features") or [])
+
+    @property
+    def declared_hardware(self) -> dict[str, str]:
+        return (self.data.get("meta") or {}).get("hardware") or {}
+
+    @property
+    def compatible_strategies(self) -> list[str]:
+        """``compatible_strategies`` plus strategies granted ``supported`` in ``strategy_hardware``."""
+        listed = list(self.data.get("compatible_strategies") or [])
+        if self.recommended is not None and not listed:
+            # The JSON form drops the list; its recommended strategy and the alternatives
+            # it links to are the same set.
+            cands = [self.recommended.get("strategy")]
+            cands += list((self.recommended.get("alternatives") or {}).keys())
+            listed = [c for c in dict.fromkeys(cands) if c in self.strategies]
+        for s, gate in (self.data.get("strategy_hardware") or {}).items():
+            if s not in listed and isinstance(gate, dict) and "supported" in gate.values():
+                listed.append(s)
+        return listed

@@ -1,0 +1,139 @@
+"""The package works installed: a wheel built from the tree, installed into a fresh venv, run
+from a directory outside the repository, finds its recipes, unit template and data defaults.
+
+The build runs without build isolation and the installs with --no-index: no network. Building
+needs bdist_wheel in this interpreter (the dev extra's ``wheel``; ./setup.sh installs it): without
+it the test skips, except in CI (``CI=true``), where it fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from servefleet.cli import main
+from servefleet.datadoc import data_table
+from servefleet.sources import list_recipes
+
+REPO = Path(__file__).resolve().parents[2]
+CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
+SEED = ["rbln/gpt-oss-120b", "--target", "throughput", "--set", "lmcache=cpu"]
+
+# Run by pyinfra from outside the repository: the installed package's defaults reach a deploy
+# through @deploy(data_defaults=...), host_settings() outside any deploy, and every servefleet
+# deploy holds them.
+DEPLOY = """
+from pyinfra import host
+from pyinfra.api import deploy
+
+from servefleet import deploys
+from servefleet.defaults import DEFAULTS
+
+
+@deploy("Show the data", data_defaults=DEFAULTS)
+def show() -> None:
+    print(f"inside a deploy: serve_base_port={host.data.get('serve_base_port')}")
+
+
+print(f"outside: serve_base_port={host.data.get('serve_base_port')}")
+print(f"host_settings: base_port={deploys.host_settings().base_port}")
+names = ("driver", "stack", "models", "serve", "rollback")
+held = all(getattr(deploys, n)._inner.deploy_data is DEFAULTS for n in names)
+print(f"servefleet deploys hold DEFAULTS: {held}")
+show()
+"""
+
+
+def _can_build_wheels() -> bool:
+    return any(
+        importlib.util.find_spec(m) is not None for m in ("wheel", "setuptools.command.bdist_wheel")
+    )
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the built wheel installed (not editable), seeing this interpreter's
+    dependencies through a .pth line (so not its editable servefleet, whose .pth is not read)."""
+    if not _can_build_wheels():
+        reason = "no bdist_wheel in this interpreter (the dev extra's wheel: run ./setup.sh)"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(f"CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("packaging")
+    tree = tmp / "tree"  # a copy: the build writes build/ and *.egg-info into its source tree
+    tree.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tree / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(REPO / "src", tree / "src", ignore=ignore)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist"]
+    run([*build, str(tree)], cwd=tmp, env=os.environ)
+    (wheel,) = (tmp / "dist").glob("servefleet-*.whl")
+    env = clean_env()
+    run([sys.executable, "-m", "venv", "--without-pip", "venv"], cwd=tmp, env=env)
+    python = tmp / "venv" / "bin" / "python"
+    run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)], tmp, env)
+    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site.strip()) / "servefleet-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    return tmp / "venv"
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without what would make the venv import this tree's servefleet."""
+    drop = ("PYTHONPATH", "SERVEFLEET_RECIPES", "SERVEFLEET_TEMPLATES", "VIRTUAL_ENV")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=clean_env() if env is None else env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, f"{cmd}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def installed(venv: Path, tmp_path: Path, *cmd: str) -> str:
+    """Run a command of the venv (bin/NAME) from a directory outside the repository."""
+    return run([str(venv / "bin" / cmd[0]), *cmd[1:]], cwd=tmp_path, env={**clean_env(), **CREDS})
+
+
+def here(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_venv_imports_the_installed_package(venv: Path, tmp_path: Path) -> None:
+    path = installed(
+        venv, tmp_path, "python", "-c", "import servefleet; print(servefleet.__file__)"
+    )
+    assert Path(path.strip()).is_relative_to(venv)
+
+
+def test_installed_cli_finds_the_shipped_recipes_and_template(venv: Path, tmp_path: Path) -> None:
+    names = installed(venv, tmp_path, "servefleet", "recipes", "list").splitlines()
+    assert names == list_recipes() and "rbln/gpt-oss-120b" in names
+    shell = ["resolve", "rbln/gpt-oss-120b", "--format", "shell"]
+    assert installed(venv, tmp_path, "servefleet", *shell) == here(*shell)
+    unit = ["resolve", *SEED, "--format", "unit"]
+    assert installed(venv, tmp_path, "servefleet", *unit) == here(*unit)
+    assert installed(venv, tmp_path, "python", "-m", "servefleet.datadoc") == data_table()
+
+
+def test_installed_defaults_reach_a_deploy(venv: Path, tmp_path: Path) -> None:
+    (tmp_path / "deploy.py").write_text(DEPLOY)
+    out = installed(venv, tmp_path, "python", "-m", "pyinfra", "-y", "@local", "deploy.py")
+    assert "outside: serve_base_port=None" in out
+    assert "host_settings: base_port=8000" in out
+    assert "servefleet deploys hold DEFAULTS: True" in out
+    assert "inside a deploy: serve_base_port=8000" in out
