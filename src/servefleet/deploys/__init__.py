@@ -141,10 +141,11 @@ def _driver_ops(plan: HostPlan) -> OperationMeta | None:
     )
     runfile = f"{RUNFILE_DIR}/rebellions-x86_64-{version}.run"
     url = (s.driver_runfile_url or "").format(version=version)  # checked in host_plan
+    part = runfile + ".part"
     fetch = (
-        f"mkdir -p {RUNFILE_DIR} && python3 -c {shlex.quote(_FETCH)} {_sh(url, runfile + '.part')} && "
-        f"echo {shlex.quote(s.driver_sha256[version] + '  ' + runfile + '.part')} | sha256sum --check --strict && "
-        f"mv {runfile}.part {runfile}"
+        f"{_sh('mkdir', '-p', RUNFILE_DIR)} && python3 -c {shlex.quote(_FETCH)} {_sh(url, part)} && "
+        f"echo {shlex.quote(s.driver_sha256[version] + '  ' + part)} | sha256sum --check --strict && "
+        f"{_sh('mv', part, runfile)}"
     )
     server.shell(
         name=f"Fetch the driver {version} runfile and check its sha256",
