@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from faults import REPO, run, secrets
+from faults import REPO, resolved, run, secrets
 from labhelpers import on_host
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
@@ -52,6 +52,10 @@ def test_plan_shows_an_upgrade_and_a_recompile(lab: dict[str, Any]) -> None:
         assert p["packages"]["vllm-rbln"] == ["0.12.0", "0.12.1"]
         assert not p["recompile"], "a patch upgrade keeps the compile cache"
         assert len(p["restarts"]) == 4
+    # a compile-affecting change whose fingerprint no host has warm (earlier tests may have it)
+    fingerprint = resolved("--target", "throughput")["compile_fingerprint"]
+    for host in HOSTS:
+        on_host(lab, host, f"rm -f /var/cache/servefleet/vllm/servefleet-warm/{fingerprint}")
     recompile = plans(lab, "--data", "serve_target=Throughput")
     assert all(p["recompile"] and len(p["restarts"]) == 4 for p in recompile.values())
 
