@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import event, given, settings, strategies as st
-from lab_sim_support import LAB, load
+from lab_sim_support import LAB, REPO, load
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.errors import RecipeError
@@ -29,7 +29,7 @@ from servefleet.vllm_recipes import (
 
 SIM = load(LAB / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim_flags")
 FLAGS = LAB / "packages" / "vllm" / "flags"
-REFERENCE = Path("/work/shared/reference/vllm-serve-flags")
+REFERENCE = REPO.parent / "shared" / "reference" / "vllm-serve-flags"  # shared/ beside the repo
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
 VLLM_RECIPES = FILES / "recipes" / "vllm"
 BOOLS = ("BooleanOptionalAction", "_StoreRblnBool", "_StoreTrueAction")
