@@ -119,6 +119,7 @@ class HostPlan:
     kernel: str
     reload_needed: bool  # systemd has not loaded some unit file as it is on disk
     good_release: str | None  # the release of the host's last converged state
+    good_shas: tuple[str, ...]  # the unit shas of that state, in instance order
     units: dict[str, dict[str, Any]]  # our units as the probe found them (active, running sha)
     paths: dict[str, dict[str, str] | None]  # watched_paths() as the probe found them
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
@@ -155,12 +156,16 @@ class HostPlan:
 
     @property
     def converged(self) -> bool:
-        """Every instance runs its desired unit, the cache is warm, nothing stale is left."""
+        """Every instance runs its desired unit, the cache is warm, nothing stale is left, and
+        the host's kept good state is this one (a run that died before recording it converges
+        again: nothing restarts, the state is recorded)."""
         return (
             all(i.converged and i.written for i in self.instances)
             and self.warm
             and not self.stale_units
             and not self.reload_needed
+            and self.good_shas == tuple(i.sha for i in self.instances)
+            and self.good_release == self.release.id
         )
 
     def desired_state(self) -> dict[str, Any]:
@@ -308,6 +313,7 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         kernel=str(probe.get("kernel", "")),
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
+        good_shas=tuple(probe.get("good_shas", ())),
         units=units,
         paths=probe.get("paths", {}),
         account=account,
@@ -391,9 +397,10 @@ try:
 except (ValueError, TypeError, KeyError):
     out["current_pins"] = None
 try:
-    out["good"] = json.loads(read(os.path.join(root, "state", "good.json")) or "null")["release"]
+    good = json.loads(read(os.path.join(root, "state", "good.json")) or "null")
+    out["good"], out["good_shas"] = good["release"], [i["sha"] for i in good["instances"]]
 except (ValueError, TypeError, KeyError):
-    out["good"] = None
+    out["good"], out["good_shas"] = None, []
 units = sorted(os.path.basename(u) for u in glob.glob("/etc/systemd/system/servefleet-vllm-*.service"))
 props = ["Id", "ActiveState", "MainPID", "NeedDaemonReload", "UnitFileState"]
 shown = run(["systemctl", "show", *[x for p in props for x in ("-p", p)], *units]) if units else ""

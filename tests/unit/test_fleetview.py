@@ -29,6 +29,8 @@ def converged_probe(**over: object) -> dict:
         "warm": [first.spec.compile_fingerprint],
         "models": list(first.spec.requirements.models),
         "units": _units(first, {}),
+        "good": first.release.id,
+        "good_shas": [i.sha for i in first.instances],
     }
     return probe(**{**state, **over})
 

@@ -110,11 +110,14 @@ def _units(plan: Any, running: dict[int, str | None], active: str = "active") ->
 def test_converged_only_when_every_process_runs_its_unit() -> None:
     s = settings()
     first = plan_host(s, probe())
+    good = {"good": first.release.id, "good_shas": [i.sha for i in first.instances]}
     warm = [first.spec.compile_fingerprint]
-    done = plan_host(s, probe(units=_units(first, {}), warm=warm))
+    done = plan_host(s, probe(units=_units(first, {}), warm=warm, **good))
     assert done.converged and all(i.written and i.converged for i in done.instances)
+    # everything runs, but the run died before it recorded the good state: converge again
+    assert not plan_host(s, probe(units=_units(first, {}), warm=warm)).converged
     # unit files say the new selection but instance 2 still runs what it was started with
-    stale = plan_host(s, probe(units=_units(first, {2: "0" * 16}), warm=warm))
+    stale = plan_host(s, probe(units=_units(first, {2: "0" * 16}), warm=warm, **good))
     assert not stale.converged
     assert [i.index for i in stale.instances if not i.converged] == [2]
     assert all(i.written for i in stale.instances)
