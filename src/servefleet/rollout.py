@@ -139,7 +139,7 @@ class Rollout:
             self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
             planned = self.report("plan", batch)
             compiling = [h for h in batch if (planned.get(h) or {}).get("recompile")]
-            code, results, err = self.pyinfra(batch, self.deploy, compiling)
+            _, results, err = self.pyinfra(batch, self.deploy, compiling)
             failed = set(batch) if results is None else set(results["failed_hosts"]) & set(batch)
             for host in batch:
                 r = self.results[host]

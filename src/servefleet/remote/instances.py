@@ -129,7 +129,7 @@ def live(devices_env: str) -> dict[str, dict[str, Any]]:
 
 
 def running_desired(now: dict[str, Any] | None, sha: str) -> bool:
-    return bool(now) and now["active"] == "active" and now["sha"] == sha  # type: ignore[index]
+    return now is not None and now["active"] == "active" and now["sha"] == sha
 
 
 def warm_marker(state: dict[str, Any], fingerprint: str) -> Path:
