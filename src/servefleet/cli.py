@@ -229,6 +229,10 @@ def _report(kind: str, inventory: str, pyinfra_args: tuple[str, ...]) -> dict[st
     if not found:
         lines = [x for x in (proc.stdout + proc.stderr).splitlines() if "servefleet:" in x]
         raise ServefleetError(lines[0] if lines else f"pyinfra found no host ({proc.returncode})")
+    if kind == "plan":
+        from servefleet.fleetview import fleet_plan
+
+        return fleet_plan(found)
     return found
 
 

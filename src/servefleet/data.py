@@ -128,6 +128,9 @@ class Settings:
     cache_root: str
     prewarm_timeout: int
     health_timeout: int
+    prewarm_scope: str
+    prewarm_host: str | None
+    prewarm_store: str
     hf_home: str
     models_store_url: str | None
     models_revisions: dict[str, str]
@@ -528,6 +531,15 @@ def _command(value: Any) -> str:
     return command
 
 
+PREWARM_SCOPES = ("host", "fleet")
+
+
+def _scope(value: Any) -> str:
+    if value not in PREWARM_SCOPES:
+        raise _bad(value, "is not a pre-warm scope", " or ".join(PREWARM_SCOPES))
+    return str(value)
+
+
 def _user(value: Any) -> str:
     name = _matching(_USER, "a system user name", _USER_ALLOWED)(value)
     if name == "root":
@@ -578,6 +590,13 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
         "serve_cache_root": _directory,
         "serve_prewarm_timeout": _whole(1),
         "serve_health_timeout": _whole(1),
+        "serve_prewarm_scope": _scope,
+        "serve_prewarm_host": _optional(
+            _one_line("an inventory host name", "a host name of the inventory")
+        ),
+        "serve_prewarm_store": _one_line(
+            "a controller directory", "a directory path on the controller"
+        ),
         "models_hf_home": _directory,
         "models_store_url": _optional(url),
         "models_revisions": _entries(
@@ -704,6 +723,9 @@ def settings_from(
         cache_root=values["serve_cache_root"],
         prewarm_timeout=values["serve_prewarm_timeout"],
         health_timeout=values["serve_health_timeout"],
+        prewarm_scope=values["serve_prewarm_scope"],
+        prewarm_host=values["serve_prewarm_host"],
+        prewarm_store=values["serve_prewarm_store"],
         hf_home=values["models_hf_home"],
         models_store_url=values["models_store_url"],
         models_revisions=values["models_revisions"],

@@ -73,6 +73,9 @@ serve_home = "/var/lib/servefleet"  # HOME of serve_user
 serve_cache_root = "/var/cache/servefleet/vllm"  # VLLM_CACHE_ROOT, shared by every release
 serve_prewarm_timeout = 14400  # seconds a cold first start (it compiles) may take to get healthy
 serve_health_timeout = 300  # seconds a warm (re)start may take to answer /health and a chat
+serve_prewarm_scope = "host"  # host: each host compiles; fleet: one compiles, the rest copy it
+serve_prewarm_host = None  # fleet scope: a host without NPUs that compiles (compile only) instead
+serve_prewarm_store = "~/.cache/servefleet/prewarm"  # fleet scope: the copies, on the controller
 
 # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
 models_hf_home = "/var/lib/servefleet/hf"  # HF_HOME of the servers (models in $HF_HOME/hub)

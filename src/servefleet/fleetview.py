@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from servefleet.hostplan import HostPlan
+from servefleet.prewarm_store import WarmEntry, prewarm_roles
 
 
-def plan_summary(plan: HostPlan) -> dict[str, Any]:
-    """What a deploy would change on this host (nothing is changed to find out)."""
+def plan_summary(plan: HostPlan, entry: WarmEntry | None = None, order: int = 0) -> dict[str, Any]:
+    """What a deploy would change on this host (nothing is changed to find out).
+
+    + entry: the host as fleet pre-warm sees it (:func:`fleet_plan` decides who recompiles)
+    + order: the host's place in the inventory
+    """
     s, rel = plan.settings, plan.release
     have = plan.current_pins or {}
     want = rel.expect
@@ -24,7 +30,8 @@ def plan_summary(plan: HostPlan) -> dict[str, Any]:
         for name in sorted(set(have) | set(want))
         if have.get(name) != want.get(name)
     }
-    restarts = [i.unit for i in plan.instances if not (i.converged and i.written)]
+    serving = () if plan.builder else plan.instances  # a build host serves nothing
+    restarts = [i.unit for i in serving if not (i.converged and i.written)]
     return {
         "refusal": plan.refusal,
         "driver": [plan.hardware.driver_version, s.driver_version] if plan.driver_needed else None,
@@ -35,6 +42,9 @@ def plan_summary(plan: HostPlan) -> dict[str, Any]:
         "restarts": restarts,
         "remove": list(plan.stale_units),
         "recompile": not plan.warm,
+        "prewarm": "warm" if plan.warm else "host",
+        "warm_entry": asdict(entry) if entry else None,
+        "order": order,
         "fingerprint": plan.spec.compile_fingerprint,
         "changes": not plan.refusal
         and bool(
@@ -42,9 +52,26 @@ def plan_summary(plan: HostPlan) -> dict[str, Any]:
             or plan.current != rel.id
             or not plan.release_complete
             or plan.missing_models
-            or not plan.converged
+            or (not plan.converged and not plan.builder)
+            or (plan.builder and not plan.warm)
         ),
     }
+
+
+def fleet_plan(plans: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The hosts' plans with each one's pre-warm role across the run (fleet scope: only the
+    seed or build host recompiles, the others get its copy)."""
+    hosts = sorted((p for p in plans.values() if p.get("warm_entry")), key=lambda p: p["order"])
+    roles = prewarm_roles([WarmEntry(**p["warm_entry"]) for p in hosts])
+    out = {}
+    for name, p in plans.items():
+        role = roles.get(name, p.get("prewarm", "host"))
+        out[name] = {
+            **p,
+            "prewarm": role,
+            "recompile": role in ("host", "seed", "build") and p["recompile"],
+        }
+    return out
 
 
 def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> dict[str, Any]:
@@ -54,7 +81,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
     + address: where the instances are reached from outside (Prometheus targets)
     """
     instances = []
-    for inst in plan.instances:
+    for inst in () if plan.builder else plan.instances:
         state = plan.units.get(inst.unit, {})
         instances.append(
             {
@@ -152,7 +179,7 @@ def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
         release = p["release"] or ([None, "install"] if p["install_release"] else None)
         rows.append(
             [host, p["driver"], release, p["packages"], p["models"], p["restarts"], p["remove"],
-             p["recompile"]]
+             "copy" if p.get("prewarm") == "copy" else p["recompile"]]
         )  # fmt: skip
     return table(rows, PLAN_COLUMNS)
 

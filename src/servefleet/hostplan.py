@@ -34,7 +34,9 @@ SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets liv
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
 HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
 UNIT_PREFIX = "servefleet-vllm-"
-REMOTE_SCRIPTS = ("install_release.py", "fetch_model.py", "health.py", "instances.py")
+REMOTE_SCRIPTS = (
+    "install_release.py", "fetch_model.py", "health.py", "instances.py", "prewarm.py"
+)  # fmt: skip
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
 NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
@@ -124,6 +126,7 @@ class HostPlan:
     paths: dict[str, dict[str, str] | None]  # watched_paths() as the probe found them
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
     group_exists: bool  # serve_user's group
+    builder: bool = False  # serve_prewarm_host: compiles only, serves nothing
 
     def has(
         self, path: str, kind: str, mode: str, user: str = "root", sha256: str | None = None
@@ -240,17 +243,31 @@ def render_instance(
     return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
 
 
-def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None = None) -> HostPlan:
+def plan_host(
+    settings: Settings,
+    probe: dict[str, Any],
+    spec: ServeSpec | None = None,
+    builder: bool = False,
+) -> HostPlan:
     """Everything one host needs, from its validated data and its probe.
 
     + settings: the host's validated data
     + probe: the output of the PROBE script on the host
     + spec: ``resolve_for(settings)``, when the caller has it already
+    + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
+      (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
     """
     spec = spec or resolve_for(settings)
     hardware = hardware_from_probe(probe)
     refusal = None
-    if not hardware.devices:
+    if builder:
+        sku = spec.skus[0]
+        spec = resolve_for(settings, sku)
+        npus = spec.servers[0].npus
+        hardware = Hardware(
+            "compile only", (sku,) * npus, tuple(range(npus)), settings.driver_version
+        )
+    elif not hardware.devices:
         refusal = f"no RBLN NPU found (by {hardware.source}); the recipe needs one of {', '.join(spec.skus)}"
     elif hardware.sku not in spec.skus:
         found = ", ".join(sorted(set(hardware.skus)))
@@ -318,6 +335,7 @@ def plan_host(settings: Settings, probe: dict[str, Any], spec: ServeSpec | None 
         paths=probe.get("paths", {}),
         account=account,
         group_exists=bool(probe.get("group")),
+        builder=builder,
     )
 
 

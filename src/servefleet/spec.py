@@ -26,7 +26,12 @@ class Server:
     npus: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "argv": list(self.argv), "env": dict(self.env), "npus": self.npus}
+        return {
+            "role": self.role,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "npus": self.npus,
+        }
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,11 @@ import hashlib
 import json
 import re
 import shlex
+import weakref
+from collections.abc import Callable
 from io import BytesIO, StringIO
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pyinfra import host
@@ -32,6 +35,8 @@ from servefleet.deploys.operations import (
     HostProbe,
     InstanceHealth,
     current_link,
+    prewarm_pull,
+    prewarm_push,
     put_secret,
     release,
 )
@@ -46,6 +51,7 @@ from servefleet.hostplan import (
     probe_args,
     resolve_for,
 )
+from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
 RUNFILE_DIR = "/var/cache/servefleet/driver"
@@ -70,7 +76,7 @@ def host_plan() -> HostPlan:
         settings = host_settings()
         spec = resolve_for(settings)
         probe = host.get_fact(HostProbe, args=probe_args(settings, spec))
-        plan = plan_host(settings, probe, spec)
+        plan = plan_host(settings, probe, spec, builder=host.name == settings.prewarm_host)
         _check_driver_data(plan)
     except RecipeError as e:
         raise PyinfraError(f"servefleet: {host.name}: serve_recipe/serve_selection: {e}") from None
@@ -301,27 +307,118 @@ def _models_ops(plan: HostPlan) -> None:
         )
 
 
-def _units_ops(plan: HostPlan) -> None:
-    """One converge of the unit files and the running instances, unless every instance already
-    runs its unit (judged from the processes in the probe, never from what a run wrote)."""
+def _cache_dirs(plan: HostPlan) -> None:
     s = plan.settings
     for path in (s.cache_root, s.hf_home):
         _directory(plan, path, user=s.user)
+
+
+def _upload_desired(
+    plan: HostPlan, filename: str, what: str, when: Callable[[], bool] | None
+) -> str:
+    """Upload the host's desired state (unit texts included) to ``state/<filename>``."""
+    dest = f"{plan.state_dir}/{filename}"
+    files.put(
+        _if=when,
+        name=f"Upload {what}",
+        src=StringIO(json.dumps(plan.desired_state(), indent=1, sort_keys=True) + "\n"),
+        dest=dest,
+        mode="644",
+    )
+    return dest
+
+
+def _units_ops(plan: HostPlan, when: Callable[[], bool] | None = None) -> None:
+    """One converge of the unit files and the running instances, unless every instance already
+    runs its unit (judged from the processes in the probe, never from what a run wrote).
+
+    + when: run only if this is true at run time (fleet pre-warm: the seed converges first)
+    """
     if plan.converged:
         return
-    desired = f"{plan.state_dir}/desired.json"
-    files.put(
-        name="Upload the desired state of this host's instances",
-        src=StringIO(json.dumps(plan.desired_state(), indent=1, sort_keys=True) + "\n"),
-        dest=desired,
-        mode="644",
+    desired = _upload_desired(
+        plan, "desired.json", "the desired state of this host's instances", when
     )
     pending = [i for i in plan.instances if not (i.converged and i.written)]
     what = [f"{i.unit} (port {i.port}, NPUs {i.devices})" for i in pending]
     what += [f"remove {u}" for u in plan.stale_units]
     server.shell(
+        _if=when,
         name=f"Converge the instances through the health gate: {', '.join(what) or 'pre-warm'}",
         commands=[_sh("python3", f"{plan.lib}/instances.py", "converge", desired)],
+    )
+
+
+# Fleet pre-warm (serve_prewarm_scope = "fleet"). Deploy code runs for all hosts at once, so the
+# hosts of a run register here while planning, and each pre-warm operation checks its host's role
+# when it runs (``_if``), once every host is known: see prewarm_roles for who compiles.
+_ENTRIES: weakref.WeakKeyDictionary[Any, dict[str, WarmEntry]] = weakref.WeakKeyDictionary()
+_ROLES: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def warm_entry(plan: HostPlan) -> WarmEntry:
+    s, fingerprint = plan.settings, plan.spec.compile_fingerprint
+    fleet = s.prewarm_scope == "fleet" and bool(fingerprint)
+    return WarmEntry(
+        host=host.name,
+        fingerprint=fingerprint,
+        fleet=fleet,
+        warm=plan.warm,
+        kept=fleet and Store(s.prewarm_store).has(fingerprint or ""),
+        builder=plan.builder,
+    )
+
+
+def _role_is(*wanted: str) -> Callable[[], bool]:
+    """An ``_if`` for this host: true when, at run time, its pre-warm role is one of ``wanted``."""
+    state, name = host.state, host.name
+
+    def check() -> bool:
+        roles = _ROLES.get(state)
+        if roles is None:
+            entries = _ENTRIES.get(state, {})
+            order = [entries[h.name] for h in state.inventory if h.name in entries]
+            roles = _ROLES[state] = prewarm_roles(order)
+        return roles.get(name) in wanted
+
+    return check
+
+
+def _pull_op(plan: HostPlan, when: Callable[[], bool]) -> None:
+    s = plan.settings
+    prewarm_pull(
+        _if=when,
+        name=f"Keep the compile cache of {plan.spec.compile_fingerprint} on the controller",
+        fingerprint=plan.spec.compile_fingerprint or "",
+        cache_root=s.cache_root,
+        lib=plan.lib,
+        store=s.prewarm_store,
+    )
+
+
+def _push_op(plan: HostPlan, when: Callable[[], bool]) -> None:
+    s = plan.settings
+    prewarm_push(
+        _if=when,
+        name=f"Copy the fleet's compile cache of {plan.spec.compile_fingerprint} to this host",
+        fingerprint=plan.spec.compile_fingerprint or "",
+        cache_root=s.cache_root,
+        lib=plan.lib,
+        store=s.prewarm_store,
+        user=s.user,
+    )
+
+
+def _build_ops(plan: HostPlan, when: Callable[[], bool]) -> None:
+    """The build host: compile only (no NPU), then hand the cache to the store."""
+    if plan.warm:
+        return
+    desired = _upload_desired(plan, "prewarm.json", "the instance to compile", when)
+    sku = plan.hardware.skus[0]
+    server.shell(
+        _if=when,
+        name=f"Compile {plan.spec.compile_fingerprint} for {sku} (compile only, no NPU)",
+        commands=[_sh("python3", f"{plan.lib}/prewarm.py", "build", desired, sku)],
     )
 
 
@@ -365,7 +462,25 @@ def serve(plan: HostPlan) -> None:
     _driver_ops(plan)
     _stack_ops(plan)
     _models_ops(plan)
-    _units_ops(plan)
+    _cache_dirs(plan)
+    entry = warm_entry(plan)
+    if not entry.fleet:
+        _units_ops(plan)
+        return
+    _ENTRIES.setdefault(host.state, {})[host.name] = entry
+    # pyinfra runs each operation on every host before the next, so the order of these lines is
+    # the fleet's: the seed or build host compiles, its cache goes to the store, the others get
+    # the copy, then they converge (warm). Each runs only where the host's role says, at run time.
+    if not plan.warm:
+        _units_ops(plan, when=_role_is("seed"))
+        if plan.builder:
+            _build_ops(plan, when=_role_is("build"))
+    if not entry.kept:
+        _pull_op(plan, when=_role_is("seed", "source", "build"))
+    if not plan.warm and not plan.builder:
+        _push_op(plan, when=_role_is("copy"))
+    if not plan.builder:
+        _units_ops(plan, when=_role_is("host", "warm", "source", "copy"))
 
 
 @deploy("Rollback", data_defaults=DEFAULTS)
@@ -402,6 +517,7 @@ def report() -> None:
         address = str(host.data.get("ssh_hostname") or host.name)
         summary = status_summary(plan, health, address)
     else:
-        summary = plan_summary(plan)
+        order = [h.name for h in host.state.inventory].index(host.name)
+        summary = plan_summary(plan, warm_entry(plan), order)
     out = Path(os.environ[REPORT_DIR_ENV]) / f"{host.name}.json"
     out.write_text(json.dumps(summary, sort_keys=True))

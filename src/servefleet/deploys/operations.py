@@ -7,17 +7,20 @@ import json
 import shlex
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import (
     FactBase,
+    FunctionCommand,
     HiddenValue,
     QuoteString,
     StringCommand,
     operation,
 )
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.facts.files import File, Link, Sha256File
 
 from servefleet.hostplan import PROBE
+from servefleet.prewarm_store import Store
 
 
 class HostProbe(FactBase):
@@ -127,3 +130,121 @@ def current_link(root: str, release_id: str):
     yield StringCommand(
         "sh", "-c", QuoteString(script), "sh", QuoteString(root), QuoteString(target)
     )
+
+
+# Fleet pre-warm: the copy goes through the controller's store (``serve_prewarm_store``). Both
+# operations decide at run time (the compile they copy happens earlier in the same run), and
+# neither fails its host: a copy that cannot be made or used only means the host compiles.
+
+
+def _connector_args(on: Any) -> dict[str, Any]:
+    args = on.current_op_global_arguments or {}
+    return {k: v for k, v in args.items() if k in CONNECTOR_ARGUMENT_KEYS}
+
+
+def _run(on: Any, *words: str) -> tuple[bool, Any]:
+    return on.run_shell_command(
+        StringCommand(*(QuoteString(w) for w in words)), **_connector_args(on)
+    )
+
+
+def _pull(state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, store: str) -> bool:
+    kept = Store(store)
+    if kept.has(fingerprint):
+        return True
+    outgoing = f"{cache_root}/.servefleet-outgoing"
+    remote = f"{outgoing}/{fingerprint}.tar"
+    ok, out = _run(host, "python3", f"{lib}/prewarm.py", "pack", cache_root, fingerprint, remote)
+    try:
+        if not ok:
+            why = out.stderr.strip().splitlines()[-1:] or ["pack failed"]
+            logger.warning(
+                f"{host.print_prefix}fleet pre-warm: no copy of {fingerprint} from here: {why[0]}"
+            )
+            return True
+        tar_part, manifest_part = kept.parts(fingerprint, host.name)
+        args = _connector_args(host)
+        if not (
+            host.get_file(f"{remote}.json", str(manifest_part), **args)
+            and host.get_file(remote, str(tar_part), **args)
+        ):
+            logger.warning(f"{host.print_prefix}fleet pre-warm: downloading {fingerprint} failed")
+            return True
+        try:
+            what = kept.accept(fingerprint, tar_part, manifest_part, host.name)
+        except ValueError as e:
+            logger.warning(
+                f"{host.print_prefix}fleet pre-warm: the copy of {fingerprint} is corrupt: {e}"
+            )
+            return True
+        logger.info(
+            f"{host.print_prefix}fleet pre-warm: {fingerprint} kept on the controller ({what})"
+        )
+        return True
+    finally:
+        _run(host, "rm", "-rf", outgoing)
+
+
+def _push(
+    state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, store: str, user: str
+) -> bool:
+    kept = Store(store)
+    if not kept.has(fingerprint):
+        logger.warning(
+            f"{host.print_prefix}fleet pre-warm: no copy of {fingerprint} in {kept.root} "
+            "(its compile did not finish); this host compiles it"
+        )
+        return True
+    incoming = f"{cache_root}/.servefleet-incoming"
+    remote = f"{incoming}/{fingerprint}.tar"
+    args = _connector_args(host)
+    ok = (
+        _run(host, "mkdir", "-p", "-m", "700", incoming)[0]
+        and host.put_file(str(kept.manifest_path(fingerprint)), f"{remote}.json", **args)
+        and host.put_file(str(kept.tar(fingerprint)), remote, **args)
+    )
+    if ok:
+        ok, out = _run(
+            host, "python3", f"{lib}/prewarm.py", "unpack", cache_root, fingerprint, remote, user
+        )
+        why = (out.stderr.strip().splitlines() or ["unpack failed"])[-1]
+    else:
+        why = "the upload failed"
+    if not ok:
+        _run(host, "rm", "-rf", incoming)
+        logger.warning(
+            f"{host.print_prefix}fleet pre-warm: the copy of {fingerprint} is not usable here "
+            f"({why.removeprefix('servefleet: ')}); this host compiles it"
+        )
+        return True
+    logger.info(f"{host.print_prefix}fleet pre-warm: {fingerprint} copied and checked")
+    return True
+
+
+@operation(is_idempotent=False)
+def prewarm_pull(fingerprint: str, cache_root: str, lib: str, store: str):
+    """
+    Keep this host's compile cache of ``fingerprint`` in the controller's store (unless it is
+    there): packed on the host, downloaded, checked against its size and sha256.
+
+    + fingerprint: the compile fingerprint
+    + cache_root: serve_cache_root (VLLM_CACHE_ROOT)
+    + lib: the host's servefleet lib directory (``prewarm.py``)
+    + store: serve_prewarm_store on the controller
+    """
+    yield FunctionCommand(_pull, (fingerprint, cache_root, lib, store), {})
+
+
+@operation(is_idempotent=False)
+def prewarm_push(fingerprint: str, cache_root: str, lib: str, store: str, user: str):
+    """
+    Copy the controller's kept cache of ``fingerprint`` to this host, checked file by file by
+    size and sha256 before it is used; a missing or corrupt copy leaves the host to compile.
+
+    + fingerprint: the compile fingerprint
+    + cache_root: serve_cache_root (VLLM_CACHE_ROOT)
+    + lib: the host's servefleet lib directory (``prewarm.py``)
+    + store: serve_prewarm_store on the controller
+    + user: serve_user (owns the cache)
+    """
+    yield FunctionCommand(_push, (fingerprint, cache_root, lib, store, user), {})

@@ -119,8 +119,16 @@ def ensure_base(cache_dir: Path) -> Path:
     key = base_key(mirror, suite)
     out = cache_dir / "base"
     proc = subprocess.run(
-        ["bash", str(script("build-base.sh")), str(out), str(cache_dir), key, mirror, suite,
-         ",".join(BASE_PACKAGES)],
+        [
+            "bash",
+            str(script("build-base.sh")),
+            str(out),
+            str(cache_dir),
+            key,
+            mirror,
+            suite,
+            ",".join(BASE_PACKAGES),
+        ],
         capture_output=True,
         text=True,
     )

@@ -73,7 +73,7 @@ def _page(title: str, links: list[tuple[str, str]]) -> bytes:
         f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>\n' for href, text in links
     )
     return (
-        "<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+        '<!DOCTYPE html>\n<html>\n  <head><meta name="pypi:repository-version" content="1.0">'
         f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}  </body>\n</html>\n"
     ).encode()
 
@@ -121,19 +121,33 @@ class Handler(BaseHTTPRequestHandler):
         if cfg.basic is not None:
             expected = base64.b64encode(f"{cfg.basic[0]}:{cfg.basic[1]}".encode()).decode()
             if not hmac.compare_digest(header.encode(), f"Basic {expected}".encode()):
-                self._send(401, b"authentication required\n", "text/plain",
-                           {"WWW-Authenticate": f'Basic realm="{REALM}"'})
+                self._send(
+                    401,
+                    b"authentication required\n",
+                    "text/plain",
+                    {"WWW-Authenticate": f'Basic realm="{REALM}"'},
+                )
                 return False
         if cfg.token is not None and path.startswith(cfg.token[0]):
             if not hmac.compare_digest(header.encode(), f"Bearer {cfg.token[1]}".encode()):
-                self._send(401, b"a valid token is required\n", "text/plain",
-                           {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+                self._send(
+                    401,
+                    b"a valid token is required\n",
+                    "text/plain",
+                    {"WWW-Authenticate": f'Bearer realm="{REALM}"'},
+                )
                 return False
         return True
 
     # --- responses
-    def _send(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None,
-              head: bool = False) -> None:
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        ctype: str,
+        headers: dict[str, str] | None = None,
+        head: bool = False,
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -172,16 +186,20 @@ class Handler(BaseHTTPRequestHandler):
             links = [(f"{name}/", name) for name in sorted(projects)]
             self._send(200, _page("Simple index", links), "text/html", head=head)
         elif path.startswith("/simple/"):
-            name = path[len("/simple/"):].strip("/")
+            name = path[len("/simple/") :].strip("/")
             if normalize(name) != name or not path.endswith("/"):
-                self._send(301, b"", "text/plain", {"Location": f"/simple/{normalize(name)}/"}, head)
+                self._send(
+                    301, b"", "text/plain", {"Location": f"/simple/{normalize(name)}/"}, head
+                )
             elif name in projects:
-                links = [(f"../../files/{fn}#sha256={sha}", fn) for fn, sha in projects[name].items()]
+                links = [
+                    (f"../../files/{fn}#sha256={sha}", fn) for fn, sha in projects[name].items()
+                ]
                 self._send(200, _page(f"Links for {name}", links), "text/html", head=head)
             else:
                 self._send(404, b"no such project\n", "text/plain", head=head)
-        elif path.startswith("/files/") and "/" not in path[len("/files/"):]:
-            self._file(self.config.root / path[len("/files/"):], head)
+        elif path.startswith("/files/") and "/" not in path[len("/files/") :]:
+            self._file(self.config.root / path[len("/files/") :], head)
         else:
             self._send(404, b"not found\n", "text/plain", head=head)
 
@@ -199,8 +217,9 @@ def make_server(config: Config, bind: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def fetch(url: str, headers: dict[str, str] | None = None,
-          timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+def fetch(
+    url: str, headers: dict[str, str] | None = None, timeout: float = 10
+) -> tuple[int, dict[str, str], bytes]:
     """GET url without raising on HTTP errors: ``(status, headers, body)``.
 
     + url: the URL to fetch
@@ -238,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
         basic = (_read_secret(args.user_file), _read_secret(args.password_file))
     token = (args.token_path, _read_secret(args.token_file)) if args.token_file else None
     server = make_server(Config(args.mode, args.root, basic, token), args.bind, args.port)
-    print(f"{args.name or args.mode} serving {args.root} on http://{args.bind}:{args.port}/",
-          flush=True)
+    print(
+        f"{args.name or args.mode} serving {args.root} on http://{args.bind}:{args.port}/",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -32,7 +32,9 @@ def load_state(path: Path | None = None) -> dict[str, Any]:
     try:
         state = json.loads(text)
     except ValueError as exc:
-        raise LabError(f"the lab state {path} is not valid JSON ({exc}); run `servefleet lab up`") from None
+        raise LabError(
+            f"the lab state {path} is not valid JSON ({exc}); run `servefleet lab up`"
+        ) from None
     if not isinstance(state, dict) or "hosts" not in state:
         raise LabError(f"the lab state {path} has no hosts; run `servefleet lab up`")
     return state

@@ -159,6 +159,7 @@ def make_room(state: dict[str, Any], inst: dict[str, Any]) -> None:
 def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
     cold = not warm_marker(state, inst["fingerprint"]).exists()
     timeout = state["prewarm_timeout"] if cold else state["health_timeout"]
+    started = time.time() - 1
     if restart:
         make_room(state, inst)
         systemctl("enable", "--quiet", inst["unit"])
@@ -177,10 +178,54 @@ def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: boo
     if why is not None:
         raise Failed(f"health gate: {inst['unit']}: {why}", health.journal_tail(inst["unit"]))
     if cold:
-        marker = warm_marker(state, inst["fingerprint"])
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(marker, time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+        mark_warm(state, inst["fingerprint"], bundle_dirs(state, inst["unit"], started))
     log(f"{inst['unit']}: healthy on port {inst['port']}")
+
+
+BUNDLE_LINE = re.compile(r"rbln mega-cache bundle (?:to|from) (/\S+/mega_cache\.bin)")
+
+
+def bundle_dirs(state: dict[str, Any], unit: str, since: float) -> list[str]:
+    """The compile-cache directories this start saved or loaded, relative to the cache root:
+    ``rbln/<model>/<sig>`` from vllm-rbln's "Saved/Loaded rbln mega-cache bundle" lines in this
+    invocation's journal, else the bundles written since ``since``. They are what a fleet
+    pre-warm copies to the other hosts."""
+    root = Path(state["cache_root"])
+    invocation = show([unit], "InvocationID")[0].get("InvocationID", "")
+    found: set[Path] = set()
+    for _ in range(10):  # journald may lag the server's first answer a little
+        if invocation:
+            out = subprocess.run(
+                ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation}"],
+                capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            found = {Path(m) for m in BUNDLE_LINE.findall(out)}
+        if found:
+            break
+        time.sleep(0.5)
+    if not found:
+        found = {
+            p for p in root.glob("rbln/*/*/rank*/mega_cache.bin") if p.stat().st_mtime >= since
+        }
+    dirs = set()
+    for bundle in found:
+        with contextlib.suppress(ValueError):
+            rel = bundle.parent.parent.relative_to(root)
+            if len(rel.parts) == 3 and ".." not in rel.parts:
+                dirs.add(str(rel))
+    return sorted(dirs)
+
+
+def mark_warm(state: dict[str, Any], fingerprint: str, dirs: list[str], source: str = "") -> None:
+    """The fingerprint is warm here; ``dirs`` hold its cache (a fleet pre-warm copies them)."""
+    marker = warm_marker(state, fingerprint)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "dirs": dirs,
+        "source": source or "compiled",
+    }
+    write_atomic(marker, json.dumps(record, sort_keys=True) + "\n")
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""servefleet prewarm: one compile per fleet. Runs ON THE HOST, as root, with the system python3
+(stdlib only), next to ``instances.py`` and ``health.py``.
+
+usage: prewarm.py pack CACHE_ROOT FINGERPRINT OUT.tar          # a warm host: its cache, to copy
+       prewarm.py unpack CACHE_ROOT FINGERPRINT IN.tar USER     # a cold host: check, then use it
+       prewarm.py build STATE.json NPU_NAME                     # a build host: compile only
+
+A fingerprint's cache is the directories its warm marker names (``rbln/<model>/<sig>`` under
+the cache root, recorded from vllm-rbln's "Saved/Loaded rbln mega-cache bundle" lines).
+``pack`` writes them as a tar with a manifest (``OUT.tar.json``: each file's size and sha256,
+and the tar's). ``unpack`` checks the tar against the manifest, extracts it aside, checks every
+file again, then moves the directories in and writes the warm marker last: an interrupted or
+corrupt copy leaves the host cold, so it compiles for itself. Exit 3 means "no usable copy"
+(one line on stderr says why); the caller then lets the host compile.
+
+``build`` runs the first instance's unit as ``servefleet-prewarm.service`` with
+``VLLM_RBLN_COMPILE_ONLY=1`` and ``RBLN_FORCE_NPU_NAME`` (rbln.md §3.6: no NPU needed), waits
+until it answers through the health gate (the bundle is saved before serving starts), records
+the warm marker, then stops and removes the unit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import health  # noqa: E402  (next to this file on the host)
+import instances  # noqa: E402
+
+NO_COPY = 3
+INCOMING = ".servefleet-incoming"
+BUILD_UNIT = "servefleet-prewarm.service"
+_DIR = re.compile(r"^rbln/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")
+
+
+class NoCopy(Exception):
+    """This host cannot use (or give) a copy; the message says why, in one line."""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def marker_dirs(cache_root: Path, fingerprint: str) -> list[str]:
+    try:
+        record = json.loads((cache_root / "servefleet-warm" / fingerprint).read_text())
+    except (OSError, ValueError):
+        raise NoCopy(f"fingerprint {fingerprint} is not warm here with a known cache") from None
+    dirs = record.get("dirs") if isinstance(record, dict) else None
+    if not dirs or not all(isinstance(d, str) and _DIR.match(d) for d in dirs):
+        raise NoCopy(f"the warm marker of {fingerprint} names no cache directory")
+    return list(dirs)
+
+
+def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
+    dirs = marker_dirs(cache_root, fingerprint)
+    files: dict[str, list[Any]] = {}
+    for d in dirs:
+        base = cache_root / d
+        if not base.is_dir() or base.is_symlink():
+            raise NoCopy(f"{base}: missing")
+        for path in sorted(base.rglob("*")):
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise NoCopy(f"{path}: not a regular file or directory")
+            if path.is_file():
+                files[str(path.relative_to(cache_root))] = [path.stat().st_size, sha256_of(path)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(files):
+            info = tar.gettarinfo(str(cache_root / rel), arcname=rel)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o644
+            with open(cache_root / rel, "rb") as fh:
+                tar.addfile(info, fh)
+    os.replace(tmp, out)
+    manifest = {
+        "fingerprint": fingerprint,
+        "dirs": dirs,
+        "files": files,
+        "tar_size": out.stat().st_size,
+        "tar_sha256": sha256_of(out),
+    }
+    instances.write_atomic(Path(f"{out}.json"), json.dumps(manifest, sort_keys=True) + "\n")
+    print(json.dumps({"files": len(files), "bytes": sum(f[0] for f in files.values())}))
+
+
+def _check_manifest(manifest: Any, fingerprint: str) -> dict[str, Any]:
+    ok = (
+        isinstance(manifest, dict)
+        and manifest.get("fingerprint") == fingerprint
+        and isinstance(manifest.get("dirs"), list)
+        and all(isinstance(d, str) and _DIR.match(d) for d in manifest["dirs"])
+        and isinstance(manifest.get("files"), dict)
+    )
+    if not ok:
+        raise NoCopy(f"the copy's manifest is not one of fingerprint {fingerprint}")
+    return manifest
+
+
+def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> None:
+    try:
+        manifest = _check_manifest(json.loads(Path(f"{tar_path}.json").read_text()), fingerprint)
+        size = tar_path.stat().st_size
+    except (OSError, ValueError):
+        raise NoCopy(f"the copy of {fingerprint} is missing or unreadable") from None
+    if size != manifest.get("tar_size"):
+        raise NoCopy(f"the copy has {size} bytes, its manifest says {manifest.get('tar_size')}")
+    got = sha256_of(tar_path)
+    if got != manifest.get("tar_sha256"):
+        raise NoCopy(f"the copy's sha256 is {got}, its manifest says {manifest.get('tar_sha256')}")
+    incoming = cache_root / INCOMING / fingerprint
+    shutil.rmtree(incoming, ignore_errors=True)
+    incoming.mkdir(parents=True)
+    dirs, files = manifest["dirs"], manifest["files"]
+    seen = set()
+    with tarfile.open(tar_path, "r:") as tar:
+        for member in tar:
+            name = member.name
+            if not member.isfile() or name not in files or name in seen:
+                raise NoCopy(f"the copy holds {name!r}, which its manifest does not list")
+            seen.add(name)
+            target = incoming / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tar.extractfile(member)
+            assert src is not None
+            digest, length = hashlib.sha256(), 0
+            with open(target, "wb") as fh:
+                for block in iter(lambda: src.read(1 << 20), b""):  # noqa: B023
+                    digest.update(block)
+                    length += len(block)
+                    fh.write(block)
+            if [length, digest.hexdigest()] != files[name]:
+                raise NoCopy(
+                    f"{name}: {length} bytes, sha256 {digest.hexdigest()}; the source had "
+                    f"{files[name][0]} bytes, sha256 {files[name][1]}"
+                )
+    if seen != set(files):
+        raise NoCopy(f"the copy lacks {', '.join(sorted(set(files) - seen))}")
+    uid, gid = _ids(user)
+    for d in dirs:
+        place(cache_root, incoming, d, uid, gid)
+    shutil.rmtree(cache_root / INCOMING, ignore_errors=True)
+    source = str(manifest.get("source") or "a fleet copy")
+    state = {"cache_root": str(cache_root)}
+    instances.mark_warm(state, fingerprint, dirs, source=f"copy of {source}")
+    print(f"{fingerprint}: {len(files)} files checked and in place ({', '.join(dirs)})")
+
+
+def _ids(user: str) -> tuple[int, int]:
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    return entry.pw_uid, entry.pw_gid
+
+
+def place(cache_root: Path, incoming: Path, rel: str, uid: int, gid: int) -> None:
+    """Move ``incoming/rel`` to ``cache_root/rel`` (replacing it), owned by the serve user."""
+    target = cache_root / rel
+    for parent in [*reversed(Path(rel).parents)][1:]:  # rbln, rbln/<model>
+        path = cache_root / parent
+        if not path.exists():
+            path.mkdir()
+            os.lchown(path, uid, gid)
+    for path in [incoming / rel, *(incoming / rel).rglob("*")]:
+        os.lchown(path, uid, gid)
+    old = cache_root / INCOMING / f"old-{os.getpid()}"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(incoming / rel, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def build(state_file: Path, npu_name: str) -> int:
+    """Compile-only pre-warm of the first instance of ``state_file`` (a desired state)."""
+    state = json.loads(state_file.read_text())
+    inst = state["instances"][0]
+    lines = inst["text"].splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    extra = [
+        'Environment="VLLM_RBLN_COMPILE_ONLY=1"',
+        f'Environment="RBLN_FORCE_NPU_NAME={npu_name}"',
+    ]
+    text = "\n".join(lines[:at] + extra + lines[at:]) + "\n"
+    text = text.replace("Restart=on-failure", "Restart=no")
+    path = instances.UNIT_DIR / BUILD_UNIT
+    instances.write_atomic(path, text)
+    instances.systemctl("daemon-reload")
+    started = time.time() - 1
+    instances.systemctl("restart", BUILD_UNIT)
+    instances.log(f"{BUILD_UNIT}: compiling {inst['fingerprint']} for {npu_name} (compile only)")
+    try:
+        why = health.check(
+            BUILD_UNIT,
+            inst["port"],
+            state["model"],
+            state["prewarm_timeout"],
+            state.get("host") or "127.0.0.1",
+            answered_timeout=state["health_timeout"],
+        )
+        if why is not None:
+            tail = health.journal_tail(BUILD_UNIT)
+            print(f"servefleet: compile-only pre-warm failed: {why}\n{tail}", file=sys.stderr)
+            return 1
+        dirs = instances.bundle_dirs(state, BUILD_UNIT, started)
+        if not dirs:
+            print("servefleet: compile-only pre-warm saved no mega-cache bundle", file=sys.stderr)
+            return 1
+        instances.mark_warm(state, inst["fingerprint"], dirs, source=f"compile only ({npu_name})")
+        instances.log(f"{inst['fingerprint']}: warm ({', '.join(dirs)})")
+        return 0
+    finally:
+        instances.systemctl("stop", BUILD_UNIT, check=False)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        instances.systemctl("daemon-reload", check=False)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if len(argv) == 4 and argv[0] == "pack":
+            pack(Path(argv[1]), argv[2], Path(argv[3]))
+            return 0
+        if len(argv) == 5 and argv[0] == "unpack":
+            try:
+                unpack(Path(argv[1]), argv[2], Path(argv[3]), argv[4])
+            finally:
+                for leftover in (Path(argv[3]), Path(f"{argv[3]}.json")):
+                    with contextlib.suppress(FileNotFoundError):
+                        leftover.unlink()
+            return 0
+        if len(argv) == 3 and argv[0] == "build":
+            return build(Path(argv[1]), argv[2])
+    except NoCopy as e:
+        if len(argv) == 5:
+            shutil.rmtree(Path(argv[1]) / INCOMING, ignore_errors=True)
+        print(f"servefleet: {e}", file=sys.stderr)
+        return NO_COPY
+    except instances.Failed as e:
+        print(f"servefleet: {e}", file=sys.stderr)
+        return 1
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""Fleet pre-warm on the 3-host lab (``serve_prewarm_scope=fleet``): one compile for the fleet,
+read from every host's compile log; a corrupted copy is caught and that host compiles; a build
+host without NPUs compiles (compile only) so that no serving host does."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from faults import compile_log, resolved, run, runs_argv, totals
+from labhelpers import on_host
+
+HOSTS = ["lab1", "lab2", "lab3"]
+PORTS = [8000 + i for i in range(4)]
+CACHE = "/var/cache/servefleet/vllm"
+CHANGE = ["--data", "serve_target=Throughput"]  # compile-affecting (--max-num-seqs)
+
+
+def fleet(store: Path, *extra: str) -> list[str]:
+    return ["--data", "serve_prewarm_scope=fleet", "--data", f"serve_prewarm_store={store}", *extra]
+
+
+def cold(state: dict[str, Any], hosts: list[str]) -> None:
+    """Forget every compile on ``hosts`` (running servers keep what they loaded)."""
+    for host in hosts:
+        on_host(state, host, f"rm -rf {CACHE}/rbln {CACHE}/servefleet-warm")
+
+
+def logs(state: dict[str, Any]) -> dict[str, int]:
+    return {host: len(compile_log(state, host)) for host in HOSTS}
+
+
+def new_compiles(state: dict[str, Any], before: dict[str, int]) -> dict[str, list[str]]:
+    return {host: compile_log(state, host)[before[host] :] for host in HOSTS}
+
+
+def loaded_bundle(state: dict[str, Any], host: str) -> bool:
+    journal = on_host(state, host, "journalctl -u servefleet-vllm-0.service -o cat -n 40").stdout
+    return "Loaded rbln mega-cache bundle" in journal.split("vLLM API server version")[-1]
+
+
+def test_one_compile_for_the_fleet_and_a_corrupt_copy_compiles_locally(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    spec = resolved("--target", "throughput")
+    argv, fingerprint = spec["servers"][0]["argv"], spec["compile_fingerprint"]
+    cold(lab, HOSTS)
+    before = logs(lab)
+    done = run(lab, *fleet(store, *CHANGE))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    compiles = new_compiles(lab, before)
+    assert len(compiles["lab1"]) == 1 and compiles["lab2"] == compiles["lab3"] == [], compiles
+    assert (store / f"{fingerprint}.tar").is_file()
+    for host in HOSTS:
+        assert all(runs_argv(lab, host, p, argv) for p in PORTS), host
+        marker = json.loads(on_host(lab, host, f"cat {CACHE}/servefleet-warm/{fingerprint}").stdout)
+        assert marker["source"] == ("compiled" if host == "lab1" else "copy of lab1"), marker
+    assert loaded_bundle(lab, "lab2") and loaded_bundle(lab, "lab3")
+    noop = run(lab, "--json", *fleet(store, *CHANGE))
+    assert totals(noop)["success"] == 0
+
+    # the kept copy is corrupted: lab3 (cold again, servers stopped) refuses it and compiles
+    tar = store / f"{fingerprint}.tar"
+    data = bytearray(tar.read_bytes())
+    data[2048] ^= 0xFF
+    tar.write_bytes(bytes(data))
+    on_host(lab, "lab3", "systemctl stop 'servefleet-vllm-*.service'")
+    cold(lab, ["lab3"])
+    before = logs(lab)
+    again = run(lab, "--limit", "lab3", *fleet(store, *CHANGE))
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+    out = again.stdout + again.stderr
+    assert re.search(
+        rf"copy of {fingerprint} is not usable here \(.*sha256.*\); this host compiles it", out
+    ), out[-3000:]
+    compiles = new_compiles(lab, before)
+    assert len(compiles["lab3"]) == 1 and compiles["lab1"] == compiles["lab2"] == [], compiles
+    assert all(runs_argv(lab, "lab3", p, argv) for p in PORTS)
+    marker = json.loads(on_host(lab, "lab3", f"cat {CACHE}/servefleet-warm/{fingerprint}").stdout)
+    assert marker["source"] == "compiled"
+
+
+def test_a_build_host_without_npus_compiles_for_the_fleet(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    spec = resolved("--target", "throughput")
+    hardware = on_host(lab, "lab3", "cat /etc/rbln-sim/hardware.json").stdout
+    try:
+        on_host(lab, "lab3", "systemctl disable --now 'servefleet-vllm-*.service'; "
+                "rm -f /etc/systemd/system/servefleet-vllm-*.service; systemctl daemon-reload; "
+                "python3 -c 'import json,sys; p=\"/etc/rbln-sim/hardware.json\"; "
+                "h=json.load(open(p)); h[\"devices\"]=0; json.dump(h, open(p,\"w\"))'")  # fmt: skip
+        cold(lab, HOSTS)
+        before = logs(lab)
+        done = run(lab, *fleet(store, "--data", "serve_prewarm_host=lab3", *CHANGE))
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        compiles = new_compiles(lab, before)
+        assert compiles["lab1"] == compiles["lab2"] == [], compiles
+        assert len(compiles["lab3"]) == 1 and "compile_only=1" in compiles["lab3"][0], compiles
+        for host in ("lab1", "lab2"):
+            assert all(runs_argv(lab, host, p, spec["servers"][0]["argv"]) for p in PORTS), host
+            assert loaded_bundle(lab, host)
+        units = on_host(lab, "lab3", "ls /etc/systemd/system | grep servefleet || true").stdout
+        assert units.strip() == "", f"the build host keeps units: {units}"
+        noop = run(lab, "--json", *fleet(store, "--data", "serve_prewarm_host=lab3", *CHANGE))
+        assert totals(noop)["success"] == 0
+    finally:
+        on_host(lab, "lab3", "cat > /etc/rbln-sim/hardware.json", stdin=hardware)
+        assert run(lab, "--limit", "lab3").returncode == 0

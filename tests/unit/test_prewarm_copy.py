@@ -1,0 +1,147 @@
+"""Fleet pre-warm copies: ``remote/prewarm.py`` pack/unpack and the controller's Store, run for
+real on local directories (the lab tests run them on hosts through pyinfra)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from servefleet.prewarm_store import Store
+
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+sys.path.insert(0, str(REMOTE))
+import prewarm  # noqa: E402
+
+FP = "0123456789abcdef"
+DIR = "rbln/openai_gpt-oss-120b-1a2b3c4d/5d41402abc4b2a76"
+USER = pwd.getpwuid(os.getuid()).pw_name
+
+
+def warm_host(root: Path, dirs: list[str] | None = None) -> Path:
+    bundle = root / DIR / "rank0" / "mega_cache.bin"
+    bundle.parent.mkdir(parents=True)
+    bundle.write_bytes(b"bundle" * 1000)
+    (root / DIR / "rank1").mkdir()
+    (root / DIR / "rank1" / "mega_cache.bin").write_bytes(b"rank one")
+    (root / "rbln" / "other-model" / "ffff").mkdir(parents=True)  # another fingerprint's cache
+    (root / "rbln" / "other-model" / "ffff" / "x.bin").write_bytes(b"not copied")
+    marker = root / "servefleet-warm" / FP
+    marker.parent.mkdir()
+    marker.write_text(json.dumps({"dirs": [DIR] if dirs is None else dirs}))
+    return root
+
+
+def packed(tmp: Path) -> tuple[Store, Path]:
+    """A warm host's cache packed and kept in a controller store."""
+    src = warm_host(tmp / "a")
+    out = tmp / "a-out" / f"{FP}.tar"
+    prewarm.pack(src, FP, out)
+    store = Store(str(tmp / "store"))
+    tar_part, manifest_part = store.parts(FP, "host-a")
+    os.replace(out, tar_part)
+    os.replace(f"{out}.json", manifest_part)
+    assert "2 files" in store.accept(FP, tar_part, manifest_part, "host-a")
+    assert store.has(FP)
+    return store, src
+
+
+def send(store: Store, dest: Path) -> Path:
+    """What the push does: the store's tar and manifest into the host's incoming directory."""
+    incoming = dest / ".servefleet-incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    tar = incoming / f"{FP}.tar"
+    tar.write_bytes(store.tar(FP).read_bytes())
+    Path(f"{tar}.json").write_bytes(store.manifest_path(FP).read_bytes())
+    return tar
+
+
+def test_a_copy_holds_only_the_fingerprints_directories_and_makes_the_host_warm(
+    tmp_path: Path,
+) -> None:
+    store, src = packed(tmp_path)
+    with tarfile.open(store.tar(FP)) as tar:
+        assert sorted(tar.getnames()) == [f"{DIR}/rank0/mega_cache.bin", f"{DIR}/rank1/mega_cache.bin"]
+    dest = tmp_path / "b"
+    dest.mkdir()
+    assert prewarm.main(["unpack", str(dest), FP, str(send(store, dest)), USER]) == 0
+    for rel in ("rank0/mega_cache.bin", "rank1/mega_cache.bin"):
+        assert (dest / DIR / rel).read_bytes() == (src / DIR / rel).read_bytes()
+    marker = json.loads((dest / "servefleet-warm" / FP).read_text())
+    assert marker["dirs"] == [DIR] and marker["source"] == "copy of host-a"
+    assert not (dest / "rbln" / "other-model").exists()
+    assert not (dest / ".servefleet-incoming").exists()
+
+
+def test_a_corrupt_copy_is_refused_and_leaves_the_host_cold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, _ = packed(tmp_path)
+    data = bytearray(store.tar(FP).read_bytes())
+    data[1000] ^= 0xFF  # inside the first file's content: same size, other bytes
+    store.tar(FP).write_bytes(bytes(data))
+    assert store.has(FP)  # the size still matches: the host's check is what catches it
+    dest = tmp_path / "b"
+    dest.mkdir()
+    assert prewarm.main(["unpack", str(dest), FP, str(send(store, dest)), USER]) == prewarm.NO_COPY
+    err = capsys.readouterr().err
+    assert "sha256" in err and err.count("\n") == 1
+    assert not (dest / "servefleet-warm" / FP).exists()
+    assert not (dest / "rbln").exists() and not (dest / ".servefleet-incoming").exists()
+
+
+def test_a_file_changed_inside_a_tar_whose_hash_was_recomputed_is_still_refused(
+    tmp_path: Path,
+) -> None:
+    store, _ = packed(tmp_path)
+    manifest = json.loads(store.manifest_path(FP).read_text())
+    manifest["files"][f"{DIR}/rank1/mega_cache.bin"] = [8, "0" * 64]
+    store.manifest_path(FP).write_text(json.dumps(manifest))
+    dest = tmp_path / "b"
+    dest.mkdir()
+    with pytest.raises(prewarm.NoCopy, match="rank1/mega_cache.bin: 8 bytes"):
+        prewarm.unpack(dest, FP, send(store, dest), USER)
+
+
+def test_a_copy_with_a_member_its_manifest_does_not_list_is_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "b"
+    incoming = dest / ".servefleet-incoming"
+    incoming.mkdir(parents=True)
+    tar_path = incoming / f"{FP}.tar"
+    evil = tmp_path / "evil"
+    evil.write_text("x")
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(evil, arcname="../../etc/evil")
+    manifest = {"fingerprint": FP, "dirs": [DIR], "files": {}, "tar_size": tar_path.stat().st_size}
+    manifest["tar_sha256"] = prewarm.sha256_of(tar_path)
+    Path(f"{tar_path}.json").write_text(json.dumps(manifest))
+    with pytest.raises(prewarm.NoCopy, match="does not list"):
+        prewarm.unpack(dest, FP, tar_path, USER)
+    assert not (tmp_path / "etc").exists()
+
+
+@pytest.mark.parametrize("dirs", [[], ["../../etc"], ["/etc/passwd"]])
+def test_a_marker_without_a_cache_directory_gives_no_copy(tmp_path: Path, dirs: list[str]) -> None:
+    src = warm_host(tmp_path / "a", dirs)
+    with pytest.raises(prewarm.NoCopy, match="names no cache directory"):
+        prewarm.pack(src, FP, tmp_path / "out.tar")
+
+
+def test_the_store_keeps_only_a_download_that_matches_its_manifest(tmp_path: Path) -> None:
+    src = warm_host(tmp_path / "a")
+    out = tmp_path / "out" / f"{FP}.tar"
+    prewarm.pack(src, FP, out)
+    store = Store(str(tmp_path / "store"))
+    tar_part, manifest_part = store.parts(FP, "host-a")
+    os.replace(f"{out}.json", manifest_part)
+    tar_part.write_bytes(out.read_bytes()[:-512])  # a cut download
+    with pytest.raises(ValueError, match="bytes, sha256"):
+        store.accept(FP, tar_part, manifest_part, "host-a")
+    assert not store.has(FP) and not tar_part.exists() and not manifest_part.exists()
+    with pytest.raises(ValueError, match="not a compile fingerprint"):
+        store.tar("../x")
