@@ -20,6 +20,18 @@ Environment: a ``VLLM_*`` variable vLLM 0.30.0 does not know (``flags/vllm-0.30.
 on the rbln platform also vllm-rbln's ``VLLM_RBLN_*``) logs vLLM's start-up warning
 ``Unknown vLLM environment variable detected: NAME``, so a typo shows in the journal.
 
+Compile-only (``VLLM_RBLN_COMPILE_ONLY=1``, rbln.md §3.6): every graph is compiled and cached on
+a dummy device, no NPU claimed. The target NPU is ``RBLN_FORCE_NPU_NAME`` (legacy
+``RBLN_TARGET_SOC``), else rbln-smi's name of the first NPU; with neither the start fails. The
+variable is not part of the cache key (a CPU-compiled bundle must hit on the NPU host), it
+refuses ``VLLM_DISABLE_COMPILE_CACHE=1``, and after warm-up the server serves as usual (on the
+dummy device). Without compile-only a forced name is ignored (with a warning) for rbln-smi's.
+
+The mega-cache bundle holds the signature, a simulated payload derived from model and signature
+(byte-identical wherever the same signature compiles) and the payload's sha256. A bundle that
+does not parse, names another signature or model, or fails its hash is logged
+(``failed to load rbln mega-cache bundle from PATH: WHY; recompiling``) and compiled again.
+
 Fault switches, files under /etc/rbln-sim: ``fail-start`` makes the server exit 1 before it
 claims NPUs; ``fail-health`` makes ``GET /health`` answer 500 (read on every request). An EMPTY
 switch file fails every server; a switch file holding lines of text fails only the servers
@@ -108,6 +120,12 @@ COMPILE_ENV = [
     "VLLM_RBLN_NUM_HIDDEN_LAYERS",
     "VLLM_RBLN_USE_DEVICE_TENSOR",
 ]
+# Not in COMPILE_ENV on purpose: a bundle compiled on a dummy device must hit on the NPU host
+COMPILE_ONLY_ENV = "VLLM_RBLN_COMPILE_ONLY"
+# The target NPU's name when none is used: the current variable first, then its legacy name
+NPU_NAME_ENV = ("RBLN_FORCE_NPU_NAME", "RBLN_TARGET_SOC")
+BUNDLE_PAYLOAD_BYTES = 4096
+BUNDLE_FIELDS = {"simulated", "model", "sig", "payload", "payload_sha256"}
 # vLLM config fields (parsed, defaults applied) that enter the config hash. Frontend-only
 # settings (host, port, served-model-name, parsers, tool choice, seed), prefix caching and the
 # connector's own settings are deliberately absent.
@@ -760,6 +778,78 @@ def claim_devices(env: Mapping[str, str], smi: Mapping[str, Any]) -> tuple[list[
     return wanted, fds
 
 
+def compile_only(env: Mapping[str, str]) -> bool:
+    """Whether ``VLLM_RBLN_COMPILE_ONLY`` asks for compile-only mode (compile and cache every
+    graph on a dummy device, no NPU); refused with ``VLLM_DISABLE_COMPILE_CACHE``, as the mode
+    exists to fill that cache.
+
+    + env: the server's environment
+    """
+    if not _env_bool(env.get(COMPILE_ONLY_ENV, "0")):
+        return False
+    if _env_bool(env.get("VLLM_DISABLE_COMPILE_CACHE", "0")):
+        raise SimError(
+            f"ValueError: {COMPILE_ONLY_ENV}={env[COMPILE_ONLY_ENV]} is incompatible with "
+            f"VLLM_DISABLE_COMPILE_CACHE={env['VLLM_DISABLE_COMPILE_CACHE']}: compile-only "
+            "mode exists to fill the compile cache"
+        )
+    return True
+
+
+def forced_npu_name(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(variable, name) of the forced target NPU: ``RBLN_FORCE_NPU_NAME``, else the legacy
+    ``RBLN_TARGET_SOC``; None when neither is set (an empty value counts as unset).
+
+    + env: the server's environment
+    """
+    for var in NPU_NAME_ENV:
+        name = env.get(var, "").strip()
+        if name:
+            return var, name
+    return None
+
+
+def compile_only_target(env: Mapping[str, str]) -> tuple[str, str]:
+    """The NPU name compile-only mode compiles for, and where it came from: the forced name
+    (rbln-smi is not run), else rbln-smi's name of the first NPU of RBLN_VISIBLE_DEVICES (or the
+    first listed when it names none that is present). Without either the real stack cannot
+    know its target: SimError. No NPU is checked or claimed.
+
+    + env: the server's environment
+    """
+    forced = forced_npu_name(env)
+    if forced is not None:
+        return forced[1], forced[0]
+    wanted = visible_devices(env) or []
+    try:
+        present = {int(d["npu"]): str(d["name"]) for d in rbln_smi(env).get("devices", [])}
+    except (SimError, ValueError) as exc:
+        why = str(exc).removeprefix("RuntimeError: ")
+    else:
+        if present:
+            first = wanted[0] if wanted and wanted[0] in present else min(present)
+            return present[first], f"rbln-smi, NPU {first}"
+        why = "rbln-smi -j lists no devices"
+    raise SimError(
+        f"RuntimeError: {COMPILE_ONLY_ENV}=1 cannot tell which NPU to compile for: {why}; "
+        f"set {NPU_NAME_ENV[0]} (e.g. RBLN-CR13) or the legacy {NPU_NAME_ENV[1]}"
+    )
+
+
+def ignored_npu_name(env: Mapping[str, str], npu: str) -> str | None:
+    """The warning for a forced NPU name that differs from the mounted NPU's, or None: outside
+    compile-only mode the runtime uses the device it runs on.
+
+    + env: the server's environment
+    + npu: rbln-smi's name of the server's first NPU
+    """
+    forced = forced_npu_name(env)
+    if forced is None or forced[1] == npu:
+        return None
+    var, name = forced
+    return f"{var}={name} ignored: the runtime uses the mounted NPU, {npu}"
+
+
 def _write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
@@ -781,23 +871,98 @@ def compile_seconds(env: Mapping[str, str]) -> float:
         return DEFAULT_COMPILE_SECONDS
 
 
-def warm_up(ns: argparse.Namespace, env: Mapping[str, str], sig: str, log: Any) -> tuple[str, bool]:
-    """Load the mega-cache bundle, or "compile" and save it; returns (bundle, compiled)."""
+def bundle_bytes(model: str, sig: str) -> bytes:
+    """The simulated mega-cache bundle of ``model`` at ``sig``: compact JSON (no byte of it
+    can change unnoticed) with a 4 KiB payload derived from both, as hex, and the payload's
+    sha256; byte-identical wherever this signature compiles.
+
+    + model: the model string as given
+    + sig: the 16-hex signature
+    """
+    payload = b"".join(
+        hashlib.sha256(f"{model}\0{sig}\0{i}".encode()).digest()
+        for i in range(BUNDLE_PAYLOAD_BYTES // 32)
+    )
+    doc = {
+        "simulated": True,
+        "model": model,
+        "sig": sig,
+        "payload": payload.hex(),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def bundle_fault(path: str, model: str, sig: str) -> str | None:
+    """Why the bundle at ``path`` cannot be loaded for ``model`` at ``sig``; None when sound.
+
+    + path: the bundle file
+    + model: the model string as given
+    + sig: the 16-hex signature the server computed
+    """
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read())
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror}"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return f"not a bundle: {exc}"
+    if not isinstance(doc, dict) or set(doc) != BUNDLE_FIELDS or doc["simulated"] is not True:
+        fields = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        return f"not a bundle: fields {fields}, want {sorted(BUNDLE_FIELDS)} (simulated: true)"
+    if doc["sig"] != sig:
+        return f"it is the bundle of signature {doc['sig']!r}, not {sig}"
+    if doc["model"] != model:
+        return f"it is the bundle of model {doc['model']!r}, not {model!r}"
+    if not isinstance(doc["payload"], str) or not re.fullmatch(r"(?:[0-9a-f]{2})*", doc["payload"]):
+        return "payload is not lower-case hex bytes"
+    digest = hashlib.sha256(bytes.fromhex(doc["payload"])).hexdigest()
+    if digest != doc["payload_sha256"]:
+        return f"payload sha256 {digest} does not match {doc['payload_sha256']!r}"
+    return None
+
+
+def warm_up(
+    ns: argparse.Namespace,
+    env: Mapping[str, str],
+    sig: str,
+    log: Any,
+    *,
+    npu: str,
+    compile_only: bool,
+) -> tuple[str, bool]:
+    """Load the mega-cache bundle, or "compile" and save it; returns (bundle, compiled). A
+    bundle that fails :func:`bundle_fault` is logged and compiled again (then overwritten).
+
+    + ns: the parsed arguments
+    + env: the server's environment (VLLM_CACHE_ROOT, VLLM_DISABLE_COMPILE_CACHE)
+    + sig: the 16-hex signature
+    + log: ``log(message[, level])``
+    + npu: the NPU name in the signature, for compile.log
+    + compile_only: compile-only mode, for compile.log
+    """
     bundle = bundle_path(cache_root(env), ns.model, sig)
     disabled = _env_bool(env.get("VLLM_DISABLE_COMPILE_CACHE", "0"))
     if os.path.isfile(bundle) and not disabled:
-        log(f"Loaded rbln mega-cache bundle from {bundle}")
-        return bundle, False
+        fault = bundle_fault(bundle, ns.model, sig)
+        if fault is None:
+            log(f"Loaded rbln mega-cache bundle from {bundle}")
+            return bundle, False
+        log(f"failed to load rbln mega-cache bundle from {bundle}: {fault}; recompiling", "WARNING")
     seconds = compile_seconds(env)
     log(f"compiling {ns.model} (signature {sig}): simulated, {seconds:g} s")
     time.sleep(seconds)
-    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} model={ns.model} sig={sig} port={ns.port}\n"
-    with open(os.path.join(sim_path(env, SIM_LOG), "compile.log"), "a") as fh:
+    line = (  # new fields go at the end: parsers of the first ones keep working
+        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} model={ns.model} sig={sig} port={ns.port}"
+        f" compile_only={int(compile_only)} npu={npu}\n"
+    )
+    log_dir = sim_path(env, SIM_LOG)
+    os.makedirs(log_dir, exist_ok=True)  # a host without the driver (compile-only) has none
+    with open(os.path.join(log_dir, "compile.log"), "a") as fh:
         fh.write(line)
     if not disabled:
         os.makedirs(os.path.dirname(bundle), exist_ok=True)
-        payload = json.dumps({"simulated": True, "model": ns.model, "sig": sig}).encode()
-        _write_atomic(bundle, payload)
+        _write_atomic(bundle, bundle_bytes(ns.model, sig))
         log(f"Saved rbln mega-cache bundle to {bundle}")
     return bundle, True
 
@@ -983,6 +1148,36 @@ def _record(ns: argparse.Namespace, env: Mapping[str, str]) -> None:
     _write_atomic(path, json.dumps(record, indent=1, sort_keys=True).encode())
 
 
+def _target(
+    ns: argparse.Namespace, env: Mapping[str, str], rebel: str, dummy: bool
+) -> tuple[str, str, list[int]]:
+    """The NPU name and signature this server compiles for, and its NPU lock fds: in
+    compile-only mode a dummy device (no rbln-smi check, no claim; the devices in the key are
+    RBLN_VISIBLE_DEVICES' entries, else 1), else the claimed NPUs.
+
+    + ns: the parsed arguments
+    + env: the server's environment
+    + rebel: the installed rebel-compiler version
+    + dummy: compile-only mode
+    """
+    if dummy:
+        npu, source = compile_only_target(env)
+        sig = _signature(ns, env, npu, rebel, None)
+        _log(
+            f"compile-only target {npu} ({source}), no NPU claimed, rebel {rebel}, signature {sig}"
+        )
+        return npu, sig, []
+    smi = rbln_smi(env)
+    devices, fds = claim_devices(env, smi)
+    npu = next(d["name"] for d in smi["devices"] if int(d["npu"]) == devices[0])
+    warning = ignored_npu_name(env, npu)
+    if warning is not None:
+        _log(warning, "WARNING")
+    sig = _signature(ns, env, npu, rebel, len(devices))
+    _log(f"NPUs {devices} ({npu}), rebel {rebel}, signature {sig}")
+    return npu, sig, fds
+
+
 def serve(argv: Sequence[str]) -> int:
     """``vllm serve ARGS``: checks, warm-up, then the HTTP API until SIGTERM.
 
@@ -1003,6 +1198,7 @@ def serve(argv: Sequence[str]) -> int:
     for name in unknown_env_vars(env, platform):
         _log(f"Unknown vLLM environment variable detected: {name}", "WARNING")
     _record(ns, env)
+    dummy = compile_only(env)
     mods = check_packages(ns)
     find_snapshot(env, ns.model)
     draft = _object(ns.speculative_config).get("model")
@@ -1011,12 +1207,10 @@ def serve(argv: Sequence[str]) -> int:
     switch = fault_switch(env, "fail-start", sys.argv)
     if switch is not None:
         raise SimError(f"simulated start failure: {switch}")
-    smi = rbln_smi(env)
-    devices, fds = claim_devices(env, smi)
-    npu = next(d["name"] for d in smi["devices"] if int(d["npu"]) == devices[0])
-    sig = _signature(ns, env, npu, mods["rebel"].__version__, len(devices))
-    _log(f"NPUs {devices} ({npu}), rebel {mods['rebel'].__version__}, signature {sig}")
-    bundle, compiled = warm_up(ns, env, sig, _log)
+    npu, sig, fds = _target(ns, env, mods["rebel"].__version__, dummy)
+    bundle, compiled = warm_up(ns, env, sig, _log, npu=npu, compile_only=dummy)
+    if dummy:
+        _log(f"compile-only mode ({COMPILE_ONLY_ENV}=1): running on a dummy device for {npu}")
     state = _State(ns, env, {"compiled": compiled, "bundle": bundle, "sig": sig})
     httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
     httpd.daemon_threads = True
