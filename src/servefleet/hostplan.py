@@ -282,6 +282,11 @@ def plan_host(
     server = spec.servers[0]
     release = plan_release(settings, spec, NETRC)
     units: dict[str, dict[str, Any]] = probe.get("units", {})
+    if builder and units:
+        refusal = (
+            f"serve_prewarm_host: this host has servers of ours ({', '.join(sorted(units))}); "
+            "allowed: a host that serves nothing (remove them, or name another build host)"
+        )
     account = probe.get("user")
     if settings.user == "root" or (account and account.get("uid") == 0):
         raise DataError(f"serve_user: {settings.user!r} is root; allowed: a system user")

@@ -89,11 +89,22 @@ def test_a_build_host_without_npus_compiles_for_the_fleet(
     store = tmp_path / "store"
     spec = resolved("--target", "throughput")
     hardware = on_host(lab, "lab3", "cat /etc/rbln-sim/hardware.json").stdout
+    assert run(lab, "--limit", "lab3").returncode == 0  # lab3 serves (as after earlier tests)
     try:
-        on_host(lab, "lab3", "systemctl disable --now 'servefleet-vllm-*.service'; "
-                "rm -f /etc/systemd/system/servefleet-vllm-*.service; systemctl daemon-reload; "
-                "python3 -c 'import json,sys; p=\"/etc/rbln-sim/hardware.json\"; "
-                "h=json.load(open(p)); h[\"devices\"]=0; json.dump(h, open(p,\"w\"))'")  # fmt: skip
+        no_npus = (
+            'python3 -c \'import json; p="/etc/rbln-sim/hardware.json"; '
+            'h=json.load(open(p)); h["devices"]=0; json.dump(h, open(p,"w"))\''
+        )
+        on_host(lab, "lab3", no_npus)
+        # a build host that still serves is refused before any change
+        refused = run(lab, "--limit", "lab3", *fleet(store, "--data", "serve_prewarm_host=lab3"))
+        assert refused.returncode != 0
+        assert (
+            "serve_prewarm_host: this host has servers of ours" in refused.stdout + refused.stderr
+        )
+        on_host(lab, "lab3", "for u in /etc/systemd/system/servefleet-vllm-*.service; do "
+                'systemctl disable --now "$(basename "$u")"; rm -f "$u"; done; '
+                "systemctl daemon-reload")  # fmt: skip
         cold(lab, HOSTS)
         before = logs(lab)
         done = run(lab, *fleet(store, "--data", "serve_prewarm_host=lab3", *CHANGE))

@@ -8,11 +8,13 @@ import os
 import pwd
 import sys
 import tarfile
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from servefleet.prewarm_store import Store
+from servefleet.fleetview import fleet_plan
+from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
 
 REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
 sys.path.insert(0, str(REMOTE))
@@ -66,7 +68,10 @@ def test_a_copy_holds_only_the_fingerprints_directories_and_makes_the_host_warm(
 ) -> None:
     store, src = packed(tmp_path)
     with tarfile.open(store.tar(FP)) as tar:
-        assert sorted(tar.getnames()) == [f"{DIR}/rank0/mega_cache.bin", f"{DIR}/rank1/mega_cache.bin"]
+        assert sorted(tar.getnames()) == [
+            f"{DIR}/rank0/mega_cache.bin",
+            f"{DIR}/rank1/mega_cache.bin",
+        ]
     dest = tmp_path / "b"
     dest.mkdir()
     assert prewarm.main(["unpack", str(dest), FP, str(send(store, dest)), USER]) == 0
@@ -145,3 +150,51 @@ def test_the_store_keeps_only_a_download_that_matches_its_manifest(tmp_path: Pat
     assert not store.has(FP) and not tar_part.exists() and not manifest_part.exists()
     with pytest.raises(ValueError, match="not a compile fingerprint"):
         store.tar("../x")
+
+
+def entry(host: str, warm: bool = False, kept: bool = False, **kw: object) -> WarmEntry:
+    fields = {"fingerprint": FP, "fleet": True, "builder": False, **kw}
+    return WarmEntry(host=host, warm=warm, kept=kept, **fields)  # type: ignore[arg-type]
+
+
+def test_the_first_cold_host_compiles_and_the_others_copy() -> None:
+    roles = prewarm_roles([entry("a"), entry("b"), entry("c")])
+    assert roles == {"a": "seed", "b": "copy", "c": "copy"}
+
+
+def test_a_warm_host_anywhere_in_the_run_is_the_source_before_anything_compiles() -> None:
+    roles = prewarm_roles([entry("a"), entry("b"), entry("c", warm=True), entry("d", warm=True)])
+    assert roles == {"a": "copy", "b": "copy", "c": "source", "d": "warm"}
+
+
+def test_a_kept_copy_means_nobody_compiles() -> None:
+    roles = prewarm_roles([entry("a", kept=True), entry("b", kept=True, warm=True)])
+    assert roles == {"a": "copy", "b": "warm"}
+
+
+def test_a_build_host_compiles_for_every_serving_host() -> None:
+    roles = prewarm_roles([entry("a"), entry("b"), entry("build", builder=True)])
+    assert roles == {"a": "copy", "b": "copy", "build": "build"}
+    assert prewarm_roles([entry("build", builder=True, kept=True)]) == {"build": "warm"}
+
+
+def test_host_scope_and_other_fingerprints_are_independent() -> None:
+    roles = prewarm_roles(
+        [entry("a", fleet=False), entry("b"), entry("c", fingerprint="fedcba9876543210"),
+         entry("d", fingerprint=None)]
+    )  # fmt: skip
+    assert roles == {"a": "host", "b": "seed", "c": "seed", "d": "host"}
+
+
+def test_plan_marks_only_the_seed_as_recompiling() -> None:
+    def summary(host: str, order: int, warm: bool = False) -> dict[str, object]:
+        e = entry(host, warm=warm)
+        return {"recompile": not warm, "prewarm": "warm" if warm else "host",
+                "warm_entry": asdict(e), "order": order}  # fmt: skip
+
+    plans = fleet_plan({"b": summary("b", 1), "a": summary("a", 0), "c": summary("c", 2)})
+    assert {h: (p["prewarm"], p["recompile"]) for h, p in plans.items()} == {
+        "a": ("seed", True),
+        "b": ("copy", False),
+        "c": ("copy", False),
+    }
