@@ -15,6 +15,7 @@ module are its names as callers knew them.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -503,8 +504,13 @@ def load_card(path: str | Path, *, name: str | None = None) -> Card:
     """
     p = Path(path)
     label = name or str(path)
-    text = read_recipe_text(p, label)
-    return card_from_dict(decode_card_text(text, label), name=label, path=p)
+    return _card(read_recipe_text(p, label), label, p)
+
+
+@functools.lru_cache(maxsize=32)
+def _card(text: str, label: str, path: Path) -> Card:
+    """A card is validated once per text (a deploy resolves it for every host, twice)."""
+    return card_from_dict(decode_card_text(text, label), name=label, path=path)
 
 
 def read_recipe_text(p: Path, label: str) -> str:

@@ -7,6 +7,7 @@ are the bytes the deploy uploads.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -26,6 +27,20 @@ def _one_line(what: str, value: str) -> str:
             f"{what}: {value!r} holds a control character (a newline would add unit lines)"
         )
     return value
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    """One Jinja environment per process: it compiles each template once (a deploy renders every
+    instance of every host twice)."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
 
 
 def render_unit(
@@ -49,15 +64,7 @@ def render_unit(
     + index, port, devices: which instance this is, its port and its NPUs (``0,1``)
     + user: the system user it runs as
     """
-    loader = jinja2.FileSystemLoader(str(TEMPLATES_DIR))
-    jenv = jinja2.Environment(
-        loader=loader,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
+    jenv = _environment()
     recipe = _one_line("recipe", recipe)
     shown = " ".join(_one_line(f"selection {k}", f"{k}={v}") for k, v in selection.items())
     description = f"servefleet vLLM {recipe} instance {index} (port {port}, NPUs {devices})"
