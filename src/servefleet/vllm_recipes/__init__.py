@@ -4,8 +4,10 @@ The recipe format is vllm-project/recipes' (``models/<org>/<name>.yaml`` with th
 ``taxonomy.yaml`` and ``strategies/*.yaml``); the site's JSON form of a model carries the same
 keys plus a ``recommended_command``. Both resolve with the same code. Pure: no pyinfra import.
 
-Modules: ``recipe`` (the loaded recipe), ``load`` (reading, validation, listing), ``hardware``
-(what runs where, defaults, parallel size), ``features``, ``resolve`` (the layering), ``describe``.
+Modules: ``recipe`` (the loaded recipe), ``load`` (reading, listing), ``schema`` (the checks
+of every field), ``words`` (argument lists as the site's shell command splits them),
+``hardware`` (what runs where, defaults, parallel size), ``features``, ``resolve`` (the layering,
+the strategy-less and omni commands, KV offload), ``describe``.
 """
 
 from servefleet.vllm_recipes.describe import describe_vllm

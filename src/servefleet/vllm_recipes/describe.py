@@ -7,7 +7,23 @@ from typing import Any
 from servefleet.errors import RecipeError
 from servefleet.vllm_recipes.hardware import _variant_runs, offered_hardware, single_node_strategies
 from servefleet.vllm_recipes.recipe import VllmRecipe
-from servefleet.vllm_recipes.resolve import resolve_vllm
+from servefleet.vllm_recipes.resolve import kv_offload_offered, resolve_vllm
+
+_PROFILE_KEYS = ("display_name", "description", "brand", "generation", "gpu_count", "vram_gb")
+_STRATEGY_KEYS = (
+    "display_name",
+    "short_label",
+    "deploy_type",
+    "orientation",
+    "description",
+    "parallel_flag",
+    "parallelism",
+)
+_KV_KEYS = ("display_name", "label", "description", "group", "order", "docs_url", "install")
+
+
+def _pick(mapping: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: mapping[k] for k in keys if mapping.get(k) is not None}
 
 
 def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
@@ -26,29 +42,86 @@ def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
             "modes": list(modes or {}),
             "default_mode": f.get("default_mode") if modes else None,
         }
-    variants = {
-        name: {
+        if f.get("label"):
+            feats[name]["label"] = f["label"]
+        if f.get("strategies"):
+            feats[name]["strategies"] = list(f["strategies"])
+        if (f.get("companion") or {}).get("command"):
+            feats[name]["companion"] = f["companion"].get("label") or name
+    variants = {}
+    for name, v in r.variants.items():
+        variants[name] = {
             "model_id": str(v.get("model_id") or r.model_id),
             "precision": v.get("precision"),
             "vram_minimum_gb": v.get("vram_minimum_gb"),
             "hardware": [g for g in offered if _variant_runs(r, name, g)],
         }
-        for name, v in r.variants.items()
-    }
+        for key in ("label", "description", "min_vllm_version", "nightly_required"):
+            if v.get(key) is not None:
+                variants[name][key] = v[key]
     try:
         spec = resolve_vllm(r)
         recommended: dict[str, Any] = dict(spec.selection)
     except RecipeError as e:
         recommended = {"error": str(e)}
-    return {
+    model = r.data["model"]
+    declared = r.declared_hardware
+    hardware_details = {
+        g: {**_pick(r.profiles[g], _PROFILE_KEYS), "status": declared.get(g)} for g in offered
+    }
+    strategy_details = {
+        s: {
+            **_pick(r.strategies[s], _STRATEGY_KEYS),
+            "hardware_match": dict(r.strategies[s].get("hardware_match") or {}),
+        }
+        for s in r.compatible_strategies
+    }
+    rec_hw = recommended.get("hardware")
+    rec_strategy = recommended.get("strategy") or None
+    kv = {
+        k: {
+            **_pick(o, _KV_KEYS),
+            "strategies": list(o.get("strategies") or []),
+            "brands": list(o.get("brands") or []),
+            "requires_opt_in": bool(o.get("requires_opt_in")),
+            "support": (r.data.get("kv_offload_support") or {}).get(k),
+        }
+        for k, o in r.kv_offload_options.items()
+    }
+    known = {str(p.get("id")): p for p in r.platforms}
+    info: dict[str, Any] = {
         "recipe": r.name,
         "kind": "vllm",
         "form": r.form,
         "model": r.model_id,
+        "title": r.meta.get("title"),
+        "tasks": r.tasks,
+        "omni": r.is_omni,
         "hardware": offered,
+        "hardware_details": hardware_details,
         "strategies": r.compatible_strategies,
+        "strategy_details": strategy_details,
         "single_node_strategies": {g: single_node_strategies(r, g) for g in offered},
         "variants": variants,
         "features": feats,
+        "kv_offload": kv,
+        "kv_offload_groups": dict(r.taxonomy.get("kv_offload_groups") or {}),
+        "kv_offload_here": (
+            kv_offload_offered(r, rec_hw, rec_strategy) if rec_hw in r.profiles else []
+        ),
         "recommended": recommended,
+        "min_vllm_version": model.get("min_vllm_version"),
+        "docker_image": model.get("docker_image"),
+        "dependencies": list(r.data.get("dependencies") or []),
+        "platforms": [known[p] for p in r.meta.get("platforms") or [] if p in known],
     }
+    if r.is_omni:
+        info["omni_tasks"] = {
+            k: {
+                kk: t[kk]
+                for kk in ("id", "label", "description", "model_id", "endpoint", "vram_minimum_gb")
+                if t.get(kk) is not None
+            }
+            for k, t in r.omni_tasks.items()
+        }
+    return info

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from servefleet.errors import RecipeError
-from servefleet.vllm_args import env_map, token_list
-from servefleet.vllm_recipes.hardware import _generation, _keyed
+from servefleet.vllm_args import env_map
+from servefleet.vllm_recipes.hardware import _generation, _keys
 from servefleet.vllm_recipes.recipe import VllmRecipe
+from servefleet.vllm_recipes.words import Item, items
 
 
 def _parse_features(
@@ -44,9 +45,17 @@ def _mode_allowed(mode: dict[str, Any], vname: str, gpu: str, prof: dict[str, An
 
 
 def _select_features(
-    r: VllmRecipe, vname: str, strategy: str, gpu: str, features: list[str], no_features: list[str]
+    r: VllmRecipe,
+    vname: str,
+    strategy: str | None,
+    gpu: str,
+    features: list[str],
+    no_features: list[str],
 ) -> dict[str, str | None]:
-    """Enabled features (recipe order) -> selected mode (None for a plain feature)."""
+    """Enabled features (recipe order) -> selected mode (None for a plain feature).
+
+    ``strategy`` is None for a recipe without strategies: a feature limited to some strategies
+    (``strategies``) is then not offered."""
     wanted = _parse_features(r, features, no_features)
     prof, variant = r.profiles[gpu], r.variants[vname]
     on: dict[str, str | None] = {}
@@ -57,8 +66,9 @@ def _select_features(
         allow = feat.get("strategies")
         if isinstance(allow, list) and allow and strategy not in allow:
             if explicit:
+                with_what = f"strategy {strategy}" if strategy else "a recipe without strategies"
                 raise RecipeError(
-                    f"{r.name}: feature {name} is not offered with strategy {strategy} "
+                    f"{r.name}: feature {name} is not offered with {with_what} "
                     f"(its strategies: {', '.join(allow)})"
                 )
             continue
@@ -93,12 +103,22 @@ def _select_features(
     return on
 
 
-def _feature_block(r: VllmRecipe, name: str, mode: str | None, gpu: str) -> dict[str, Any]:
-    """The args/env a feature (or its mode) contributes; a hardware override replaces them."""
+def _feature_block(
+    r: VllmRecipe, name: str, mode: str | None, gpu: str
+) -> tuple[list[Item], dict[str, str]]:
+    """The argument items and env a feature (or its mode) contributes; a hardware override
+    (keyed by GPU id > generation > brand > ``default``) replaces them."""
     feat = r.features[name]
-    spec = feat["modes"][mode] if mode is not None else feat
-    ho = _keyed(spec.get("hardware_overrides"), gpu, r.profiles[gpu]) or {}
-    w = f"{r.name}: features.{name}"
-    args = ho.get("args") if ho.get("args") is not None else spec.get("args")
-    env = ho.get("env") if ho.get("env") is not None else spec.get("env")
-    return {"args": token_list(args, w), "env": env_map(env, w)}
+    spec = (feat["modes"][mode] or {}) if mode is not None else feat
+    w = f"{r.name}: features.{name}" + (f".modes.{mode}" if mode is not None else "")
+    overrides = spec.get("hardware_overrides") or {}
+    key = next((k for k in _keys(gpu, r.profiles[gpu]) if overrides.get(k) is not None), None)
+    ho = overrides[key] if key is not None else {}
+    hw = f"{w}.hardware_overrides.{key}"
+    args = items(ho["args"], f"{hw}.args") if ho.get("args") is not None else None
+    env = env_map(ho["env"], f"{hw}.env") if ho.get("env") is not None else None
+    if args is None:
+        args = items(spec.get("args"), f"{w}.args")
+    if env is None:
+        env = env_map(spec.get("env"), f"{w}.env")
+    return args, env

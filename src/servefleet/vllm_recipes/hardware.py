@@ -15,11 +15,15 @@ PRECISION_HARDWARE = {
 }
 
 
-def _generation(profile: dict[str, Any]) -> str | None:
+def _generations(profile: dict[str, Any]) -> list[str]:
     gen = profile.get("generation") or profile.get("gpu_generation")
-    if isinstance(gen, list):
-        gen = gen[0] if gen else None
-    return str(gen) if gen else None
+    return [str(g) for g in (gen if isinstance(gen, list) else [gen]) if g]
+
+
+def _generation(profile: dict[str, Any]) -> str | None:
+    """The generation that keys overrides (the first of a list, as the site normalizes it)."""
+    gens = _generations(profile)
+    return gens[0] if gens else None
 
 
 def _brand(profile: dict[str, Any]) -> str | None:
@@ -27,12 +31,19 @@ def _brand(profile: dict[str, Any]) -> str | None:
     return brand.lower() if isinstance(brand, str) else None
 
 
+def _keys(gpu: str, profile: dict[str, Any]) -> list[str]:
+    """The keys of a hardware-keyed map, most specific first: GPU id, generation, brand
+    (lowercase), ``default``."""
+    keys = [gpu, _generation(profile), _brand(profile), "default"]
+    return [k for k in keys if k is not None]
+
+
 def _keyed(mapping: Any, gpu: str, profile: dict[str, Any]) -> Any:
     """A hardware-keyed value: exact GPU id > generation > brand > ``default``."""
     if not isinstance(mapping, dict):
         return None
-    for key in (gpu, _generation(profile), _brand(profile), "default"):
-        if key is not None and mapping.get(key) is not None:
+    for key in _keys(gpu, profile):
+        if mapping.get(key) is not None:
             return mapping[key]
     return None
 
@@ -62,7 +73,7 @@ def _precision_ok(profile: dict[str, Any], variant: dict[str, Any]) -> bool:
         return True
     if need.get("brand") and profile.get("brand") != need["brand"]:
         return False
-    return not need.get("generation") or _generation(profile) == need["generation"]
+    return not need.get("generation") or need["generation"] in _generations(profile)
 
 
 def _variant_runs(r: VllmRecipe, vname: str, gpu: str) -> bool:
@@ -145,10 +156,54 @@ def _single_node(r: VllmRecipe, strategy: str) -> bool:
     return r.strategies[strategy].get("deploy_type", "single_node") == "single_node"
 
 
+def _floor(block: Any, strategy: str) -> float:
+    if isinstance(block, (int, float)) and not isinstance(block, bool):
+        return block
+    if isinstance(block, dict):
+        value = block.get(strategy)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def min_gpus(r: VllmRecipe, strategy: str, gpu: str) -> float:
+    """The recipe's GPU floor for a strategy (``strategy_min_gpus``): a number for every
+    strategy, or a map keyed by strategy id with exact-GPU-id entries (a number, or a map by
+    strategy) layered on top; the highest applies. 0 when the recipe sets none.
+
+    + r: the recipe
+    + strategy: the strategy
+    + gpu: the GPU id
+    """
+    cfg = r.data.get("strategy_min_gpus")
+    if cfg is None:
+        return 0
+    if not isinstance(cfg, dict):
+        return _floor(cfg, strategy)
+    return max(_floor(cfg, strategy), _floor(cfg.get(gpu), strategy))
+
+
 def _gpus_ok(r: VllmRecipe, strategy: str, gpu: str) -> bool:
+    """Whether one host of this GPU fits the strategy: its ``hardware_match`` GPU range and
+    the recipe's ``strategy_min_gpus`` floor (a single-node strategy cannot grow)."""
     match = r.strategies[strategy].get("hardware_match") or {}
     count = r.profiles[gpu]["gpu_count"]
+    if min_gpus(r, strategy, gpu) > count:
+        return False
     return match.get("min_gpus", 1) <= count <= match.get("max_gpus", count)
+
+
+def gpu_shortfall(r: VllmRecipe, strategy: str, gpu: str) -> str:
+    """Why a single-node strategy does not fit one host of this GPU (for error messages)."""
+    count = r.profiles[gpu]["gpu_count"]
+    floor = min_gpus(r, strategy, gpu)
+    if floor > count:
+        return f"{strategy} needs {floor:g} GPUs (strategy_min_gpus), {gpu} has {count}"
+    match = r.strategies[strategy].get("hardware_match") or {}
+    return (
+        f"{strategy} runs on {match.get('min_gpus', 1)}..{match.get('max_gpus', count)} GPUs "
+        f"(hardware_match), {gpu} has {count}"
+    )
 
 
 def single_node_strategies(r: VllmRecipe, gpu: str) -> list[str]:
@@ -172,9 +227,18 @@ def _default_strategy(r: VllmRecipe, gpu: str) -> str:
             return str(cand)
     if usable:
         return usable[0]
+    here = [s for s in r.compatible_strategies if _strategy_on(r, s, gpu)]
+    single = [s for s in here if _single_node(r, s)]
+    why = "; ".join(gpu_shortfall(r, s, gpu) for s in single)
+    multi = [s for s in here if not _single_node(r, s)]
     raise RecipeError(
-        f"{r.name}: no single-node strategy runs on {gpu} (compatible: "
-        f"{', '.join(r.compatible_strategies)}; multi-node strategies cannot be rendered for one host)"
+        f"{r.name}: no single-node strategy runs on {gpu}"
+        + (f" ({why})" if why else f" (compatible: {', '.join(here) or 'none'})")
+        + (
+            f"; {', '.join(multi)} span several hosts and cannot be rendered for one"
+            if multi
+            else ""
+        )
     )
 
 

@@ -1,5 +1,5 @@
 """Reading vLLM recipes: the recipe YAML or the site's JSON, the shared taxonomy and strategies
-of its recipes root (cached per mtime), validation of every key the resolver reads, listing."""
+of its recipes root (cached per mtime), listing. The checks live in ``schema``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 
 from servefleet.errors import RecipeError
 from servefleet.shipped import RECIPES_DIR
-from servefleet.vllm_args import env_map, token_list
+from servefleet.vllm_recipes import schema
 from servefleet.vllm_recipes.recipe import VllmRecipe
 
 
@@ -48,26 +48,25 @@ def _read(path: Path) -> Any:
 
 
 @lru_cache(maxsize=64)
-def _shared(root: str, stamp: tuple[int, ...]) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
-    """Hardware profiles, strategies and platforms of one recipes root (cached per mtime)."""
+def _shared(
+    root: str, stamp: tuple[int, ...]
+) -> tuple[dict[str, Any], dict[str, Any], list[Any], dict[str, Any]]:
+    """Hardware profiles, strategies, platforms and the whole taxonomy of one recipes root
+    (cached per mtime), each checked (:mod:`servefleet.vllm_recipes.schema`)."""
     base = Path(root)
     taxonomy = _read(base / "taxonomy.yaml")
-    if not isinstance(taxonomy, dict) or not isinstance(taxonomy.get("hardware_profiles"), dict):
-        raise RecipeError(f"{base / 'taxonomy.yaml'}: no hardware_profiles mapping")
-    profiles = taxonomy["hardware_profiles"]
-    for gpu, prof in profiles.items():
-        if not isinstance(prof, dict) or not isinstance(prof.get("gpu_count"), int):
-            raise RecipeError(f"{base / 'taxonomy.yaml'}: hardware profile {gpu} has no gpu_count")
+    schema.check_taxonomy(taxonomy, str(base / "taxonomy.yaml"))
     strategies: dict[str, Any] = {}
     for f in sorted((base / "strategies").glob("*.yaml")):
         s = _read(f)
-        if not isinstance(s, dict):
-            raise RecipeError(f"{f}: a strategy must be a mapping")
+        schema.check_strategy(s, str(f))
         strategies[str(s.get("name") or f.stem)] = s
     platforms: list[Any] = []
     if (base / "platforms.yaml").is_file():
-        platforms = (_read(base / "platforms.yaml") or {}).get("platforms") or []
-    return profiles, strategies, platforms
+        platforms = schema.check_platforms(
+            _read(base / "platforms.yaml"), str(base / "platforms.yaml")
+        )
+    return taxonomy["hardware_profiles"], strategies, platforms, taxonomy
 
 
 def _stamp(root: Path) -> tuple[int, ...]:
@@ -107,7 +106,7 @@ def load_vllm_recipe(path: Path) -> VllmRecipe:
     root = _find_root(path)
     if not (root / "taxonomy.yaml").is_file():
         raise RecipeError(f"{path}: no taxonomy.yaml above it and none in {root}")
-    profiles, strategies, platforms = _shared(str(root), _stamp(root))
+    profiles, strategies, platforms, taxonomy = _shared(str(root), _stamp(root))
     recommended = data.get("recommended_command") if path.suffix == ".json" else None
     if path.suffix == ".json" and not isinstance(recommended, dict):
         raise RecipeError(f"{path}: the JSON form has no recommended_command mapping")
@@ -120,77 +119,10 @@ def load_vllm_recipe(path: Path) -> VllmRecipe:
         strategies=strategies,
         platforms=list(platforms),
         recommended=recommended,
+        taxonomy=taxonomy,
     )
-    _validate(recipe)
+    schema.check_recipe(data, recipe.name, strategies)
     return recipe
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RecipeError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-_ARGS = ("extra_args", "args", "vllm_args")
-_ENVS = ("extra_env", "env", "base_env")
-
-
-def _validate_block(block: Any, where: str, overrides: bool = True) -> dict[str, Any]:
-    """Check a block's argument lists, env maps and (one level of) hardware overrides."""
-    b = _mapping(block, where)
-    for k in _ARGS + ("base_args",):
-        token_list(b.get(k), f"{where}.{k}")
-    for k in _ENVS:
-        env_map(b.get(k), f"{where}.{k}")
-    if overrides:
-        ho = f"{where}.hardware_overrides"
-        for key, sub in _mapping(b.get("hardware_overrides"), ho).items():
-            _validate_block(sub, f"{ho}.{key}", overrides=False)
-    return b
-
-
-def _validate(r: VllmRecipe) -> None:
-    """Check the shape of every key the resolver reads, so resolving never meets a bad type."""
-    d, n = r.data, r.name
-    model = _validate_block(d.get("model"), f"{n}: model", overrides=False)
-    if not isinstance(model.get("model_id"), str) or not model["model_id"]:
-        raise RecipeError(f"{n}: model.model_id is missing")
-    variants = _mapping(d.get("variants"), f"{n}: variants")
-    if "default" not in variants:
-        raise RecipeError(f"{n}: variants must include 'default' (has: {', '.join(variants)})")
-    for vname, v in variants.items():
-        v = _validate_block(v, f"{n}: variants.{vname}")
-        if v.get("supported_hardware") is not None and not isinstance(
-            v["supported_hardware"], list
-        ):
-            raise RecipeError(f"{n}: variants.{vname}.supported_hardware: expected a list")
-    features = _mapping(d.get("features"), f"{n}: features")
-    for fname, f in features.items():
-        f = _validate_block(f, f"{n}: features.{fname}")
-        for mname, m in _mapping(f.get("modes"), f"{n}: features.{fname}.modes").items():
-            _validate_block(m, f"{n}: features.{fname}.modes.{mname}")
-    opt_in = d.get("opt_in_features") or []
-    if not isinstance(opt_in, list) or any(o not in features for o in opt_in):
-        raise RecipeError(
-            f"{n}: opt_in_features must list features of the recipe ({', '.join(features)})"
-        )
-    _validate_block({"hardware_overrides": d.get("hardware_overrides")}, f"{n}: recipe")
-    for sname, so in _mapping(d.get("strategy_overrides"), f"{n}: strategy_overrides").items():
-        _validate_block(so, f"{n}: strategy_overrides.{sname}")
-    compat = d.get("compatible_strategies")
-    if compat is not None and not isinstance(compat, list):
-        raise RecipeError(f"{n}: compatible_strategies must be a list")
-    unknown = [s for s in r.compatible_strategies if s not in r.strategies]
-    if unknown:
-        raise RecipeError(
-            f"{n}: compatible_strategies names unknown strategies {', '.join(unknown)} "
-            f"(known: {', '.join(r.strategies)})"
-        )
-    if not r.compatible_strategies:
-        raise RecipeError(f"{n}: no compatible_strategies")
-    _mapping((d.get("meta") or {}).get("hardware"), f"{n}: meta.hardware")
 
 
 def list_vllm_recipes(root: Path) -> list[str]:

@@ -19,6 +19,7 @@ class VllmRecipe:
     + strategies: strategy name -> strategy mapping (``strategies/*.yaml``)
     + platforms: ``platforms.yaml`` entries (for display)
     + recommended: the JSON form's ``recommended_command`` (None for YAML)
+    + taxonomy: the whole ``taxonomy.yaml`` (tasks, ``kv_offload`` options and groups)
     """
 
     name: str
@@ -29,6 +30,11 @@ class VllmRecipe:
     strategies: dict[str, dict[str, Any]]
     platforms: list[dict[str, Any]] = field(default_factory=list)
     recommended: dict[str, Any] | None = None
+    taxonomy: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.data.get("meta") or {}
 
     @property
     def model_id(self) -> str:
@@ -44,15 +50,45 @@ class VllmRecipe:
 
     @property
     def opt_in_features(self) -> list[str]:
-        return list(self.data.get("opt_in_features") or [])
+        """``opt_in_features`` that name a feature of the recipe (others are ignored)."""
+        return [f for f in self.data.get("opt_in_features") or [] if f in self.features]
 
     @property
     def declared_hardware(self) -> dict[str, str]:
-        return (self.data.get("meta") or {}).get("hardware") or {}
+        return self.meta.get("hardware") or {}
+
+    @property
+    def tasks(self) -> list[str]:
+        """``meta.tasks`` (``text``, ``multimodal``, ``omni``, ``embedding``)."""
+        return [str(t) for t in self.meta.get("tasks") or []]
+
+    @property
+    def is_omni(self) -> bool:
+        """An omni recipe (``meta.tasks`` has ``omni``): one ``vllm serve --omni`` process with
+        no strategy, as the site's ``resolveOmniCommand`` renders it."""
+        return "omni" in self.tasks
+
+    @property
+    def omni_tasks(self) -> dict[str, dict[str, Any]]:
+        """``omni.tasks`` by selector (``key``, else ``id``); a bare id becomes ``{id: ...}``."""
+        out: dict[str, dict[str, Any]] = {}
+        for t in (self.data.get("omni") or {}).get("tasks") or []:
+            task = {"id": t} if isinstance(t, str) else dict(t)
+            out[str(task.get("key") or task["id"])] = task
+        return out
+
+    @property
+    def kv_offload_options(self) -> dict[str, dict[str, Any]]:
+        """The taxonomy's composing KV-offload options (``kv_offload``)."""
+        return self.taxonomy.get("kv_offload") or {}
 
     @property
     def compatible_strategies(self) -> list[str]:
-        """``compatible_strategies`` plus strategies granted ``supported`` in ``strategy_hardware``."""
+        """``compatible_strategies`` plus strategies granted ``supported`` in ``strategy_hardware``.
+
+        Empty for an omni recipe: it renders no strategy."""
+        if self.is_omni:
+            return []
         listed = list(self.data.get("compatible_strategies") or [])
         if self.recommended is not None and not listed:
             # The JSON form drops the list; its recommended strategy and the alternatives
