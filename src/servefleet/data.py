@@ -24,11 +24,10 @@ from urllib.parse import urlsplit
 from packaging.version import InvalidVersion, Version
 
 from servefleet.defaults import DEFAULTS, PREFIXES
-from servefleet.errors import DataError
+from servefleet.errors import DataError, RecipeError
 
 MAX_PORT = 65535
 TARGETS = ("Latency", "Throughput")
-REQUIRED_PINS = ("rebel-compiler", "vllm-rbln")
 # Directories a serve_*/models_* path may be below but never be (any /usr/<dir> too)
 SYSTEM_DIRS = frozenset(
     ["/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32"]
@@ -128,6 +127,11 @@ class Settings:
     cache_root: str
     prewarm_timeout: int
     health_timeout: int
+    gpu: str | None
+    variant: str | None
+    features: dict[str, str]
+    instances: int | None
+    load_timeout: int
     prewarm_scope: str
     prewarm_host: str | None
     prewarm_store: str
@@ -439,11 +443,23 @@ def _apt_repo(value: Any) -> dict[str, str]:
 
 
 def _sdk_pins(value: Any) -> dict[str, str]:
-    pins = _pins(value)
-    for name in REQUIRED_PINS:
+    return _pins(value)
+
+
+def _platform_pinned(pins: dict[str, str], recipe: Any) -> None:
+    """The recipe's platform needs its packages pinned (RBLN: rebel-compiler and vllm-rbln; GPU:
+    vllm). A recipe that is not a name of one is left to serve_recipe's own check."""
+    from servefleet.platforms import platform_for
+
+    try:
+        required = platform_for(recipe).required_pins() if isinstance(recipe, str) else ()
+    except RecipeError:
+        return
+    for name in required:
         if name not in pins:
-            raise _Refused(f"{name} must be pinned", f"a list that pins {', '.join(REQUIRED_PINS)}")
-    return pins
+            raise DataError(
+                f"sdk_pins: {name} must be pinned; allowed: a list that pins {', '.join(required)}"
+            )
 
 
 def _indexes(url: Check) -> Check:
@@ -590,6 +606,17 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
         "serve_cache_root": _directory,
         "serve_prewarm_timeout": _whole(1),
         "serve_health_timeout": _whole(1),
+        "serve_hardware": _optional(
+            _matching(_SLUG, "a GPU id", "a GPU id of vLLM's taxonomy (h200, b200, mi300x, ...)")
+        ),
+        "serve_variant": _optional(_matching(_SLUG, "a variant", "a variant name of the recipe")),
+        "serve_features": _entries(
+            _matching(_SLUG, "a feature", "a feature name of the recipe"),
+            _matching(_SLUG, "on, off or a mode", "on, off or a mode name"),
+            "feature -> on, off or a mode",
+        ),
+        "serve_instances": _optional(_whole(1, 64)),
+        "serve_load_timeout": _whole(1),
         "serve_prewarm_scope": _scope,
         "serve_prewarm_host": _optional(
             _one_line("an inventory host name", "a host name of the inventory")
@@ -688,6 +715,8 @@ def settings_from(
             values[key] = check(read(key))
         except _Refused as e:
             raise e.error(key) from None
+        if key == "sdk_pins":
+            _platform_pinned(values[key], read("serve_recipe"))
         if key in _ACROSS:
             _ACROSS[key](values, environ)
 
@@ -723,6 +752,11 @@ def settings_from(
         cache_root=values["serve_cache_root"],
         prewarm_timeout=values["serve_prewarm_timeout"],
         health_timeout=values["serve_health_timeout"],
+        gpu=values["serve_hardware"],
+        variant=values["serve_variant"],
+        features=values["serve_features"],
+        instances=values["serve_instances"],
+        load_timeout=values["serve_load_timeout"],
         prewarm_scope=values["serve_prewarm_scope"],
         prewarm_host=values["serve_prewarm_host"],
         prewarm_store=values["serve_prewarm_store"],

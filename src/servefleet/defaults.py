@@ -73,6 +73,11 @@ serve_home = "/var/lib/servefleet"  # HOME of serve_user
 serve_cache_root = "/var/cache/servefleet/vllm"  # VLLM_CACHE_ROOT, shared by every release
 serve_prewarm_timeout = 14400  # seconds a cold first start (it compiles) may take to get healthy
 serve_health_timeout = 300  # seconds a warm (re)start may take to answer /health and a chat
+serve_hardware = None  # vLLM recipes: the hosts' GPU id (h200, mi300x, ...); None = the default
+serve_variant = None  # vLLM recipes: variant (default, fp8, ...); None = the recipe's choice
+serve_features = {}  # vLLM recipes: feature -> on, off or a mode (opt-in features are off unless named)
+serve_instances = None  # servers per host; None = RBLN: as many as the NPUs hold, GPU: one
+serve_load_timeout = 1800  # GPU: seconds a start may take to load the model and capture CUDA graphs
 serve_prewarm_scope = "host"  # host: each host compiles; fleet: one compiles, the rest copy it
 serve_prewarm_host = None  # fleet scope: a host without NPUs that compiles (compile only) instead
 serve_prewarm_store = "~/.cache/servefleet/prewarm"  # fleet scope: the copies, on the controller

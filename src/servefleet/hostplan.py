@@ -8,27 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.data import MAX_PORT, Settings
 from servefleet.errors import DataError, RecipeError
-from servefleet.recipes import load_rbln
+from servefleet.platforms import Hardware, Platform, platform_for, platform_for_kind
+from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.release import ReleasePlan, plan_release
 from servefleet.render import render_unit
-from servefleet.resolve import resolve_rbln
 from servefleet.spec import ServeSpec
 
-# PCI device ids of vendor 0x1eff (rbln-npu-feature-discovery's rebellions-pci.ids; rbln.md §1.3);
-# the second id of each pair is the SR-IOV virtual function.
-RBLN_VENDOR = "1eff"
-SKU_BY_PCI_DEVICE = {
-    "1020": "RBLN-CA02", "1021": "RBLN-CA02", "1110": "RBLN-CA11", "1111": "RBLN-CA11",
-    "1120": "RBLN-CA12", "1121": "RBLN-CA12", "1150": "RBLN-CA15", "1210": "RBLN-CA21",
-    "1211": "RBLN-CA21", "1220": "RBLN-CA22", "1221": "RBLN-CA22", "1250": "RBLN-CA25",
-    "1251": "RBLN-CA25", "2030": "RBLN-CR03", "2031": "RBLN-CR03", "2130": "RBLN-CR13",
-    "2131": "RBLN-CR13", "2230": "RBLN-CR23", "2231": "RBLN-CR23",
-}  # fmt: skip
+__all__ = ["SKU_BY_PCI_DEVICE", "Hardware", "HostPlan", "hardware_from_probe", "plan_host"]
 
 SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets live on a host
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
@@ -38,44 +29,8 @@ REMOTE_SCRIPTS = (
     "install_release.py", "fetch_model.py", "health.py", "instances.py", "prewarm.py"
 )  # fmt: skip
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
-DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
 NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The NPUs of a host: from ``rbln-smi -j`` once a driver exists, else from PCI ids."""
-
-    source: str  # "rbln-smi" or "lspci"
-    skus: tuple[str, ...]  # one per device
-    devices: tuple[int, ...]  # NPU indexes (RBLN_VISIBLE_DEVICES values)
-    driver_version: str | None
-
-    @property
-    def sku(self) -> str | None:
-        return self.skus[0] if len(set(self.skus)) == 1 else None
-
-
-def hardware_from_probe(probe: dict[str, Any]) -> Hardware:
-    """Read the probe's ``rbln-smi -j`` output, or its ``lspci -n`` lines before a driver."""
-    smi = probe.get("smi")
-    if smi:
-        devices = smi.get("devices") or []
-        return Hardware(
-            source="rbln-smi",
-            skus=tuple(str(d.get("name")) for d in devices),
-            devices=tuple(int(d.get("npu", i)) for i, d in enumerate(devices)),
-            driver_version=smi.get("KMD_version"),
-        )
-    skus = []
-    for line in probe.get("pci") or []:
-        # "03:00.0 1200: 1eff:2130" (slot, class, vendor:device[, (rev xx)])
-        for field in line.split():
-            vendor, _, device = field.partition(":")
-            if vendor.lower() == RBLN_VENDOR and len(device) == 4:
-                skus.append(SKU_BY_PCI_DEVICE.get(device.lower(), f"unknown 1eff:{device}"))
-    return Hardware("lspci", tuple(skus), tuple(range(len(skus))), None)
 
 
 @dataclass(frozen=True)
@@ -127,6 +82,7 @@ class HostPlan:
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
     group_exists: bool  # serve_user's group
     builder: bool = False  # serve_prewarm_host: compiles only, serves nothing
+    platform: Platform = field(default_factory=lambda: platform_for_kind("rbln"))
 
     def has(
         self, path: str, kind: str, mode: str, user: str = "root", sha256: str | None = None
@@ -182,30 +138,30 @@ class HostPlan:
             "model": served_name(self.spec.servers[0].argv, self.spec.requirements.models[0]),
             "host": s.host,
             "cache_root": s.cache_root,
-            "devices_env": DEVICES_ENV,
+            "devices_env": self.platform.devices_env_for(self.hardware),
             "health_timeout": s.health_timeout,
-            "prewarm_timeout": s.prewarm_timeout,
+            "prewarm_timeout": self.platform.first_start_timeout(s),
             "instances": [i.to_json(self.spec.compile_fingerprint or "-") for i in self.instances],
             "stale": list(self.stale_units),
         }
 
 
 def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
-    """The serving spec the data selects, for the host's SKU."""
-    card = load_rbln(settings.recipe)
-    return resolve_rbln(
-        card,
-        target=settings.target,
-        strategy=settings.strategy,
-        sets=settings.selection,
-        recommended=settings.recommended,
-        sku=sku,
-        compiler_version=settings.pins["rebel-compiler"],
-    )
+    """The serving spec the data selects, for the host's device model (its platform resolves).
+
+    + settings: validated data
+    + sku: the host's device model, once known (RBLN: the NPU SKU)
+    """
+    return platform_for(settings.recipe).resolve(settings, sku)
 
 
 def render_instance(
-    settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str
+    settings: Settings,
+    spec: ServeSpec,
+    release: ReleasePlan,
+    index: int,
+    devices: str,
+    devices_env: str | None = None,
 ) -> tuple[str, str]:
     """The unit file of one instance and its SERVEFLEET_UNIT sha (pure: the deploy writes this
     text, ``servefleet resolve --format unit`` prints it).
@@ -214,7 +170,8 @@ def render_instance(
     + spec: the resolved selection (its first server)
     + release: the release the instance runs from
     + index: the instance (port ``serve_base_port + index``)
-    + devices: its NPUs (``0,1``)
+    + devices: its devices (``0,1``)
+    + devices_env: the variable that gives them (default: the spec's platform's)
     """
     server = spec.servers[0]
     port = settings.base_port + index
@@ -223,7 +180,7 @@ def render_instance(
         exec_argv += ["--host", settings.host]
     env = dict(server.env)
     env.update(
-        {DEVICES_ENV: devices},
+        {devices_env or platform_for_kind(spec.kind).devices_env: devices},
         VLLM_CACHE_ROOT=settings.cache_root,
         HOME=settings.home,
         HF_HOME=settings.hf_home,
@@ -257,29 +214,28 @@ def plan_host(
     + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
       (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
     """
-    spec = spec or resolve_for(settings)
-    hardware = hardware_from_probe(probe)
+    platform = platform_for(settings.recipe)
+    spec = spec or platform.resolve(settings)
+    hardware = platform.hardware(probe)
     refusal = None
     if builder:
+        if not platform.compiles:
+            raise DataError(
+                f"serve_prewarm_host: {platform.name} hosts do not compile; allowed: unset"
+            )
         sku = spec.skus[0]
-        spec = resolve_for(settings, sku)
+        spec = platform.resolve(settings, sku)
         npus = spec.servers[0].npus
         hardware = Hardware(
             "compile only", (sku,) * npus, tuple(range(npus)), settings.driver_version
         )
-    elif not hardware.devices:
-        refusal = f"no RBLN NPU found (by {hardware.source}); the recipe needs one of {', '.join(spec.skus)}"
-    elif hardware.sku not in spec.skus:
-        found = ", ".join(sorted(set(hardware.skus)))
-        refusal = (
-            f"host SKU {found} is not one {spec.recipe} is verified on ({', '.join(spec.skus)})"
-        )
     else:
-        try:
-            spec = resolve_for(settings, hardware.sku)
-        except RecipeError as e:  # pragma: no cover - sku was checked above
-            refusal = str(e)
-    server = spec.servers[0]
+        refusal = platform.refusal(settings, spec, hardware)
+        if refusal is None:
+            try:
+                spec = platform.resolve(settings, hardware.sku)
+            except RecipeError as e:  # pragma: no cover - the model was checked above
+                refusal = str(e)
     release = plan_release(settings, spec, NETRC)
     units: dict[str, dict[str, Any]] = probe.get("units", {})
     if builder and units:
@@ -295,15 +251,12 @@ def plan_host(
             f"serve_user: {settings.user!r} is an existing login user (shell {account.get('shell')}); "
             "allowed: a system user servefleet creates (no login shell)"
         )
-    groups = [
-        hardware.devices[i : i + server.npus]
-        for i in range(0, len(hardware.devices) - server.npus + 1, server.npus)
-    ]
+    groups = platform.groups(settings, spec, hardware)
+    devices_env = platform.devices_env_for(hardware)
     instances = []
-    for i, group in enumerate(groups):
+    for i, devices in enumerate(groups):
         port = settings.base_port + i
-        devices = ",".join(str(d) for d in group)
-        text, sha = render_instance(settings, spec, release, i, devices)
+        text, sha = render_instance(settings, spec, release, i, devices, devices_env)
         unit = f"{UNIT_PREFIX}{i}.service"
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
@@ -320,7 +273,7 @@ def plan_host(
         spec=spec,
         hardware=hardware,
         refusal=refusal,
-        driver_needed=hardware.driver_version != settings.driver_version,
+        driver_needed=not builder and platform.driver_needed(settings, hardware),
         release=release,
         release_complete=release.id in probe.get("releases", []),
         current=probe.get("current"),
@@ -328,7 +281,7 @@ def plan_host(
         instances=tuple(instances),
         stale_units=tuple(u for u in units if u not in names),
         active_units=frozenset(u for u, st in units.items() if st.get("active") == "active"),
-        warm=spec.compile_fingerprint in probe.get("warm", []),
+        warm=spec.compile_fingerprint is None or spec.compile_fingerprint in probe.get("warm", []),
         missing_models=tuple(
             m for m in spec.requirements.models if m not in probe.get("models", [])
         ),
@@ -341,6 +294,7 @@ def plan_host(
         account=account,
         group_exists=bool(probe.get("group")),
         builder=builder,
+        platform=platform,
     )
 
 
@@ -375,6 +329,7 @@ def probe_args(settings: Settings, spec: ServeSpec) -> str:
             "hf_home": settings.hf_home,
             "cache_root": settings.cache_root,
             "user": settings.user,
+            "platform": platform_for(settings.recipe).name,
             "models": models,
             "paths": watched_paths(settings, release_id),
         },
@@ -402,13 +357,20 @@ def read(path, mode="r"):
     except OSError:
         return None
 out = {"kernel": os.uname().release}
-smi = run(["rbln-smi", "-j"])
-try:
-    out["smi"] = json.loads(smi) if smi else None
-except ValueError:
-    out["smi"] = None
-pci = None if out["smi"] else run(["lspci", "-n"])
-out["pci"] = pci.splitlines() if pci else []
+if a.get("platform", "rbln") == "rbln":
+    smi = run(["rbln-smi", "-j"])
+    try:
+        out["smi"] = json.loads(smi) if smi else None
+    except ValueError:
+        out["smi"] = None
+    pci = None if out["smi"] else run(["lspci", "-n"])
+    out["pci"] = pci.splitlines() if pci else []
+else:
+    gpus = run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                "--format=csv,noheader,nounits"])
+    out["gpus"] = gpus.splitlines() if gpus else []
+    amd = None if out["gpus"] else run(["amd-smi", "static", "--asic", "--vram", "--driver", "--json"])
+    out["amd"] = amd.splitlines() if amd else []
 rel = os.path.join(root, "releases")
 out["releases"] = sorted(d for d in (os.listdir(rel) if os.path.isdir(rel) else [])
                          if os.path.exists(os.path.join(rel, d, ".servefleet-release.json")))

@@ -16,6 +16,7 @@ from typing import Any
 
 from servefleet.data import Settings, canonical_name
 from servefleet.errors import DataError
+from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
 
 MARKER = ".servefleet-release.json"  # written last, after every check passed
@@ -108,8 +109,9 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         if name not in skipped
     ]
     owned = {d.name for d in downloads} | skipped
-    extras = f"[{','.join(req.vllm_rbln_extras)}]" if req.vllm_rbln_extras else ""
-    top = [f"vllm-rbln{extras}=={settings.pins['vllm-rbln']}"]
+    platform = platform_for_kind(spec.kind)
+    first, top_name = platform.top_requirement(settings, spec)
+    top = [first] if top_name not in owned else []
     for package in (canonical_name(p) for p in req.packages):
         if package not in settings.pins:
             raise DataError(
@@ -120,7 +122,7 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
             top.append(_pin(settings, package))
     constraints = [_pin(settings, n) for n in sorted(settings.pins) if n not in owned]
     must_have = sorted(
-        {d.name for d in downloads} | {"vllm-rbln"} | set(map(canonical_name, req.packages))
+        {d.name for d in downloads} | {top_name} | set(map(canonical_name, req.packages))
     )
     for extra in req.vllm_rbln_extras:
         must_have = sorted(set(must_have) | set(settings.extra_packages.get(extra, ())))
@@ -130,7 +132,7 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         "requirements": top,
         "constraints": constraints,
         "public_index": settings.public_index,
-        "imports": req.imports,
+        "imports": platform.imports(spec),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
     return ReleasePlan(
@@ -144,6 +146,6 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         trusted_hosts=list(settings.trusted_hosts),
         expect=dict(sorted(settings.pins.items())),
         must_have=must_have,
-        imports=list(req.imports),
+        imports=platform.imports(spec),
         netrc=netrc if any(d.auth for d in downloads) else None,
     )

@@ -104,6 +104,7 @@ PYTHON_CASES: list[tuple[str, object, str]] = [
     ("models_revisions", {"openai/../x": REV}, "models_revisions: 'openai/../x' is not a model id"),
     ("models_sha256", {"openai/gpt-oss-120b": SHA[:-1]}, "models_sha256.openai/gpt-oss-120b: '0123456789abcdef"),
     ("models_sha256", {"../x": SHA}, "models_sha256: '../x' is not a model id"),
+    ("serve_features", {"spec_decoding": "maybe please"}, "serve_features.spec_decoding: 'maybe please' is not on, off or a mode"),
 ]  # fmt: skip
 
 

@@ -156,9 +156,16 @@ def make_room(state: dict[str, Any], inst: dict[str, Any]) -> None:
             systemctl("stop", unit)
 
 
+def is_cold(state: dict[str, Any], inst: dict[str, Any]) -> bool:
+    """Its compile fingerprint is not warm here (``-``: nothing compiles, never cold)."""
+    return inst["fingerprint"] != "-" and not warm_marker(state, inst["fingerprint"]).exists()
+
+
 def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
-    cold = not warm_marker(state, inst["fingerprint"]).exists()
-    timeout = state["prewarm_timeout"] if cold else state["health_timeout"]
+    cold = is_cold(state, inst)
+    # a server that compiles nothing (GPU) loads from scratch at every start
+    slow = cold or inst["fingerprint"] == "-"
+    timeout = state["prewarm_timeout"] if slow else state["health_timeout"]
     started = time.time() - 1
     if restart:
         make_room(state, inst)
@@ -255,8 +262,7 @@ def bring_to(state: dict[str, Any]) -> None:
     for inst in state["instances"]:
         current = now.get(inst["unit"])
         restart = not running_desired(current, inst["sha"])
-        cold = not warm_marker(state, inst["fingerprint"]).exists()
-        if restart or cold:
+        if restart or is_cold(state, inst):
             start_through_gate(state, inst, restart)
             now = live(state["devices_env"])
     for unit in state.get("stale", []):

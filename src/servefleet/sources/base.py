@@ -44,10 +44,33 @@ class Source:
         raise NotImplementedError
 
     def unit(self, spec: ServeSpec, options: Mapping[str, Any]) -> str:
-        """``--format unit`` of a one-server spec: here the spec's own argv and env as a unit."""
-        from servefleet.systemd import unit_text
+        """The unit ``deploys/serve.py`` writes for instance 0 of this selection (devices
+        ``0..n-1``) under the default data with ``serve_recipe`` set to this recipe."""
+        from servefleet.hostplan import NETRC, render_instance
+        from servefleet.release import plan_release
 
-        server = spec.servers[0]
-        return unit_text(server.argv, server.env, description=f"servefleet {spec.recipe}").rstrip(
-            "\n"
-        )
+        settings = default_settings(spec.recipe, options.get("compiler_version"))
+        devices = ",".join(str(d) for d in range(spec.servers[0].npus))
+        release = plan_release(settings, spec, NETRC)
+        return render_instance(settings, spec, release, 0, devices)[0].rstrip("\n")
+
+
+def default_settings(recipe: str | None = None, compiler_version: str | None = None) -> Any:
+    """The deploy's settings from the default data (``serve_recipe`` and the rebel-compiler pin
+    replaced when given). Credentials are not read: nothing rendered from these holds them.
+
+    + recipe: the recipe to serve instead of the default's
+    + compiler_version: the rebel-compiler version to pin instead of the default's
+    """
+    from servefleet.data import load_defaults, settings_from
+
+    data = load_defaults()
+    if recipe:
+        data["serve_recipe"] = recipe
+    if compiler_version:
+        data["sdk_pins"] = [
+            f"rebel-compiler=={compiler_version}" if p.startswith("rebel-compiler==") else p
+            for p in data["sdk_pins"]
+        ]
+    unused = {data[key]: "-" for key in ("creds_index_user_env", "creds_index_password_env")}
+    return settings_from(data.get, unused)

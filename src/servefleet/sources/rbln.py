@@ -16,7 +16,7 @@ from servefleet.sources.base import Source
 from servefleet.spec import ServeSpec
 
 if TYPE_CHECKING:
-    from servefleet.data import Settings
+    pass
 
 
 def is_card(obj: Any) -> bool:
@@ -122,35 +122,6 @@ class RblnSource(Source):
             sku=options.get("sku"),
             compiler_version=options.get("compiler_version"),
         )
-
-    def unit(self, spec: ServeSpec, options: Mapping[str, Any]) -> str:
-        """The unit ``deploys/serve.py`` writes for instance 0 of this selection (NPUs
-        ``0..npus-1``) under the default data, ``--compiler-version`` being its compiler pin."""
-        from servefleet.hostplan import NETRC, render_instance
-        from servefleet.release import plan_release
-
-        settings = default_settings(options.get("compiler_version"))
-        devices = ",".join(str(d) for d in range(spec.servers[0].npus))
-        release = plan_release(settings, spec, NETRC)
-        return render_instance(settings, spec, release, 0, devices)[0].rstrip("\n")
-
-
-def default_settings(compiler_version: str | None = None) -> Settings:
-    """The deploy's settings from the default data, with another rebel-compiler pin if given.
-    Credentials are not read (nothing rendered from these settings holds them).
-
-    + compiler_version: the rebel-compiler version to pin instead of the default's
-    """
-    from servefleet.data import load_defaults, settings_from
-
-    data = load_defaults()
-    if compiler_version:
-        data["sdk_pins"] = [
-            f"rebel-compiler=={compiler_version}" if p.startswith("rebel-compiler==") else p
-            for p in data["sdk_pins"]
-        ]
-    unused = {data[key]: "-" for key in ("creds_index_user_env", "creds_index_password_env")}
-    return settings_from(data.get, unused)
 
 
 SOURCE = RblnSource()

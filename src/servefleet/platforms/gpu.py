@@ -1,0 +1,163 @@
+"""GPU hosts (NVIDIA, AMD) serving vLLM's recipes: devices from ``nvidia-smi`` (or ``amd-smi``);
+servefleet installs no GPU driver, it only checks that the driver and the right GPUs are
+there; a release is upstream ``vllm`` at its pin; servers get ``CUDA_VISIBLE_DEVICES`` (AMD:
+``HIP_VISIBLE_DEVICES``); there is no compile pre-warm, a first start loads the model within
+``serve_load_timeout``."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from servefleet.data import Settings
+from servefleet.errors import RecipeError
+from servefleet.platforms import Hardware, Platform
+from servefleet.spec import ServeSpec
+
+# What the probe runs (its output lands under "gpus"): one CSV line per GPU
+NVIDIA_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,name,memory.total,driver_version",
+    "--format=csv,noheader,nounits",
+]
+AMD_QUERY = ["amd-smi", "static", "--asic", "--vram", "--driver", "--json"]
+
+
+def _nvidia(lines: list[str]) -> Hardware | None:
+    rows = [[f.strip() for f in line.split(",")] for line in lines if line.strip()]
+    if not rows or any(len(r) != 4 or not r[0].isdigit() or not r[2].isdigit() for r in rows):
+        return None
+    return Hardware(
+        source="nvidia-smi",
+        skus=tuple(r[1] for r in rows),
+        devices=tuple(int(r[0]) for r in rows),
+        driver_version=rows[0][3],
+        memory_mib=tuple(int(r[2]) for r in rows),
+    )
+
+
+def _amd(text: str) -> Hardware | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    gpus = (
+        data
+        if isinstance(data, list)
+        else data.get("gpu_data", [])
+        if isinstance(data, dict)
+        else []
+    )
+    names, devices, memory, driver = [], [], [], None
+    for i, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
+        asic, vram = gpu.get("asic") or {}, gpu.get("vram") or {}
+        size = vram.get("size") or {}
+        value = size.get("value") if isinstance(size, dict) else size
+        names.append(str(asic.get("market_name") or "AMD GPU"))
+        devices.append(int(gpu.get("gpu", i)))
+        memory.append(int(str(value)) if str(value).isdigit() else 0)
+        driver = driver or str((gpu.get("driver") or {}).get("version") or "") or None
+    if not devices:
+        return None
+    return Hardware("amd-smi", tuple(names), tuple(devices), driver, tuple(memory))
+
+
+def _profile_name(
+    spec: ServeSpec, profiles: dict[str, dict[str, Any]]
+) -> tuple[str, dict[str, Any]]:
+    gpu = spec.selection["hardware"]
+    return gpu, profiles.get(gpu, {})
+
+
+class Gpu(Platform):
+    name = "gpu"
+    devices_env = "CUDA_VISIBLE_DEVICES"
+    driver_step = "check"
+    compiles = False
+
+    def _recipe(self, settings: Settings) -> Any:
+        from servefleet.sources import find
+        from servefleet.vllm_recipes import load_vllm_recipe
+
+        source, path = find(settings.recipe)
+        if source.kind != "vllm":
+            raise RecipeError(
+                f"{settings.recipe}: not a vLLM recipe (it is a {source.kind} recipe)"
+            )
+        return load_vllm_recipe(path)
+
+    def resolve(self, settings: Settings, sku: str | None = None) -> ServeSpec:
+        from servefleet.vllm_recipes import resolve_vllm
+
+        on = [n if m == "on" else f"{n}={m}" for n, m in settings.features.items() if m != "off"]
+        off = [n for n, m in settings.features.items() if m == "off"]
+        return resolve_vllm(
+            self._recipe(settings),
+            hardware=settings.gpu,
+            strategy=settings.strategy,
+            variant=settings.variant,
+            features=on,
+            no_features=off,
+        )
+
+    def hardware(self, probe: dict[str, Any]) -> Hardware:
+        found = _nvidia(probe.get("gpus") or []) or _amd("\n".join(probe.get("amd") or []))
+        return found or Hardware("nvidia-smi", (), (), None)
+
+    def devices_env_for(self, hardware: Hardware) -> str:
+        return "HIP_VISIBLE_DEVICES" if hardware.source == "amd-smi" else "CUDA_VISIBLE_DEVICES"
+
+    def refusal(self, settings: Settings, spec: ServeSpec, hardware: Hardware) -> str | None:
+        recipe = self._recipe(settings)
+        gpu, profile = _profile_name(spec, recipe.profiles)
+        want = str(profile.get("display_name") or gpu)
+        if not hardware.devices:
+            return f"no GPU found (nvidia-smi and amd-smi list none); {spec.recipe} on {gpu} needs {want} GPUs"
+        models = sorted(set(hardware.skus))
+        if not all(re.search(rf"\b{re.escape(want)}\b", m, re.I) for m in models):
+            return f"host GPUs {', '.join(models)} are not {want} (serve_hardware {gpu})"
+        per = spec.servers[0].npus
+        if len(hardware.devices) < per:
+            return (
+                f"{spec.recipe} needs {per} GPUs per server; the host has {len(hardware.devices)}"
+            )
+        variant = recipe.variants.get(spec.selection.get("variant", ""), {})
+        need = float(variant.get("vram_minimum_gb") or 0)
+        have = sum(sorted(hardware.memory_mib)[:per]) / 1024 if hardware.memory_mib else None
+        if need and have is not None and have < need:
+            return (
+                f"variant {spec.selection.get('variant')} needs {need:g} GB of GPU memory per "
+                f"server; {per} of this host's GPUs have {have:.0f} GB"
+            )
+        minimum = str((recipe.data.get("model") or {}).get("min_vllm_version") or "")
+        pinned = settings.pins.get("vllm", "")
+        if minimum and _older(pinned, minimum):
+            return f"sdk_pins: vllm=={pinned} is older than the recipe's min_vllm_version {minimum}"
+        return None
+
+    def required_pins(self) -> tuple[str, ...]:
+        return ("vllm",)
+
+    def top_requirement(self, settings: Settings, spec: ServeSpec) -> tuple[str, str]:
+        return f"vllm=={settings.pins['vllm']}", "vllm"
+
+    def imports(self, spec: ServeSpec) -> list[str]:
+        return ["vllm", *spec.requirements.imports]
+
+    def groups(self, settings: Settings, spec: ServeSpec, hardware: Hardware) -> list[str]:
+        groups = super().groups(settings, spec, hardware)
+        return groups[: settings.instances or 1]  # one server per host unless the data splits it
+
+    def first_start_timeout(self, settings: Settings) -> int:
+        return settings.load_timeout
+
+
+def _older(version: str, minimum: str) -> bool:
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+    return bool(version) and key(version) < key(minimum)
+
+
+PLATFORM = Gpu()
