@@ -16,7 +16,7 @@ from servefleet.data import load_defaults, settings_from
 from servefleet.errors import DataError
 from servefleet.hostplan import plan_host
 from servefleet.platforms import platform_for
-from servefleet.platforms.gpu import _nvidia
+from servefleet.platforms.gpu import _nvidia, torch_backend
 from servefleet.sources import find
 
 RECIPE = "vllm/openai/gpt-oss-120b"
@@ -134,3 +134,15 @@ def test_nvidia_smi_csv_is_read_strictly() -> None:
     assert hw.driver_version == "570.133.20"
     assert _nvidia(["No devices were found"]) is None
     assert _nvidia(["0, NVIDIA H200, 143771 MiB, 570"]) is None  # units: not our query
+
+
+def test_the_torch_backend_comes_from_the_recipes_install_line() -> None:
+    source, path = find(RECIPE)
+    from servefleet.vllm_recipes import load_vllm_recipe
+
+    assert torch_backend(load_vllm_recipe(path).data) == "auto"
+    pinned = {
+        "model": {"install": {"pip": {"command": "uv pip install vllm --torch-backend cu130"}}}
+    }
+    assert torch_backend(pinned) == "cu130"
+    assert torch_backend({"model": {}}) == ""

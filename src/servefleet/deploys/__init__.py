@@ -106,7 +106,7 @@ def _refused(plan: HostPlan) -> bool:
         return False
     message = f"servefleet: {host.name}: {plan.refusal}"
     server.shell(
-        name="Check the host's NPU SKU", commands=[f"echo {shlex.quote(message)} >&2; exit 1"]
+        name="Check the host's accelerators", commands=[f"echo {shlex.quote(message)} >&2; exit 1"]
     )
     return True
 

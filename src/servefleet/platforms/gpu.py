@@ -130,6 +130,12 @@ class Gpu(Platform):
                 f"variant {spec.selection.get('variant')} needs {need:g} GB of GPU memory per "
                 f"server; {per} of this host's GPUs have {have:.0f} GB"
             )
+        backend = torch_backend(recipe.data)
+        if backend not in ("auto", "") and settings.owner_of("torch") is None:
+            return (
+                f"the recipe installs torch for backend {backend}; allowed: pip_indexes naming "
+                "the index that serves that build of torch"
+            )
         minimum = str((recipe.data.get("model") or {}).get("min_vllm_version") or "")
         pinned = settings.pins.get("vllm", "")
         if minimum and _older(pinned, minimum):
@@ -151,6 +157,21 @@ class Gpu(Platform):
 
     def first_start_timeout(self, settings: Settings) -> int:
         return settings.load_timeout
+
+
+def torch_backend(data: dict[str, Any]) -> str:
+    """The torch backend of the recipe's pip install line (``--torch-backend auto``; the YAML form
+    has it in its guide): ``auto``
+    is the build the public index serves for the host's driver; another (``cu130``) needs the
+    index of that build to own torch in the data. Empty when the line names none."""
+    install = (data.get("model") or {}).get("install") or {}
+    pip = install.get("pip") if isinstance(install, dict) else None
+    command = pip.get("command", "") if isinstance(pip, dict) else str(pip or "")
+    guide = (
+        data.get("guide") if isinstance(data.get("guide"), str) else ""
+    )  # the YAML's install notes
+    found = re.search(r"--torch-backend[= ]+([A-Za-z0-9_.-]+)", f"{command}\n{guide}")
+    return found.group(1) if found else ""
 
 
 def _older(version: str, minimum: str) -> bool:
