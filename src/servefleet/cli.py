@@ -157,14 +157,17 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     "--no-feature", "no_features", multiple=True, metavar="NAME", help="vLLM: turn a feature off."
 )
 @click.option(
+    "--kv-offload", default=None, metavar="NAME", help="vLLM: a KV-offload option of the taxonomy."
+)
+@click.option("--task", default=None, help="vLLM: an omni recipe's task (default: its first).")
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["json", "shell", "unit"]),
     default="json",
     show_default=True,
-    help="Output: JSON spec, a pasteable shell line, a systemd unit. RBLN: the unit "
-    "deploys/serve.py writes for instance 0 under the default data; vLLM recipes (no deploy "
-    "yet): the server's own argv and env as a unit.",
+    help="Output: JSON spec, a pasteable shell line, a systemd unit: the unit deploys/serve.py "
+    "writes for instance 0 under the default data with this recipe as serve_recipe.",
 )
 def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> None:
     """Resolve a selection of RECIPE (a path or a name such as rbln/gpt-oss-120b) to the exact

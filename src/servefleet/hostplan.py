@@ -195,6 +195,7 @@ def render_instance(
         port=port,
         devices=devices,
         user=settings.user,
+        device_word=platform_for_kind(spec.kind).device_word,
     )
     sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
     return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha

@@ -55,6 +55,7 @@ def render_unit(
     devices: str,
     user: str,
     template: str = "vllm.service.j2",
+    device_word: str = "NPUs",
 ) -> str:
     """The unit text for instance ``index``.
 
@@ -63,11 +64,14 @@ def render_unit(
     + recipe, selection, fingerprint: shown in the unit's header comment
     + index, port, devices: which instance this is, its port and its NPUs (``0,1``)
     + user: the system user it runs as
+    + device_word: how the description names its devices (``NPUs``, ``GPUs``)
     """
     jenv = _environment()
     recipe = _one_line("recipe", recipe)
     shown = " ".join(_one_line(f"selection {k}", f"{k}={v}") for k, v in selection.items())
-    description = f"servefleet vLLM {recipe} instance {index} (port {port}, NPUs {devices})"
+    description = (
+        f"servefleet vLLM {recipe} instance {index} (port {port}, {device_word} {devices})"
+    )
     return jenv.get_template(template).render(
         recipe=recipe,
         selection=shown,

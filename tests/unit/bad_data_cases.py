@@ -55,7 +55,10 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "serve_features": ("spec_decoding", "serve_features: expected a mapping, got 'spec_decoding'"),
     "serve_instances": ("two", "serve_instances: expected a whole number, got 'two'"),
     "serve_load_timeout": (2.5, "serve_load_timeout: expected a whole number, got 2.5"),
-    "serve_prewarm_scope": (1, "serve_prewarm_scope: 1 is not a pre-warm scope; allowed: host or fleet"),
+    "serve_prewarm_scope": (
+        1,
+        "serve_prewarm_scope: 1 is not a pre-warm scope; allowed: host or fleet",
+    ),
     "serve_prewarm_host": (5, "serve_prewarm_host: expected a string, got 5"),
     "serve_prewarm_store": (3, "serve_prewarm_store: expected a string, got 3"),
     "models_hf_home": (3, "models_hf_home: expected a string, got 3"),

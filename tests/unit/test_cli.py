@@ -197,6 +197,8 @@ def test_vllm_dispatch(vllm_stub: list[dict]) -> None:
         "tp": 2,
         "features": ["a=b", "c"],
         "no_features": ["d"],
+        "kv_offload": None,
+        "task": None,
     }
     shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b").output)
     assert shown == {"recipe": "vllm/openai/gpt-oss-120b", "kind": "vllm", "hardware": ["h200"]}

@@ -340,7 +340,8 @@ def _units_ops(plan: HostPlan, when: Callable[[], bool] | None = None) -> None:
         plan, "desired.json", "the desired state of this host's instances", when
     )
     pending = [i for i in plan.instances if not (i.converged and i.written)]
-    what = [f"{i.unit} (port {i.port}, NPUs {i.devices})" for i in pending]
+    word = plan.platform.device_word
+    what = [f"{i.unit} (port {i.port}, {word} {i.devices})" for i in pending]
     what += [f"remove {u}" for u in plan.stale_units]
     server.shell(
         _if=when,

@@ -49,6 +49,7 @@ class Platform:
 
     name = ""
     devices_env = ""  # the unit variable that gives a server its devices
+    device_word = "devices"  # how units and messages name them
     driver_step = ""  # "runfile" (installed by servefleet) or "check" (must be there)
     compiles = False  # first starts compile a cache worth pre-warming (fingerprint)
 

@@ -72,6 +72,7 @@ def _profile_name(
 
 class Gpu(Platform):
     name = "gpu"
+    device_word = "GPUs"
     devices_env = "CUDA_VISIBLE_DEVICES"
     driver_step = "check"
     compiles = False

@@ -47,6 +47,7 @@ def hardware_from_probe(probe: dict[str, Any]) -> Hardware:
 
 class Rbln(Platform):
     name = "rbln"
+    device_word = "NPUs"
     devices_env = "RBLN_VISIBLE_DEVICES"
     driver_step = "runfile"
     compiles = True

@@ -24,6 +24,8 @@ class VllmSource(Source):
         "--tp": "tp",
         "--feature": "features",
         "--no-feature": "no_features",
+        "--kv-offload": "kv_offload",
+        "--task": "task",
     }
 
     def show(self, path: Path, name: str) -> dict[str, Any]:
@@ -44,6 +46,8 @@ class VllmSource(Source):
             tp=options.get("tp"),
             features=list(options.get("features", ())),
             no_features=list(options.get("no_features", ())),
+            kv_offload=options.get("kv_offload"),
+            task=options.get("task"),
         )
 
 
