@@ -1,5 +1,7 @@
-"""pyinfra inventory of the local lab fleet (``servefleet lab up``): every lab host, in the groups
-``lab`` and ``cr13``, reached as root over SSH with the lab's key and strict host key checking.
+"""pyinfra inventory of the local lab fleet (``servefleet lab up``): every lab host in the group
+``lab`` and in the group of its hardware (``cr13``: RBLN NPUs; ``h200``, ``h100``: NVIDIA GPUs;
+a group the lab has no host of is empty), reached as root over SSH with the lab's key and strict
+host key checking.
 
 The hosts' cards (SKU, device count) are deliberately not given as data: a deploy discovers them.
 """
@@ -23,4 +25,7 @@ _ssh = {
 }
 
 lab = [(host["name"], dict(_ssh, ssh_hostname=host["address"])) for host in _state["hosts"]]
-cr13 = [host["name"] for host in _state["hosts"] if host["name"] in _state["groups"]["cr13"]]
+_groups = _state["groups"]
+cr13 = [host["name"] for host in _state["hosts"] if host["name"] in _groups.get("cr13", [])]
+h200 = [host["name"] for host in _state["hosts"] if host["name"] in _groups.get("h200", [])]
+h100 = [host["name"] for host in _state["hosts"] if host["name"] in _groups.get("h100", [])]

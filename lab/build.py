@@ -9,8 +9,10 @@ under lab/:
     OUT/index/torch/     torch 2.13.0+cpu
     OUT/index/public/    vllm-rbln, optimum-rbln, torch-rbln 0.12.0 + 0.12.1,
                          arctic_inference-0.1.1.tar.gz (sdist) + the setuptools wheel it builds
-                         with, and the squatters (rebel-compiler 0.12.0, lmcache-rbln and
-                         nixl-rbln 0.12.0.post1)
+                         with, the squatters (rebel-compiler 0.12.0, lmcache-rbln and
+                         nixl-rbln 0.12.0.post1), and PyPI's CUDA builds that GPU hosts
+                         install: vllm 0.30.0 (the same simulated server, as its CUDA build)
+                         and torch 2.13.0
     OUT/apt/             dkms and linux-headers-$(uname -r) stand-in .debs (not indexed)
     OUT/files/driver/    rebellions-x86_64-3.5.1.run, rebellions-x86_64-3.6.0.run
     OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model and
@@ -50,12 +52,14 @@ REPO = LAB.parent
 PACKAGES = LAB / "packages"
 RECIPES = REPO / "src" / "servefleet" / "_files" / "recipes"  # the package ships them
 WHEEL_CACHE = Path(os.environ.get("SERVEFLEET_LAB_WHEEL_CACHE", "/var/cache/servefleet-lab/wheels"))
-FORMAT = 1  # bump when the output layout changes
+FORMAT = 2  # bump when the output layout changes
 EPOCH = 315532800  # 1980-01-01: fixed timestamps make the artifacts reproducible
 SDK_VERSIONS = ["0.12.0", "0.12.1"]
 DRIVER_VERSIONS = ["3.5.1", "3.6.0"]
 VLLM_VERSION = "0.30.0+cpu"
 TORCH_VERSION = "2.13.0+cpu"
+CUDA_VLLM_VERSION = "0.30.0"  # PyPI's vllm and torch: CUDA builds, no local version
+CUDA_TORCH_VERSION = "2.13.0"
 ARCTIC_VERSION = "0.1.1"
 SIM_SUMMARY = "SIMULATION for the servefleet lab: stand-in for {name}"
 SQUAT_SUMMARY = "SIMULATION for the servefleet lab: a SQUATTER posing as {name}"
@@ -226,19 +230,39 @@ def build_wheels(index: Path) -> None:
             package_files(top, version, squatter=True),
             summary=SQUAT_SUMMARY.format(name=name),
         )
-    vllm_files: dict[str, str | bytes] = {**package_files("vllm", VLLM_VERSION)}
-    for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
-        vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
-    write_wheel(
-        index / "vllm",
-        "vllm",
-        VLLM_VERSION,
-        vllm_files,
-        requires=[f"torch=={TORCH_VERSION}"],
-        entry_points={"console_scripts": {"vllm": "vllm.sim:main"}},
-        requires_python=">=3.10",
-    )
+    vllm_builds = [
+        (index / "vllm", VLLM_VERSION, TORCH_VERSION, {"version": VLLM_VERSION, "device": "cpu"}),
+        (
+            public,
+            CUDA_VLLM_VERSION,
+            CUDA_TORCH_VERSION,
+            {"version": CUDA_VLLM_VERSION, "device": "cuda", "torch": CUDA_TORCH_VERSION},
+        ),
+    ]
+    for outdir, version, torch, build in vllm_builds:
+        vllm_files: dict[str, str | bytes] = {**package_files("vllm", version)}
+        for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
+            vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
+        vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.sim
+        if build["device"] == "cuda":
+            vllm_files["vllm/__init__.py"] = str(vllm_files["vllm/__init__.py"]).replace(
+                "(CPU build)", "(CUDA build, as on PyPI)"
+            )
+        write_wheel(
+            outdir,
+            "vllm",
+            version,
+            vllm_files,
+            requires=[f"torch=={torch}"],
+            entry_points={"console_scripts": {"vllm": "vllm.sim:main"}},
+            requires_python=">=3.10",
+        )
     write_wheel(index / "torch", "torch", TORCH_VERSION, package_files("torch", TORCH_VERSION))
+    cuda_torch = package_files("torch", CUDA_TORCH_VERSION)
+    cuda_torch["torch/__init__.py"] = cuda_torch["torch/__init__.py"].replace(
+        "(CPU build)", "(CUDA build, the default on PyPI)"
+    )
+    write_wheel(public, "torch", CUDA_TORCH_VERSION, cuda_torch)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,14 +30,22 @@ def _one_line_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _odd_skus(values: tuple[str, ...]) -> dict[str, str]:
-    skus = {}
+def _per_host(
+    values: tuple[str, ...], what: str = "SKU", example: str = "lab3=RBLN-CA25"
+) -> dict[str, str]:
+    """HOST=VALUE options as a dict (a later one for the same host wins).
+
+    + values: the option's values
+    + what: the VALUE's name in the error
+    + example: a valid value, for the error
+    """
+    found = {}
     for value in values:
-        host, sep, sku = value.partition("=")
-        if not sep or not host or not sku:
-            raise click.BadParameter(f"{value!r} is not HOST=SKU (e.g. lab3=RBLN-CA25)")
-        skus[host] = sku
-    return skus
+        host, sep, item = value.partition("=")
+        if not sep or not host or not item:
+            raise click.BadParameter(f"{value!r} is not HOST={what} (e.g. {example})")
+        found[host] = item
+    return found
 
 
 @click.group()
@@ -58,6 +66,20 @@ def lab() -> None:
     help="make one host another card SKU (repeatable), e.g. lab3=RBLN-CA25",
 )
 @click.option(
+    "--hardware",
+    default=layout.DEFAULT_HARDWARE,
+    show_default=True,
+    metavar="|".join(layout.LAB_HARDWARE),
+    help="every host's hardware: RBLN-CR13 NPUs, or 8 NVIDIA H200 GPUs with their driver",
+)
+@click.option(
+    "--odd-hardware",
+    "odd_hardware",
+    multiple=True,
+    metavar="HOST=HW",
+    help="make one host other hardware (repeatable; " + ", ".join(layout.HARDWARE) + ")",
+)
+@click.option(
     "--compile-seconds",
     default=layout.DEFAULT_COMPILE_SECONDS,
     show_default=True,
@@ -75,23 +97,28 @@ def up(
     hosts: int,
     devices: int,
     odd_sku: tuple[str, ...],
+    hardware: str,
+    odd_hardware: tuple[str, ...],
     compile_seconds: float,
     models: tuple[str, ...],
 ) -> None:
     """Clear any earlier lab, then start hosts and package servers.
 
-    The model store holds a simulated snapshot of every model the shipped recipes name (drafts
-    included) and of each --models id.
+    A GPU host (h200, h100) has its NVIDIA driver installed (nvidia-smi) and no NPU; --devices
+    and --odd-sku are for the RBLN hosts (cr13). The model store holds a simulated snapshot of
+    every model the shipped recipes name (drafts included) and of each --models id.
     """
     from servefleet.lab import fleet
 
     state = fleet.up(
         hosts,
         devices,
-        _odd_skus(odd_sku),
+        _per_host(odd_sku),
         compile_seconds,
         log=lambda line: click.echo(line, err=True),
         models=[m.strip() for value in models for m in value.split(",") if m.strip()],
+        hardware=hardware,
+        odd_hardware=_per_host(odd_hardware, "HW", "lab2=h100"),
     )
     for host in state["hosts"]:
         click.echo(f"{host['name']} {host['address']} {host['sku']} running")

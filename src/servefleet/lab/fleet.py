@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -357,9 +358,54 @@ def _keygen(kind: str, path: Path, comment: str) -> str:
     return Path(str(path) + ".pub").read_text().strip()
 
 
+def hardware_json(host: dict[str, Any]) -> dict[str, Any]:
+    """What /etc/rbln-sim/hardware.json says of a planned host. An RBLN host:
+    ``{"sku", "pci_device", "devices"}`` (read by rbln-smi and lspci). A GPU host:
+    ``{"hardware", "driver_version", "cuda_version", "gpus": [{"index", "name", "uuid",
+    "pci_vendor", "pci_device", "pci_bus_id", "pci_name", "memory_total_mib",
+    "power_limit_w"}]}`` (read by nvidia-smi and lspci); no ``devices``, so rbln-smi lists no
+    NPU there. UUIDs are derived from the host name, so they are stable across labs.
+
+    + host: an entry of :func:`plan_hosts`
+    """
+    if host["hardware"] == layout.RBLN_HARDWARE:
+        return {"sku": host["sku"], "pci_device": host["pci_device"], "devices": host["devices"]}
+    profile = layout.GPU_PROFILES[host["hardware"]]
+    gpus = []
+    for index in range(profile["gpus"]):
+        ident = uuid.uuid5(uuid.NAMESPACE_DNS, f"{host['name']}.gpu{index}.servefleet-lab")
+        gpus.append(
+            {
+                "index": index,
+                "name": profile["name"],
+                "uuid": f"GPU-{ident}",
+                "pci_vendor": layout.NVIDIA_PCI_VENDOR,
+                "pci_device": profile["pci_device"],
+                "pci_bus_id": f"00000000:{layout.GPU_PCI_BUSES[index]}:00.0",
+                "pci_name": profile["pci_name"],
+                "memory_total_mib": profile["memory_total_mib"],
+                "power_limit_w": profile["power_limit_w"],
+            }
+        )
+    return {
+        "hardware": host["hardware"],
+        "driver_version": profile["driver_version"],
+        "cuda_version": profile["cuda_version"],
+        "gpus": gpus,
+    }
+
+
+# GPU hosts: their driver made /run/rbln-sim at boot (the simulated vllm's GPU claims, records)
+GPU_TMPFILES = (
+    "# servefleet lab simulation: runtime dir of the simulated GPU vllm (GPU claims, records)\n"
+    "d /run/rbln-sim 1777 root root -\n"
+)
+
+
 def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds: float) -> str:
     """Lay out HOSTDIR/extra (host keys, authorized_keys, simulation files); return the host's
-    known_hosts line."""
+    known_hosts line. A GPU host also gets its installed driver: /usr/bin/nvidia-smi, the
+    tmpfiles.d entry of /run/rbln-sim, and ``upstream`` in /etc/rbln-sim/platform."""
     hostdir = layout.STATE_HOSTS / host["name"]
     extra = hostdir / "extra"
     for sub, mode in (
@@ -381,12 +427,18 @@ def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds:
     auth.write_text(pubkey + "\n")
     auth.chmod(0o600)
     sim_etc = extra / layout.SIM_ETC.lstrip("/")
-    hardware = {"sku": host["sku"], "pci_device": host["pci_device"], "devices": host["devices"]}
-    (sim_etc / "hardware.json").write_text(json.dumps(hardware, indent=2) + "\n")
-    (sim_etc / "compile-seconds").write_text(f"{compile_seconds:g}\n")
-    lspci = extra / "usr/bin/lspci"
-    shutil.copyfile(sim / "lspci", lspci)
-    lspci.chmod(0o755)
+    (sim_etc / "hardware.json").write_text(json.dumps(hardware_json(host), indent=2) + "\n")
+    tools = ["lspci"]
+    if host["hardware"] == layout.RBLN_HARDWARE:
+        (sim_etc / "compile-seconds").write_text(f"{compile_seconds:g}\n")
+    else:
+        (sim_etc / "platform").write_text("upstream\n")
+        (extra / "etc/tmpfiles.d").mkdir(mode=0o755, exist_ok=True)
+        (extra / "etc/tmpfiles.d/rbln-sim.conf").write_text(GPU_TMPFILES)
+        tools.append("nvidia-smi")
+    for tool in tools:
+        shutil.copyfile(sim / tool, extra / "usr/bin" / tool)
+        (extra / "usr/bin" / tool).chmod(0o755)
     known = []
     for key in keys:
         kind, blob = key.split()[:2]
@@ -477,18 +529,42 @@ def _new_secret_files() -> dict[str, str]:
     return files
 
 
-def plan_hosts(count: int, devices: int, odd_skus: dict[str, str]) -> list[dict[str, Any]]:
-    """The hosts of a lab: names, addresses, SKU and device count (checked lab settings).
+def plan_hosts(
+    count: int,
+    devices: int,
+    odd_skus: dict[str, str],
+    hardware: str = layout.DEFAULT_HARDWARE,
+    odd_hardware: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The hosts of a lab: names, addresses, hardware, SKU and device count (checked lab
+    settings). An RBLN host (``cr13``) has ``devices`` NPUs of its SKU; a GPU host has its
+    profile's GPUs (``sku``: their name, ``devices``: their count).
 
     + count: number of hosts (1..40)
-    + devices: simulated NPUs per host
-    + odd_skus: host name -> SKU for hosts that are not RBLN-CR13
+    + devices: simulated NPUs per RBLN host
+    + odd_skus: host name -> SKU for RBLN hosts that are not RBLN-CR13
+    + hardware: the hardware of every host (``cr13`` or ``h200``)
+    + odd_hardware: host name -> hardware (``cr13``, ``h100``, ``h200``) for hosts that differ
     """
     if not 1 <= count <= 40:
         raise LabError(f"--hosts must be between 1 and 40, not {count}")
     if not 1 <= devices <= 16:
         raise LabError(f"--devices must be between 1 and 16, not {devices}")
+    if hardware not in layout.LAB_HARDWARE:
+        raise LabError(
+            f"--hardware {hardware}: unknown hardware; allowed: {', '.join(layout.LAB_HARDWARE)}"
+        )
     names = [f"{layout.HOST_PREFIX}{i}" for i in range(1, count + 1)]
+    odd_hardware = odd_hardware or {}
+    for name, kind in odd_hardware.items():
+        if name not in names:
+            raise LabError(f"--odd-hardware names host {name!r}; the lab has {', '.join(names)}")
+        if kind not in layout.HARDWARE:
+            raise LabError(
+                f"--odd-hardware {name}={kind}: unknown hardware; allowed: "
+                + ", ".join(layout.HARDWARE)
+            )
+    kinds = {name: odd_hardware.get(name, hardware) for name in names}
     for name, sku in odd_skus.items():
         if name not in names:
             raise LabError(f"--odd-sku names host {name!r}; the lab has {', '.join(names)}")
@@ -497,20 +573,46 @@ def plan_hosts(count: int, devices: int, odd_skus: dict[str, str]) -> list[dict[
                 f"--odd-sku {name}={sku}: unknown SKU; allowed: "
                 + ", ".join(sorted(layout.SKU_PCI_DEVICE))
             )
+        if kinds[name] != layout.RBLN_HARDWARE:
+            raise LabError(
+                f"--odd-sku {name}={sku}: {name} is a GPU host ({kinds[name]}), not an RBLN one"
+            )
     hosts = []
     for i, name in enumerate(names, start=1):
-        sku = odd_skus.get(name, layout.DEFAULT_SKU)
+        kind = kinds[name]
+        if kind == layout.RBLN_HARDWARE:
+            sku = odd_skus.get(name, layout.DEFAULT_SKU)
+            card = {"sku": sku, "pci_device": layout.SKU_PCI_DEVICE[sku], "devices": devices}
+        else:
+            profile = layout.GPU_PROFILES[kind]
+            card = {
+                "sku": profile["name"],
+                "pci_device": profile["pci_device"],
+                "devices": profile["gpus"],
+            }
         hosts.append(
             {
                 "name": name,
                 "address": layout.host_ip(i),
-                "sku": sku,
-                "pci_device": layout.SKU_PCI_DEVICE[sku],
-                "devices": devices,
+                "hardware": kind,
+                **card,
                 "netns": layout.NETNS_PREFIX + name,
             }
         )
     return hosts
+
+
+def host_groups(hosts: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """The lab's inventory groups: ``lab`` (every host), then one per hardware present.
+
+    + hosts: the planned hosts
+    """
+    groups = {"lab": [h["name"] for h in hosts]}
+    for kind in layout.HARDWARE:
+        members = [h["name"] for h in hosts if h["hardware"] == kind]
+        if members:
+            groups[kind] = members
+    return groups
 
 
 def check_models(models: Sequence[str]) -> list[str]:
@@ -557,24 +659,30 @@ def up(
     compile_seconds: float = layout.DEFAULT_COMPILE_SECONDS,
     log: Any = print,
     models: Sequence[str] = (),
+    hardware: str = layout.DEFAULT_HARDWARE,
+    odd_hardware: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Clear any earlier lab, then build and start a new one; return its state.
 
     + hosts: number of hosts lab1..labN
-    + devices: simulated NPUs per host
-    + odd_skus: host name -> SKU for hosts that are not RBLN-CR13
+    + devices: simulated NPUs per RBLN host
+    + odd_skus: host name -> SKU for RBLN hosts that are not RBLN-CR13
     + compile_seconds: how long the simulated vllm "compiles"
     + log: progress callback taking one line
     + models: ORG/NAME ids whose simulated snapshots the store holds besides the recipes' models
+    + hardware: the hardware of every host (``cr13`` or ``h200``)
+    + odd_hardware: host name -> hardware for hosts that differ (``cr13``, ``h100``, ``h200``)
     """
-    plan = plan_hosts(hosts, devices, odd_skus or {})
+    plan = plan_hosts(hosts, devices, odd_skus or {}, hardware, odd_hardware)
     added = check_models(models)
     if compile_seconds < 0:
         raise LabError(f"--compile-seconds must be >= 0, not {compile_seconds:g}")
     check_can_run()
     sim = lab_sources() / "sim"
-    if not (sim / "lspci").is_file():
-        raise LabError(f"the lab sources have no {sim / 'lspci'}")
+    gpu_hosts = any(h["hardware"] != layout.RBLN_HARDWARE for h in plan)
+    for tool in ("lspci", "nvidia-smi") if gpu_hosts else ("lspci",):
+        if not (sim / tool).is_file():
+            raise LabError(f"the lab sources have no {sim / tool}")
     t0 = time.monotonic()
     clear()
     for d in (
@@ -650,7 +758,7 @@ def up(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "bridge": {"name": layout.BRIDGE, "address": layout.BRIDGE_IP, "prefix": layout.PREFIX},
         "hosts": plan,
-        "groups": {"lab": [h["name"] for h in plan], "cr13": [h["name"] for h in plan]},
+        "groups": host_groups(plan),
         "ssh": ssh,
         "servers": servers,
         "indexes": {
@@ -699,9 +807,10 @@ def status() -> list[str]:
             hstate = proc.stdout.strip() or "unreachable"
         except subprocess.TimeoutExpired:
             hstate = "unreachable (timeout)"
+        gpus = host.get("hardware", layout.RBLN_HARDWARE) != layout.RBLN_HARDWARE
         lines.append(
             f"{host['name']:<8} {host['address']:<13} {host['sku']:<10} "
-            f"{host['devices']} devices  {hstate}"
+            f"{host['devices']} {'GPUs' if gpus else 'devices'}  {hstate}"
         )
     running = set(server_pids())
     for name, server in sorted(state["servers"].items()):

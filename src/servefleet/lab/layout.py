@@ -5,6 +5,7 @@ default route and no DNS, so these servers are all they can reach."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 BRIDGE = "sfbr0"
 BRIDGE_IP = "10.213.0.1"
@@ -24,7 +25,7 @@ PORT_APT = 8090  # signed apt repository (driver prerequisites stand-ins)
 PORT_INDEX_PRIVATE = 8101  # private RBLN index, basic auth: rebel-compiler, lmcache-rbln, nixl-rbln
 PORT_INDEX_VLLM = 8102  # vLLM CPU wheels: vllm
 PORT_INDEX_TORCH = 8103  # torch CPU wheels: torch and companions
-PORT_INDEX_PUBLIC = 8104  # the hosts' public index: everything else, squatters included
+PORT_INDEX_PUBLIC = 8104  # the hosts' public index: the rest (squatters, CUDA vllm and torch)
 
 
 def url(port: int, path: str = "/") -> str:
@@ -37,7 +38,7 @@ CACHE_DIR = Path("/var/cache/servefleet-lab")  # base image tarball, built artif
 STATE_FILE = STATE_DIR / "state.json"
 
 # On every lab host (the simulation's own files; a deploy never writes them)
-SIM_ETC = "/etc/rbln-sim"  # hardware.json (sku, pci id, devices), fail-health, fail-start, compile-seconds
+SIM_ETC = "/etc/rbln-sim"  # hardware.json, platform, fail-*, compile-seconds, load-seconds
 SIM_RUN = "/run/rbln-sim"  # device locks, vllm-<port>.json records of argv and env
 SIM_LOG = "/var/log/rbln-sim"  # compile.log: one line per simulated compile
 
@@ -65,6 +66,41 @@ SKU_PCI_DEVICE = {
     "RBLN-CA02": "1020",
 }
 DEFAULT_SKU = "RBLN-CR13"
+
+# The hardware of a lab host (`lab up --hardware HW`, `--odd-hardware HOST=HW`): ``cr13`` is an
+# RBLN host (NPUs of DEFAULT_SKU, or of its --odd-sku; --devices of them); a GPU profile is an
+# 8-GPU NVIDIA board whose driver comes installed (/usr/bin/nvidia-smi), described to the
+# simulation by /etc/rbln-sim/hardware.json. h100 exists so a test can show a wrong GPU refused.
+RBLN_HARDWARE = "cr13"
+DEFAULT_HARDWARE = RBLN_HARDWARE
+NVIDIA_PCI_VENDOR = "10de"
+GPU_PROFILES: dict[str, dict[str, Any]] = {
+    "h200": {
+        "name": "NVIDIA H200",
+        "gpus": 8,
+        "memory_total_mib": 143771,
+        "driver_version": "570.133.20",
+        "cuda_version": "12.8",
+        "pci_device": "2335",
+        "pci_name": "GH100 [H200 SXM 141GB]",
+        "power_limit_w": 700,
+    },
+    "h100": {
+        "name": "NVIDIA H100 80GB HBM3",
+        "gpus": 8,
+        "memory_total_mib": 81559,
+        "driver_version": "570.133.20",
+        "cuda_version": "12.8",
+        "pci_device": "2330",
+        "pci_name": "GH100 [H100 SXM5 80GB]",
+        "power_limit_w": 700,
+    },
+}
+HARDWARE = (RBLN_HARDWARE, *sorted(GPU_PROFILES))  # every --odd-hardware value
+LAB_HARDWARE = (RBLN_HARDWARE, "h200")  # every --hardware value (a whole lab)
+# PCI buses of the 8 GPUs of an HGX board, as nvidia-smi and lspci show them
+GPU_PCI_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+DEFAULT_LOAD_SECONDS = 2.0  # the simulated GPU vllm's weight loading (/etc/rbln-sim/load-seconds)
 DEFAULT_DEVICES = 4
 DEFAULT_COMPILE_SECONDS = 3.0
 DEFAULT_HOSTS = 3
