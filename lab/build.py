@@ -58,7 +58,7 @@ SDK_VERSIONS = ["0.12.0", "0.12.1"]
 DRIVER_VERSIONS = ["3.5.1", "3.6.0"]
 VLLM_VERSION = "0.30.0+cpu"
 TORCH_VERSION = "2.13.0+cpu"
-CUDA_VLLM_VERSION = "0.30.0"  # PyPI's vllm and torch: CUDA builds, no local version
+CUDA_VLLM_VERSIONS = ["0.30.0", "0.30.1"]  # PyPI's vllm and torch: CUDA builds, no local version
 CUDA_TORCH_VERSION = "2.13.0"
 ARCTIC_VERSION = "0.1.1"
 SIM_SUMMARY = "SIMULATION for the servefleet lab: stand-in for {name}"
@@ -232,11 +232,14 @@ def build_wheels(index: Path) -> None:
         )
     vllm_builds = [
         (index / "vllm", VLLM_VERSION, TORCH_VERSION, {"version": VLLM_VERSION, "device": "cpu"}),
-        (
-            public,
-            CUDA_VLLM_VERSION,
-            CUDA_TORCH_VERSION,
-            {"version": CUDA_VLLM_VERSION, "device": "cuda", "torch": CUDA_TORCH_VERSION},
+        *(
+            (
+                public,
+                v,
+                CUDA_TORCH_VERSION,
+                {"version": v, "device": "cuda", "torch": CUDA_TORCH_VERSION},
+            )
+            for v in CUDA_VLLM_VERSIONS
         ),
     ]
     for outdir, version, torch, build in vllm_builds:

@@ -523,6 +523,27 @@ _axes = _entries(
 )
 
 
+_FEATURES = _entries(
+    _matching(_SLUG, "a feature", "a feature name of the recipe"),
+    _matching(_SLUG, "on, off or a mode", "on, off or a mode name"),
+    "feature -> on, off or a mode",
+)
+
+
+def _features(value: Any) -> dict[str, str]:
+    """A mapping feature -> on/off/mode, or its command-line form ``name=on,name=off``."""
+    if isinstance(value, str):  # --data serve_features=spec_decoding=on
+        pairs = [p.split("=", 1) for p in value.split(",") if p]
+        if not all(len(p) == 2 for p in pairs):
+            raise _Refused(
+                f"expected NAME=MODE pairs separated by commas, got {_show(value)}",
+                "feature -> on, off or a mode",
+            )
+        value = dict(pairs)
+    result: dict[str, str] = _FEATURES(value)
+    return result
+
+
 def _selection(value: Any) -> dict[str, str]:
     """A mapping axis -> value, or its command-line form ``axis=value,axis=value``."""
     if isinstance(value, str):  # --data serve_selection=lmcache=cpu,spec_decode=suffix
@@ -610,11 +631,7 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
             _matching(_SLUG, "a GPU id", "a GPU id of vLLM's taxonomy (h200, b200, mi300x, ...)")
         ),
         "serve_variant": _optional(_matching(_SLUG, "a variant", "a variant name of the recipe")),
-        "serve_features": _entries(
-            _matching(_SLUG, "a feature", "a feature name of the recipe"),
-            _matching(_SLUG, "on, off or a mode", "on, off or a mode name"),
-            "feature -> on, off or a mode",
-        ),
+        "serve_features": _features,
         "serve_instances": _optional(_whole(1, 64)),
         "serve_load_timeout": _whole(1),
         "serve_prewarm_scope": _scope,

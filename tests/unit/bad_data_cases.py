@@ -52,7 +52,7 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "serve_health_timeout": (False, "serve_health_timeout: expected a whole number, got False"),
     "serve_hardware": (200, "serve_hardware: expected a string, got 200"),
     "serve_variant": (1, "serve_variant: expected a string, got 1"),
-    "serve_features": ("spec_decoding", "serve_features: expected a mapping, got 'spec_decoding'"),
+    "serve_features": (5, "serve_features: expected a mapping, got 5"),
     "serve_instances": ("two", "serve_instances: expected a whole number, got 'two'"),
     "serve_load_timeout": (2.5, "serve_load_timeout: expected a whole number, got 2.5"),
     "serve_prewarm_scope": (
@@ -111,6 +111,7 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("serve_health_timeout", "soon", "serve_health_timeout: expected a whole number, got 'soon'"),
     ("serve_hardware", "H200", "serve_hardware: 'H200' is not a GPU id"),
     ("serve_variant", "fp 8", "serve_variant: 'fp 8' is not a variant"),
+    ("serve_features", "spec_decoding", "serve_features: expected NAME=MODE pairs separated by commas, got 'spec_decoding'"),
     ("serve_instances", 0, "serve_instances: 0 is out of range; allowed: 1-64, or None"),
     ("serve_load_timeout", 0, "serve_load_timeout: 0 is out of range; allowed: a whole number >= 1"),
     ("serve_prewarm_scope", "fleets", "serve_prewarm_scope: 'fleets' is not a pre-warm scope; allowed: host or fleet"),
