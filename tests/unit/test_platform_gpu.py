@@ -146,3 +146,32 @@ def test_the_torch_backend_comes_from_the_recipes_install_line() -> None:
     }
     assert torch_backend(pinned) == "cu130"
     assert torch_backend({"model": {}}) == ""
+
+
+AMD_SMI = [
+    {"gpu": i, "asic": {"market_name": "AMD Instinct MI300X"},
+     "vram": {"type": "HBM", "size": {"value": 196592, "unit": "MB"}},
+     "driver": {"name": "amdgpu", "version": "6.8.5"}}
+    for i in range(8)
+]  # fmt: skip
+
+
+def test_amd_hosts_are_read_from_amd_smi_and_get_hip_visible_devices() -> None:
+    probe_ = gpu_probe([], amd=json.dumps(AMD_SMI, indent=1).splitlines())
+    plan = plan_host(gpu_settings(serve_hardware="mi300x"), probe_)
+    assert plan.refusal is None and plan.hardware.source == "amd-smi"
+    assert (
+        plan.hardware.skus[0] == "AMD Instinct MI300X" and plan.hardware.driver_version == "6.8.5"
+    )
+    exec_argv, env = parse_unit(plan.instances[0].text)
+    assert env["HIP_VISIBLE_DEVICES"] == "0" and "CUDA_VISIBLE_DEVICES" not in env
+    assert env["VLLM_ROCM_USE_AITER"] == "1"  # the recipe's AMD override lands in the unit
+    assert "ROCM_AITER_UNIFIED_ATTN" in exec_argv
+    assert plan.desired_state()["devices_env"] == "HIP_VISIBLE_DEVICES"
+
+
+def test_serve_features_take_the_command_line_form() -> None:
+    assert gpu_settings(serve_features="spec_decoding=on,tool_calling=off").features == {
+        "spec_decoding": "on",
+        "tool_calling": "off",
+    }
