@@ -56,11 +56,34 @@ else
     echo "Installing RBLN driver $VERSION"
 fi
 
-mkdir -p "$R/usr/bin" "$R/etc/rbln-sim" "$R/etc/tmpfiles.d" "$R/run/rbln-sim" "$R/var/log/rbln-sim"
-TMP="$R/usr/bin/.rbln-smi.$$"
+mkdir -p "$R/usr/bin" "$R/usr/lib/rbln-sim" "$R/etc/rbln-sim" "$R/etc/tmpfiles.d" \
+    "$R/run/rbln-sim" "$R/var/log/rbln-sim"
+TMP="$R/usr/lib/rbln-sim/.rbln_smi.py.$$"
 cat > "$TMP" <<'RBLN_SMI_PAYLOAD_END'
 @RBLN_SMI@
 RBLN_SMI_PAYLOAD_END
+chmod 755 "$TMP"
+mv -f "$TMP" "$R/usr/lib/rbln-sim/rbln_smi.py"
+# The real rbln-smi is a native binary that answers in a few ms. The simulation renders with
+# Python once per content of hardware.json (and of this driver) and answers from /run after that.
+TMP="$R/usr/bin/.rbln-smi.$$"
+cat > "$TMP" <<'RBLN_SMI_WRAPPER_END'
+#!/bin/sh
+# rbln-smi: a SIMULATION for the servefleet lab (the renderer: /usr/lib/rbln-sim/rbln_smi.py)
+root=${RBLN_SIM_ROOT:-}
+py=$root/usr/lib/rbln-sim/rbln_smi.py
+dir=$root/run/rbln-sim
+case "$*" in
+    "") out=table ;; -j|--json) out=json ;; *) exec python3 "$py" "$@" ;;
+esac
+[ -d "$dir" ] && [ -w "$dir" ] || exec python3 "$py" "$@"
+key=$(cat "$root/etc/rbln-sim/hardware.json" "$py" 2>/dev/null | cksum | tr ' ' '-')
+cache="$dir/rbln-smi.$out.$key"
+[ -s "$cache" ] && exec cat "$cache"
+python3 "$py" "$@" > "$cache.$$" || { rc=$?; cat "$cache.$$"; rm -f "$cache.$$"; exit $rc; }
+mv -f "$cache.$$" "$cache" 2>/dev/null || { cat "$cache.$$"; rm -f "$cache.$$"; exit 0; }
+exec cat "$cache"
+RBLN_SMI_WRAPPER_END
 chmod 755 "$TMP"
 mv -f "$TMP" "$R/usr/bin/rbln-smi"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = ["SKU_BY_PCI_DEVICE", "Hardware", "HostPlan", "hardware_from_probe", "
 SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets live on a host
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
 HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
+_KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")  # `uname -r`, as apt names take it
 UNIT_PREFIX = "servefleet-vllm-"
 REMOTE_SCRIPTS = (
     "install_release.py", "fetch_model.py", "health.py", "instances.py", "prewarm.py"
@@ -238,6 +240,13 @@ def plan_host(
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
     release = plan_release(settings, spec, NETRC)
+    kernel = str(probe.get("kernel", ""))
+    driver_needed = not builder and platform.driver_needed(settings, hardware)
+    if refusal is None and driver_needed and not _KERNEL.fullmatch(kernel):
+        refusal = (
+            f"the host's kernel release {kernel!r} cannot name its headers package "
+            "(driver_apt_packages); allowed: letters, digits and . + ~ _ -"
+        )
     units: dict[str, dict[str, Any]] = probe.get("units", {})
     if builder and units:
         refusal = (
@@ -274,7 +283,7 @@ def plan_host(
         spec=spec,
         hardware=hardware,
         refusal=refusal,
-        driver_needed=not builder and platform.driver_needed(settings, hardware),
+        driver_needed=driver_needed,
         release=release,
         release_complete=release.id in probe.get("releases", []),
         current=probe.get("current"),
@@ -286,7 +295,7 @@ def plan_host(
         missing_models=tuple(
             m for m in spec.requirements.models if m not in probe.get("models", [])
         ),
-        kernel=str(probe.get("kernel", "")),
+        kernel=kernel,
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
         good_shas=tuple(probe.get("good_shas", ())),

@@ -264,3 +264,10 @@ def test_readme_data_table_matches_group_data() -> None:
     assert BEGIN in readme and END in readme, "README lacks the data-table markers"
     table = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip() + "\n"
     assert table == data_table(), "README data table is stale: run python -m servefleet.datadoc"
+
+
+@pytest.mark.parametrize("kernel", ["6.1.0-18-amd64; rm -rf /", "6.1 0", "", "-x"])
+def test_a_kernel_release_that_cannot_name_a_package_refuses_the_driver_step(kernel: str) -> None:
+    plan = plan_host(settings(), probe(kernel=kernel))
+    assert plan.refusal is not None and "kernel release" in plan.refusal
+    assert plan_host(settings(), probe(kernel="6.1.0-18-amd64")).refusal is None

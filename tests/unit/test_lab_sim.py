@@ -408,6 +408,30 @@ def test_rbln_smi_json_shape(simroot: Path) -> None:
     assert bad.returncode == 2
 
 
+def test_rbln_smi_answers_from_its_cache_only_while_hardware_json_is_unchanged(
+    out: Path, manifest: dict[str, Any], fakebin: Path, tmp_path: Path
+) -> None:
+    runfile = out / "files" / manifest["driver"]["3.5.1"]["path"]
+    assert run_runfile(runfile, tmp_path, fakebin, all_prereqs(), "--silent").returncode == 0
+    env = dict(os.environ, RBLN_SIM_ROOT=str(tmp_path))
+    hardware = tmp_path / "etc/rbln-sim/hardware.json"
+
+    def npus() -> int:
+        proc = subprocess.run([str(tmp_path / "usr/bin/rbln-smi"), "-j"], capture_output=True,
+                              text=True, env=env, check=True)  # fmt: skip
+        return len(json.loads(proc.stdout)["devices"])
+
+    for count in (2, 2, 3, 1):
+        hardware.write_text(
+            json.dumps({"sku": "RBLN-CR13", "pci_device": "2130", "devices": count})
+        )
+        assert npus() == count and npus() == count  # rendered, then from the cache
+    assert list((tmp_path / "run/rbln-sim").glob("rbln-smi.json.*"))
+    table = subprocess.run([str(tmp_path / "usr/bin/rbln-smi")], capture_output=True, text=True,
+                           env=env)  # fmt: skip
+    assert table.returncode == 0 and table.stdout.count("RBLN-CR13") == 1
+
+
 def test_lspci_stand_in(simroot: Path) -> None:
     env = dict(os.environ, RBLN_SIM_ROOT=str(simroot))
 
