@@ -218,8 +218,8 @@ def bundle_dirs(state: dict[str, Any], unit: str, since: float) -> list[str]:
     for bundle in found:
         with contextlib.suppress(ValueError):
             rel = bundle.parent.parent.relative_to(root)
-            if len(rel.parts) == 3 and ".." not in rel.parts:
-                dirs.add(str(rel))
+            if len(rel.parts) == 3 and ".." not in rel.parts and bundle.is_file():
+                dirs.add(str(rel))  # only a cache that is on disk now can be copied
     return sorted(dirs)
 
 
