@@ -108,6 +108,7 @@ class Settings:
     pins: dict[str, str]
     extra_packages: dict[str, tuple[str, ...]]
     sdk_python: str
+    installer: str
     indexes: tuple[Index, ...]
     public_index: str | None
     trusted_hosts: tuple[str, ...]
@@ -568,6 +569,15 @@ def _command(value: Any) -> str:
     return command
 
 
+INSTALLERS = ("uv", "pip")
+
+
+def _installer(value: Any) -> str:
+    if value not in INSTALLERS:
+        raise _bad(value, "is not an installer", " or ".join(INSTALLERS))
+    return str(value)
+
+
 PREWARM_SCOPES = ("host", "fleet")
 
 
@@ -608,6 +618,7 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
             _package, _listed(_package, _PACKAGES_ALLOWED), "extra -> package names"
         ),
         "sdk_python": _command,
+        "sdk_installer": _installer,
         "pip_indexes": _indexes(url),
         "pip_public_index": _optional(url),
         "pip_trusted_hosts": _trusted_hosts,
@@ -750,6 +761,7 @@ def settings_from(
         pins=values["sdk_pins"],
         extra_packages=values["sdk_extra_packages"],
         sdk_python=values["sdk_python"],
+        installer=values["sdk_installer"],
         indexes=values["pip_indexes"],
         public_index=values["pip_public_index"],
         trusted_hosts=values["pip_trusted_hosts"],

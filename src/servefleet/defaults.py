@@ -37,6 +37,7 @@ sdk_extra_packages = {  # vllm-rbln extra -> what it brings (installed only when
     "kv-connectors": ["lmcache-rbln", "nixl-rbln"],
 }
 sdk_python = "python3"  # interpreter the release venvs are made with
+sdk_installer = "uv"  # uv (its binary shipped from the controller) or pip (where uv cannot run)
 
 # --- pip: where packages come from
 pip_indexes = {  # index -> url and the packages it owns; each package comes only from its owner

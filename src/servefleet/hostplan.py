@@ -19,6 +19,7 @@ from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.release import ReleasePlan, plan_release
 from servefleet.render import render_unit
 from servefleet.spec import ServeSpec
+from servefleet.uvbin import host_uv
 
 __all__ = ["SKU_BY_PCI_DEVICE", "Hardware", "HostPlan", "hardware_from_probe", "plan_host"]
 
@@ -326,7 +327,8 @@ def watched_paths(settings: Settings, release_id: str) -> list[str]:
     lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
     dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
     dirs += [SECRETS_DIR, settings.cache_root, settings.hf_home]
-    return [*dirs, *lib, f"{root}/plans/{release_id}.json", NETRC, HF_TOKEN_FILE]
+    uv = [host_uv(root)] if settings.installer == "uv" else []
+    return [*dirs, *lib, *uv, f"{root}/plans/{release_id}.json", NETRC, HF_TOKEN_FILE]
 
 
 def probe_args(settings: Settings, spec: ServeSpec) -> str:

@@ -18,6 +18,7 @@ from servefleet.data import Settings, canonical_name
 from servefleet.errors import DataError
 from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
+from servefleet.uvbin import host_uv
 
 MARKER = ".servefleet-release.json"  # written last, after every check passed
 
@@ -61,6 +62,8 @@ class ReleasePlan:
     must_have: list[str]
     imports: list[str]
     netrc: str | None = field(default=None)
+    installer: str = "pip"  # "uv" or "pip" (the venv's content does not depend on it)
+    uv: str | None = None  # the uv binary on the host (installer "uv")
 
     @property
     def marker(self) -> str:
@@ -81,6 +84,8 @@ class ReleasePlan:
             "imports": self.imports,
             "netrc": self.netrc,
             "marker": MARKER,
+            "installer": self.installer,
+            "uv": self.uv,
         }
 
 
@@ -148,4 +153,6 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         must_have=must_have,
         imports=platform.imports(spec),
         netrc=netrc if any(d.auth for d in downloads) else None,
+        installer=settings.installer,
+        uv=host_uv(settings.root) if settings.installer == "uv" else None,
     )

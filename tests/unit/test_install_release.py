@@ -176,3 +176,51 @@ def test_a_failed_import_is_refused(index: dict[str, str], tmp_path: Path) -> No
     proc = install(plan, tmp_path)
     assert proc.returncode == 1
     withheld(plan, proc.stderr, "import sfbroken failed: RuntimeError: no NPU here")
+
+
+def with_uv(plan: ReleasePlan) -> ReleasePlan:
+    from servefleet.uvbin import uv_binary
+
+    return replace(plan, installer="uv", uv=str(uv_binary()))
+
+
+def test_uv_installs_a_sound_plan_from_each_owner_with_hashes(
+    index: dict[str, str], tmp_path: Path
+) -> None:
+    plan = with_uv(release_plan(index, tmp_path / "release"))
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "release" / MARKER).exists()
+    python = str(tmp_path / "release" / "bin" / "python")
+    origin = subprocess.run(
+        [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
+    )
+    assert origin.stdout == "owner\n"  # the owner's 1.0 behind basic auth, not the squatter
+    locked = (tmp_path / "release" / "locked.txt").read_text()
+    assert "sfowned==1.0" in locked and f"# from {index['owner'].rstrip('/')}" in locked
+    assert locked.count("--hash=sha256:") >= 3
+    assert "sf-pass" not in proc.stdout + proc.stderr + locked
+
+
+def test_uv_refuses_an_owned_package_its_owner_does_not_serve(
+    index: dict[str, str], tmp_path: Path
+) -> None:
+    """sfpub claimed by the owner index, which lacks it: uv finds it on the public index only,
+    and the installer refuses before installing anything."""
+    base = with_uv(release_plan(index, tmp_path / "release"))
+    plan = replace(
+        base,
+        downloads=[*base.downloads, Download("sfpub", "1.0", index["owner"], auth=True)],
+        requirements=[],
+    )
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 1
+    owner = index["owner"].rstrip("/")
+    assert (
+        f"servefleet: sfpub resolved from {index['public'].rstrip('/')}, not from its owner {owner}"
+        in proc.stderr
+    )
+    assert not (tmp_path / "release" / MARKER).exists()
+    assert not (tmp_path / "release" / "lib").exists() or not list(
+        (tmp_path / "release" / "lib").glob("python*/site-packages/sfowned")
+    )

@@ -52,6 +52,7 @@ from servefleet.hostplan import (
     resolve_for,
 )
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.uvbin import uv_binary
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
 RUNFILE_DIR = "/var/cache/servefleet/driver"
@@ -237,6 +238,17 @@ def _lib_ops(plan: HostPlan) -> None:
         _directory(plan, path)
     for script in REMOTE_SCRIPTS:
         _put(plan, f"Upload {script}", (REMOTE / script).read_bytes(), f"{plan.lib}/{script}")
+    uv = plan.release.uv
+    found = plan.paths.get(uv or "") or {}
+    if uv and (found.get("type"), found.get("mode"), found.get("user")) != ("file", "755", "root"):
+        files.put(
+            name=f"Upload uv {uv.rsplit('-', 1)[-1]} (the release installer)",
+            src=str(uv_binary()),
+            dest=uv,
+            user="root",
+            group="root",
+            mode="755",
+        )
 
 
 def _stack_ops(plan: HostPlan) -> OperationMeta | None:

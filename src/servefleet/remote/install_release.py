@@ -4,13 +4,18 @@
 usage: install_release.py PLAN.json
 
 1. a fresh venv at plan["path"] (an incomplete one left by a failed run is removed first);
-2. each owned package downloaded from its own index only (``pip download --isolated
-   --index-url OWNER --no-deps``; credentials from the 0600 netrc via $NETRC, never argv);
-3. one ``pip install`` from the public index with the owned packages as direct file references
-   and every public package constrained to its pin;
-4. checks: every installed pin has its pinned version, every owned package came from our
-   download, every required module imports;
-5. only then the completion marker. A release counts as installed only with that marker.
+2. with uv (plan["installer"] "uv", the binary plan["uv"] the deploy shipped):
+   ``uv pip compile`` resolves everything once, owners' indexes first (uv takes each package
+   from the first index that has it, so a same-named package on the public index never wins),
+   with a sha256 of every file and the index each came from; an owned package from any other
+   index than its owner's is refused; ``uv pip install --require-hashes`` installs exactly that
+   (``locked.txt`` in the release). With pip: each owned package downloaded from its own index
+   only (``pip download --isolated --index-url OWNER --no-deps``), then one ``pip install`` from
+   the public index with them as direct file references, every public package constrained.
+   Credentials come from the 0600 netrc via $NETRC, never argv;
+3. checks: every installed pin has its pinned version, every owned package came from its owner,
+   every required module imports;
+4. only then the completion marker. A release counts as installed only with that marker.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ for name, version in plan["expect"].items():
         continue
     if have != version:
         errors.append(f"{name} {have} is installed, {version} is pinned")
-for d in plan["downloads"]:
+for d in plan["downloads"] if plan.get("installer") != "uv" else []:  # uv: checked in locked.txt
     try:
         url = json.loads(md.distribution(d["name"]).read_text("direct_url.json") or "{}").get("url", "")
     except md.PackageNotFoundError:
@@ -87,9 +92,79 @@ def main(plan_file: str) -> None:
         return
     if release.exists():
         shutil.rmtree(release)
+    wheelhouse = release / "wheelhouse"
+    if plan.get("installer") == "uv":
+        install_with_uv(plan, release)
+    else:
+        install_with_pip(plan, release, wheelhouse)
+    check = subprocess.run(
+        [str(release / "bin" / "python"), "-c", CHECK, plan_file, str(wheelhouse)]
+    )
+    if check.returncode != 0:
+        sys.exit(f"servefleet: release {plan['id']} failed its checks; it is not marked complete")
+    marker = release / plan["marker"]
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"id": plan["id"], "pins": plan["expect"]}, sort_keys=True) + "\n")
+    tmp.rename(marker)
+    print(f"release {plan['id']} installed and checked")
+
+
+def uv_env(plan: dict) -> dict[str, str]:
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_NO_PROGRESS="1")
+    if plan["netrc"]:
+        env["NETRC"] = plan["netrc"]
+    return env
+
+
+def owners(plan: dict) -> dict[str, str]:
+    """Owned package -> its index URL (normalised without a trailing slash)."""
+    return {canonical(d["name"]): d["index"].rstrip("/") for d in plan["downloads"]}
+
+
+def locked_sources(text: str) -> dict[str, str]:
+    """``uv pip compile --emit-index-annotation`` output: package -> the index it came from."""
+    out, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==", line)
+        if m:
+            current = canonical(m.group(1))
+        elif current and line.strip().startswith("# from "):
+            out[current] = line.strip()[len("# from ") :].rstrip("/")
+    return out
+
+
+def install_with_uv(plan: dict, release: Path) -> None:
+    uv, env = plan["uv"], uv_env(plan)
+    run([uv, "venv", "--quiet", "--python", plan["python"], str(release)], env=env)
+    python = str(release / "bin" / "python")
+    urls = list(dict.fromkeys(owners(plan).values()))
+    indexes = [a for u in urls for a in ("--index", u)]
+    if plan["public_index"]:
+        indexes += ["--default-index", plan["public_index"]]
+    insecure = [a for h in plan["trusted_hosts"] for a in ("--allow-insecure-host", h)]
+    wanted = release / "requirements.in"
+    wanted.write_text("".join(
+        f"{r}\n" for r in [*(f"{d['name']}=={d['version']}" for d in plan["downloads"]),
+                           *plan["requirements"]]
+    ))  # fmt: skip
+    constraints = release / "constraints.txt"
+    constraints.write_text("".join(c + "\n" for c in plan["constraints"]))
+    locked = release / "locked.txt"
+    run([uv, "pip", "compile", "--quiet", "--python", python, *indexes, *insecure,
+         "--generate-hashes", "--emit-index-annotation", "--no-header", "-c", str(constraints),
+         "-o", str(locked), str(wanted)], env=env)  # fmt: skip
+    came = locked_sources(locked.read_text())
+    for name, index in owners(plan).items():
+        if came.get(name) != index:
+            sys.exit(f"servefleet: {name} resolved from {came.get(name) or 'nowhere'}, "
+                     f"not from its owner {index}; nothing installed")  # fmt: skip
+    run([uv, "pip", "install", "--quiet", "--python", python, *indexes, *insecure,
+         "--require-hashes", "--no-deps", "-r", str(locked)], env=env)  # fmt: skip
+
+
+def install_with_pip(plan: dict, release: Path, wheelhouse: Path) -> None:
     run([plan["python"], "-m", "venv", str(release)])
     pip = [str(release / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    wheelhouse = release / "wheelhouse"
     wheelhouse.mkdir()
     env = dict(os.environ)
     refs = []
@@ -116,16 +191,6 @@ def main(plan_file: str) -> None:
             *plan["requirements"],
         ]
     )
-    check = subprocess.run(
-        [str(release / "bin" / "python"), "-c", CHECK, plan_file, str(wheelhouse)]
-    )
-    if check.returncode != 0:
-        sys.exit(f"servefleet: release {plan['id']} failed its checks; it is not marked complete")
-    marker = release / plan["marker"]
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"id": plan["id"], "pins": plan["expect"]}, sort_keys=True) + "\n")
-    tmp.rename(marker)
-    print(f"release {plan['id']} installed and checked")
 
 
 if __name__ == "__main__":
