@@ -130,6 +130,34 @@ def test_a_copy_with_a_member_its_manifest_does_not_list_is_refused(tmp_path: Pa
     assert not (tmp_path / "etc").exists()
 
 
+@pytest.mark.parametrize(
+    "name", ["../../etc/evil", f"{DIR}/../../../../etc/evil", "/etc/evil", "x/y"]
+)
+def test_a_manifest_naming_a_file_outside_its_directories_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    dest = tmp_path / "b"
+    incoming = dest / ".servefleet-incoming"
+    incoming.mkdir(parents=True)
+    tar_path = incoming / f"{FP}.tar"
+    evil = tmp_path / "evil"
+    evil.write_text("x")
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(evil, arcname=name)
+    files = {name: [1, prewarm.sha256_of(evil)]}
+    manifest = {
+        "fingerprint": FP,
+        "dirs": [DIR],
+        "files": files,
+        "tar_size": tar_path.stat().st_size,
+    }
+    manifest["tar_sha256"] = prewarm.sha256_of(tar_path)
+    Path(f"{tar_path}.json").write_text(json.dumps(manifest))
+    with pytest.raises(prewarm.NoCopy, match="outside its cache directories"):
+        prewarm.unpack(dest, FP, tar_path, USER)
+    assert not (tmp_path / "etc").exists() and not (dest / "etc").exists()
+
+
 @pytest.mark.parametrize("dirs", [[], ["../../etc"], ["/etc/passwd"]])
 def test_a_marker_without_a_cache_directory_gives_no_copy(tmp_path: Path, dirs: list[str]) -> None:
     src = warm_host(tmp_path / "a", dirs)

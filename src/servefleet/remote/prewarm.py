@@ -111,6 +111,11 @@ def _check_manifest(manifest: Any, fingerprint: str) -> dict[str, Any]:
     )
     if not ok:
         raise NoCopy(f"the copy's manifest is not one of fingerprint {fingerprint}")
+    for name in manifest["files"]:
+        parts = Path(name).parts
+        inside = any(name.startswith(f"{d}/") for d in manifest["dirs"])
+        if not inside or name.startswith("/") or ".." in parts or "." in parts:
+            raise NoCopy(f"the copy's manifest lists {name!r}, outside its cache directories")
     return manifest
 
 
