@@ -113,7 +113,9 @@ def test_a_file_changed_inside_a_tar_whose_hash_was_recomputed_is_still_refused(
         prewarm.unpack(dest, FP, send(store, dest), USER)
 
 
-def test_a_copy_with_a_member_its_manifest_does_not_list_is_refused(tmp_path: Path) -> None:
+def hostile_copy(tmp_path: Path, member: str, listed: bool) -> tuple[Path, Path]:
+    """A host's incoming copy: a tar holding one file as ``member``, its manifest listing it
+    (``listed``) or nothing; returns (the host's cache root, the tar)."""
     dest = tmp_path / "b"
     incoming = dest / ".servefleet-incoming"
     incoming.mkdir(parents=True)
@@ -121,10 +123,16 @@ def test_a_copy_with_a_member_its_manifest_does_not_list_is_refused(tmp_path: Pa
     evil = tmp_path / "evil"
     evil.write_text("x")
     with tarfile.open(tar_path, "w") as tar:
-        tar.add(evil, arcname="../../etc/evil")
-    manifest = {"fingerprint": FP, "dirs": [DIR], "files": {}, "tar_size": tar_path.stat().st_size}
-    manifest["tar_sha256"] = prewarm.sha256_of(tar_path)
+        tar.add(evil, arcname=member)
+    files = {member: [1, prewarm.sha256_of(evil)]} if listed else {}
+    manifest = {"fingerprint": FP, "dirs": [DIR], "files": files}
+    manifest.update(tar_size=tar_path.stat().st_size, tar_sha256=prewarm.sha256_of(tar_path))
     Path(f"{tar_path}.json").write_text(json.dumps(manifest))
+    return dest, tar_path
+
+
+def test_a_copy_with_a_member_its_manifest_does_not_list_is_refused(tmp_path: Path) -> None:
+    dest, tar_path = hostile_copy(tmp_path, "../../etc/evil", listed=False)
     with pytest.raises(prewarm.NoCopy, match="does not list"):
         prewarm.unpack(dest, FP, tar_path, USER)
     assert not (tmp_path / "etc").exists()
@@ -136,23 +144,7 @@ def test_a_copy_with_a_member_its_manifest_does_not_list_is_refused(tmp_path: Pa
 def test_a_manifest_naming_a_file_outside_its_directories_is_refused(
     tmp_path: Path, name: str
 ) -> None:
-    dest = tmp_path / "b"
-    incoming = dest / ".servefleet-incoming"
-    incoming.mkdir(parents=True)
-    tar_path = incoming / f"{FP}.tar"
-    evil = tmp_path / "evil"
-    evil.write_text("x")
-    with tarfile.open(tar_path, "w") as tar:
-        tar.add(evil, arcname=name)
-    files = {name: [1, prewarm.sha256_of(evil)]}
-    manifest = {
-        "fingerprint": FP,
-        "dirs": [DIR],
-        "files": files,
-        "tar_size": tar_path.stat().st_size,
-    }
-    manifest["tar_sha256"] = prewarm.sha256_of(tar_path)
-    Path(f"{tar_path}.json").write_text(json.dumps(manifest))
+    dest, tar_path = hostile_copy(tmp_path, name, listed=True)
     with pytest.raises(prewarm.NoCopy, match="outside its cache directories"):
         prewarm.unpack(dest, FP, tar_path, USER)
     assert not (tmp_path / "etc").exists() and not (dest / "etc").exists()
