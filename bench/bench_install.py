@@ -9,29 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from labbench import REPO, lab, lab_env
+
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
-
-
-def _lab(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "servefleet", "lab", *args],
-                          capture_output=True, text=True)  # fmt: skip
-    if proc.returncode != 0:
-        raise SystemExit(f"servefleet lab {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
-
-
-def _env() -> dict[str, str]:
-    from servefleet.lab.state import load_state
-
-    secrets = {k: Path(p).read_text().strip() for k, p in load_state()["secrets"].items()}
-    return {**os.environ, **secrets, "PYINFRA_PROGRESS": "off"}
 
 
 def install(plan: dict, installer: str, n: int) -> float:
@@ -44,7 +29,7 @@ def install(plan: dict, installer: str, n: int) -> float:
         "s=$(date +%s%N) && python3 /opt/servefleet/lib/install_release.py /tmp/bench-plan.json "
         ">/tmp/bench-install.log 2>&1 && e=$(date +%s%N) && echo $(( (e - s) / 1000000 ))"
     )
-    out = _lab("ssh", "lab1", script).strip().splitlines()[-1]
+    out = lab("ssh", "lab1", script).strip().splitlines()[-1]
     return int(out) / 1000
 
 
@@ -53,17 +38,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="installs per installer (median)")
     args = parser.parse_args()
     try:
-        _lab("up", "--hosts", "1")
+        lab("up", "--hosts", "1")
         proc = subprocess.run([PYINFRA, "-y", "inventories/lab.py", "deploys/serve.py"], cwd=REPO,
-                              env=_env(), capture_output=True, text=True)  # fmt: skip
+                              env=lab_env(), capture_output=True, text=True)  # fmt: skip
         if proc.returncode != 0:
             raise SystemExit(f"deploy failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        current = _lab("ssh", "lab1", "readlink /opt/servefleet/current").strip().split("/")[-1]
-        plan = json.loads(_lab("ssh", "lab1", f"cat /opt/servefleet/plans/{current}.json"))
+        current = lab("ssh", "lab1", "readlink /opt/servefleet/current").strip().split("/")[-1]
+        plan = json.loads(lab("ssh", "lab1", f"cat /opt/servefleet/plans/{current}.json"))
         times = {inst: [install(plan, inst, n) for n in range(args.runs)] for inst in ("pip", "uv")}
-        _lab("ssh", "lab1", "rm -rf /opt/servefleet/bench")
+        lab("ssh", "lab1", "rm -rf /opt/servefleet/bench")
     finally:
-        _lab("down")
+        lab("down")
     pip, uv = statistics.median(times["pip"]), statistics.median(times["uv"])
     print("Release install on a fresh lab host (cold caches, same plan and pins):\n")
     print("| installer | install (s) | vs pip |")

@@ -20,8 +20,9 @@ from servefleet.lab import layout
 
 def _timed(*args: str) -> float:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "servefleet", "lab", *args],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "servefleet", "lab", *args], capture_output=True, text=True
+    )
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"servefleet lab {' '.join(args)} failed:\n{proc.stderr}")
@@ -43,18 +44,36 @@ def main() -> int:
             warm = statistics.median(_timed("up", "--hosts", str(n)) for _ in range(args.warm_runs))
             down = _timed("down")
             rows.append((n, cold, warm, down))
-            print(f"  {n} hosts: cold {cold:.1f} s, warm {warm:.1f} s, down {down:.1f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {n} hosts: cold {cold:.1f} s, warm {warm:.1f} s, down {down:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         _timed("down")
     base_warm = rows[0][2]
-    print(f"{'hosts':>5} | {'up cold (s)':>11} | {'up warm (s)':>11} | {'cold/warm':>9} | "
-          f"{'warm vs ' + str(rows[0][0]) + ' host':>15} | {'down (s)':>8}")
-    print("-" * 5 + "-+-" + "-" * 11 + "-+-" + "-" * 11 + "-+-" + "-" * 9 + "-+-" + "-" * 15
-          + "-+-" + "-" * 8)
+    print(
+        f"{'hosts':>5} | {'up cold (s)':>11} | {'up warm (s)':>11} | {'cold/warm':>9} | "
+        f"{'warm vs ' + str(rows[0][0]) + ' host':>15} | {'down (s)':>8}"
+    )
+    print(
+        "-" * 5
+        + "-+-"
+        + "-" * 11
+        + "-+-"
+        + "-" * 11
+        + "-+-"
+        + "-" * 9
+        + "-+-"
+        + "-" * 15
+        + "-+-"
+        + "-" * 8
+    )
     for n, cold, warm, down in rows:
-        print(f"{n:>5} | {cold:>11.1f} | {warm:>11.1f} | {cold / warm:>8.1f}x | "
-              f"{warm / base_warm:>14.2f}x | {down:>8.1f}")
+        print(
+            f"{n:>5} | {cold:>11.1f} | {warm:>11.1f} | {cold / warm:>8.1f}x | "
+            f"{warm / base_warm:>14.2f}x | {down:>8.1f}"
+        )
     return 0
 
 

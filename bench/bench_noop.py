@@ -8,35 +8,21 @@ root; brings labs up and leaves the machine with the lab down.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from labbench import REPO, lab, lab_env
+
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
-
-
-def _lab(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "servefleet", "lab", *args],
-                          capture_output=True, text=True)  # fmt: skip
-    if proc.returncode != 0:
-        raise SystemExit(f"servefleet lab {' '.join(args)} failed:\n{proc.stderr}")
-
-
-def _env() -> dict[str, str]:
-    from servefleet.lab.state import load_state
-
-    secrets = {k: Path(p).read_text().strip() for k, p in load_state()["secrets"].items()}
-    return {**os.environ, **secrets, "PYINFRA_PROGRESS": "off"}
 
 
 def _deploy(*args: str) -> tuple[float, str]:
     start = time.monotonic()
     proc = subprocess.run([PYINFRA, "-y", *args, "inventories/lab.py", "deploys/serve.py"],
-                          cwd=REPO, env=_env(), capture_output=True, text=True)  # fmt: skip
+                          cwd=REPO, env=lab_env(), capture_output=True, text=True)  # fmt: skip
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"deploy failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -51,16 +37,19 @@ def main() -> int:
     rows = []
     try:
         for n in (int(x) for x in args.hosts.split(",")):
-            _lab("up", "--hosts", str(n))
+            lab("up", "--hosts", str(n))
             _deploy()
             noop = statistics.median(_deploy()[0] for _ in range(args.runs))
             _, verbose = _deploy("-vvv")
             commands = verbose.count(">>> ") / n
             rows.append((n, noop, commands))
-            print(f"  {n} hosts: no-op {noop:.2f} s, {commands:.0f} remote commands a host",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {n} hosts: no-op {noop:.2f} s, {commands:.0f} remote commands a host",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
-        _lab("down")
+        lab("down")
     base = rows[0][1]
     print("| hosts | no-op run (s) | vs 1 host | remote commands a host |")
     print("|---|---|---|---|")

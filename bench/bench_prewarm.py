@@ -11,38 +11,21 @@ Needs root; brings an 8-host lab up and leaves the machine with the lab down.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from labbench import BIN, REPO, lab, lab_env
+
 CACHE = "/var/cache/servefleet/vllm"
 TARGETS = ("Throughput", "Latency")  # alternated: every trial is a compile-affecting change
 
 
-def _lab(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "servefleet", "lab", *args],
-                          capture_output=True, text=True)  # fmt: skip
-    if proc.returncode != 0:
-        raise SystemExit(f"servefleet lab {' '.join(args)} failed:\n{proc.stderr}")
-    return proc.stdout
-
-
-def _env() -> dict[str, str]:
-    from servefleet.lab.state import load_state
-
-    secrets = {k: Path(p).read_text().strip() for k, p in load_state()["secrets"].items()}
-    return {**os.environ, **secrets, "PYINFRA_PROGRESS": "off"}
-
-
 def _ssh(host: str, command: str) -> str:
-    return _lab("ssh", host, command)
+    return lab("ssh", host, command)
 
 
 def _compiles(hosts: list[str]) -> int:
@@ -54,7 +37,7 @@ def _compiles(hosts: list[str]) -> int:
 
 def _run(cmd: list[str]) -> float:
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=REPO, env=lab_env(), capture_output=True, text=True)
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -111,7 +94,7 @@ def main() -> int:
     counts = [int(x) for x in args.hosts.split(",")]
     rows: list[tuple[int, str, int, float]] = []
     try:
-        _lab("up", "--hosts", str(max(counts)), "--compile-seconds", args.compile_seconds)
+        lab("up", "--hosts", str(max(counts)), "--compile-seconds", args.compile_seconds)
         from servefleet.lab.state import load_state
 
         state: dict[str, Any] = load_state()
@@ -131,7 +114,7 @@ def main() -> int:
         ports = [8000 + i for i in range(4)]
         low, samples = capacity_trial(first["name"], first["address"], ports)
     finally:
-        _lab("down")
+        lab("down")
     print(f"Rollout of a compile-affecting change (compile {args.compile_seconds} s, "
           "--canary 1 --batch-size 4):\n")  # fmt: skip
     print("| hosts | pre-warm scope | compiles | wall time (s) | vs host scope |")

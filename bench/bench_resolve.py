@@ -14,7 +14,15 @@ from pathlib import Path
 from servefleet.recipes import load_card
 from servefleet.resolve import resolve_rbln
 
-SEED = Path(__file__).resolve().parents[1] / "src" / "servefleet" / "_files" / "recipes" / "rbln" / "gpt-oss-120b.json"
+SEED = (
+    Path(__file__).resolve().parents[1]
+    / "src"
+    / "servefleet"
+    / "_files"
+    / "recipes"
+    / "rbln"
+    / "gpt-oss-120b.json"
+)
 
 
 def main(rounds: int = 5) -> None:

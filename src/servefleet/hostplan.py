@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from servefleet.data import MAX_PORT, Settings
@@ -85,7 +85,11 @@ class HostPlan:
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
     group_exists: bool  # serve_user's group
     builder: bool = False  # serve_prewarm_host: compiles only, serves nothing
-    platform: Platform = field(default_factory=lambda: platform_for_kind("rbln"))
+
+    @property
+    def platform(self) -> Platform:
+        """What differs by hardware, for this host's recipe."""
+        return platform_for_kind(self.spec.kind)
 
     def has(
         self, path: str, kind: str, mode: str, user: str = "root", sha256: str | None = None
@@ -305,7 +309,6 @@ def plan_host(
         account=account,
         group_exists=bool(probe.get("group")),
         builder=builder,
-        platform=platform,
     )
 
 

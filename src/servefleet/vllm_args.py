@@ -30,20 +30,6 @@ def token(value: Any, where: str) -> str:
     raise RecipeError(f"{where}: expected a string or number, got {type(value).__name__}")
 
 
-def token_list(value: Any, where: str) -> list[str]:
-    """A list of argv tokens (empty tokens dropped, as the site drops them).
-
-    + value: a list from the recipe, or None
-    + where: the recipe location, for the error message
-    """
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise RecipeError(f"{where}: expected a list of arguments, got {type(value).__name__}")
-    out = [token(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return [t for t in out if t != ""]
-
-
 def env_map(value: Any, where: str) -> dict[str, str]:
     """An env mapping ``NAME -> value`` from the recipe.
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
-from faults import compile_log, resolved, run, runs_argv, totals
+from faults import compile_log, resolved, run, run_killed, runs_argv, totals
 from labhelpers import on_host
+
+from servefleet.lab.chat import chat_once
 
 HOSTS = ["lab1", "lab2", "lab3"]
 PORTS = [8000 + i for i in range(4)]
@@ -123,3 +126,37 @@ def test_a_build_host_without_npus_compiles_for_the_fleet(
     finally:
         on_host(lab, "lab3", "cat > /etc/rbln-sim/hardware.json", stdin=hardware)
         assert run(lab, "--limit", "lab3").returncode == 0
+
+
+def serving(lab: dict[str, Any], host: str) -> bool:
+    address = next(h["address"] for h in lab["hosts"] if h["name"] == host)
+    try:
+        return bool(chat_once(address, 8000, "openai/gpt-oss-120b", "hi", max_tokens=1))
+    except Exception:  # noqa: BLE001 - not answering
+        return False
+
+
+def test_a_fleet_prewarm_killed_while_keeping_or_copying_the_cache_converges(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """The controller SIGKILLed as the seed's cache goes to the store, and as the copies go out:
+    every host keeps serving, and the next run converges with still one compile in the fleet."""
+    store = tmp_path / "store"
+    argv = resolved("--target", "throughput")["servers"][0]["argv"]
+    for step in ("Keep the compile cache", "Copy the fleet's compile cache"):
+        assert run(lab).returncode == 0  # every host serves Latency
+        cold(lab, HOSTS)
+        shutil.rmtree(store, ignore_errors=True)
+        before = logs(lab)
+        started, killed = run_killed(
+            lab, *fleet(store, *CHANGE), at=lambda n, name, step=step: step in name
+        )
+        assert killed, started
+        assert all(serving(lab, host) for host in HOSTS), f"a host stopped serving at {step}"
+        again = run(lab, *fleet(store, *CHANGE))
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+        compiles = new_compiles(lab, before)
+        assert sum(map(len, compiles.values())) == 1, (step, compiles)
+        for host in HOSTS:
+            assert all(runs_argv(lab, host, p, argv) for p in PORTS), (step, host)
+        assert totals(run(lab, "--json", *fleet(store, *CHANGE)))["success"] == 0

@@ -47,8 +47,12 @@ def serving(state: dict[str, Any], host: str) -> int:
 
 
 def units_and_releases(state: dict[str, Any], host: str) -> str:
-    return on_host(state, host, "cat /etc/systemd/system/servefleet-vllm-*.service; "
-                   "ls /opt/servefleet/releases; readlink /opt/servefleet/current").stdout
+    return on_host(
+        state,
+        host,
+        "cat /etc/systemd/system/servefleet-vllm-*.service; "
+        "ls /opt/servefleet/releases; readlink /opt/servefleet/current",
+    ).stdout
 
 
 def test_rollouts_on_four_hosts(lab: dict[str, Any]) -> None:

@@ -40,8 +40,10 @@ def test_mirror_skips_disabled_and_non_main_stanzas(tmp_path: Path) -> None:
         "Types: deb\nURIs: http://contrib.invalid/\nSuites: bookworm\nComponents: contrib\n"
     )
     listing = tmp_path / "sources.list"
-    listing.write_text("# deb http://commented.invalid/ bookworm main\n"
-                       "deb [arch=amd64 signed-by=/k.gpg] http://one.invalid/debian/ trixie main\n")
+    listing.write_text(
+        "# deb http://commented.invalid/ bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://one.invalid/debian/ trixie main\n"
+    )
     assert find_mirror(tmp_path, listing) == ("http://one.invalid/debian", "trixie")
 
 
@@ -60,12 +62,15 @@ def test_host_plan_defaults_and_an_odd_sku() -> None:
     assert {h["devices"] for h in hosts} == {4}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((0, 4, {}), "--hosts must be between 1 and 40, not 0"),
-    ((2, 0, {}), "--devices must be between 1 and 16, not 0"),
-    ((2, 4, {"lab3": "RBLN-CA25"}), "--odd-sku names host 'lab3'; the lab has lab1, lab2"),
-    ((2, 4, {"lab1": "RBLN-X"}), "--odd-sku lab1=RBLN-X: unknown SKU; allowed: RBLN-CA02, "),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0, 4, {}), "--hosts must be between 1 and 40, not 0"),
+        ((2, 0, {}), "--devices must be between 1 and 16, not 0"),
+        ((2, 4, {"lab3": "RBLN-CA25"}), "--odd-sku names host 'lab3'; the lab has lab1, lab2"),
+        ((2, 4, {"lab1": "RBLN-X"}), "--odd-sku lab1=RBLN-X: unknown SKU; allowed: RBLN-CA02, "),
+    ],
+)
 def test_bad_host_plans(args: tuple[int, int, dict[str, str]], message: str) -> None:
     with pytest.raises(LabError) as info:
         plan_hosts(*args)

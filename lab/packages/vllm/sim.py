@@ -775,6 +775,14 @@ def rbln_smi(env: Mapping[str, str]) -> dict[str, Any]:
     return data
 
 
+def _open_lock(path: str) -> int:
+    """A descriptor to flock ``path`` (made when missing; servers of any user share it)."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+
+
 def claim_devices(env: Mapping[str, str], smi: Mapping[str, Any]) -> tuple[list[int], list[int]]:
     """Lock this server's NPUs (flock in /run/rbln-sim); returns (indexes, open lock fds)."""
     present = {int(d["npu"]): d for d in smi.get("devices", [])}
@@ -791,11 +799,7 @@ def claim_devices(env: Mapping[str, str], smi: Mapping[str, Any]) -> tuple[list[
                 f"RuntimeError: RBLN_VISIBLE_DEVICES names NPU {index}, but rbln-smi lists "
                 f"{sorted(present) or 'none'}"
             )
-        lock = os.path.join(run_dir, f"npu{index}.lock")
-        try:
-            fd = os.open(lock, os.O_RDONLY)
-        except FileNotFoundError:
-            fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+        fd = _open_lock(os.path.join(run_dir, f"npu{index}.lock"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -1239,11 +1243,7 @@ def claim_gpus(
             os.makedirs(folder, exist_ok=True)
             with contextlib.suppress(OSError):  # servers of any user claim here
                 os.chmod(folder, 0o1777)
-            lock = os.path.join(run_dir, f"cuda{gpu['index']}.lock")
-            try:
-                mutex = os.open(lock, os.O_RDONLY)
-            except FileNotFoundError:
-                mutex = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+            mutex = _open_lock(os.path.join(run_dir, f"cuda{gpu['index']}.lock"))
             try:
                 fcntl.flock(mutex, fcntl.LOCK_EX)
                 total = gpu["memory_total_mib"]

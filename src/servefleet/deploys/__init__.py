@@ -397,28 +397,14 @@ def _role_is(*wanted: str) -> Callable[[], bool]:
     return check
 
 
-def _pull_op(plan: HostPlan, when: Callable[[], bool]) -> None:
+def _copy_args(plan: HostPlan) -> dict[str, Any]:
+    """Where a fingerprint's cache is on the host and in the controller's store."""
     s = plan.settings
-    prewarm_pull(
-        _if=when,
-        name=f"Keep the compile cache of {plan.spec.compile_fingerprint} on the controller",
+    return dict(
         fingerprint=plan.spec.compile_fingerprint or "",
         cache_root=s.cache_root,
         lib=plan.lib,
         store=s.prewarm_store,
-    )
-
-
-def _push_op(plan: HostPlan, when: Callable[[], bool]) -> None:
-    s = plan.settings
-    prewarm_push(
-        _if=when,
-        name=f"Copy the fleet's compile cache of {plan.spec.compile_fingerprint} to this host",
-        fingerprint=plan.spec.compile_fingerprint or "",
-        cache_root=s.cache_root,
-        lib=plan.lib,
-        store=s.prewarm_store,
-        user=s.user,
     )
 
 
@@ -488,10 +474,20 @@ def serve(plan: HostPlan) -> None:
         _units_ops(plan, when=_role_is("seed"))
         if plan.builder:
             _build_ops(plan, when=_role_is("build"))
+    fp = plan.spec.compile_fingerprint
     if not entry.kept:
-        _pull_op(plan, when=_role_is("seed", "source", "build"))
+        prewarm_pull(
+            _if=_role_is("seed", "source", "build"),
+            name=f"Keep the compile cache of {fp} on the controller",
+            **_copy_args(plan),
+        )
     if not plan.warm and not plan.builder:
-        _push_op(plan, when=_role_is("copy"))
+        prewarm_push(
+            _if=_role_is("copy"),
+            name=f"Copy the fleet's compile cache of {fp} to this host",
+            user=plan.settings.user,
+            **_copy_args(plan),
+        )
     if not plan.builder:
         _units_ops(plan, when=_role_is("host", "warm", "source", "copy"))
 

@@ -529,6 +529,19 @@ def _new_secret_files() -> dict[str, str]:
     return files
 
 
+def _check_odd(
+    option: str, odd: dict[str, str], names: list[str], what: str, allowed: list[str]
+) -> None:
+    """``--odd-*`` HOST=VALUE pairs name hosts of the lab and known values (one-line errors)."""
+    for name, value in odd.items():
+        if name not in names:
+            raise LabError(f"{option} names host {name!r}; the lab has {', '.join(names)}")
+        if value not in allowed:
+            raise LabError(
+                f"{option} {name}={value}: unknown {what}; allowed: {', '.join(allowed)}"
+            )
+
+
 def plan_hosts(
     count: int,
     devices: int,
@@ -556,23 +569,10 @@ def plan_hosts(
         )
     names = [f"{layout.HOST_PREFIX}{i}" for i in range(1, count + 1)]
     odd_hardware = odd_hardware or {}
-    for name, kind in odd_hardware.items():
-        if name not in names:
-            raise LabError(f"--odd-hardware names host {name!r}; the lab has {', '.join(names)}")
-        if kind not in layout.HARDWARE:
-            raise LabError(
-                f"--odd-hardware {name}={kind}: unknown hardware; allowed: "
-                + ", ".join(layout.HARDWARE)
-            )
+    _check_odd("--odd-hardware", odd_hardware, names, "hardware", list(layout.HARDWARE))
     kinds = {name: odd_hardware.get(name, hardware) for name in names}
+    _check_odd("--odd-sku", odd_skus, names, "SKU", sorted(layout.SKU_PCI_DEVICE))
     for name, sku in odd_skus.items():
-        if name not in names:
-            raise LabError(f"--odd-sku names host {name!r}; the lab has {', '.join(names)}")
-        if sku not in layout.SKU_PCI_DEVICE:
-            raise LabError(
-                f"--odd-sku {name}={sku}: unknown SKU; allowed: "
-                + ", ".join(sorted(layout.SKU_PCI_DEVICE))
-            )
         if kinds[name] != layout.RBLN_HARDWARE:
             raise LabError(
                 f"--odd-sku {name}={sku}: {name} is a GPU host ({kinds[name]}), not an RBLN one"
