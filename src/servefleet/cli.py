@@ -347,6 +347,44 @@ def rollout_cmd(
     sys.exit(0 if ok else 1)
 
 
+@main.command("lock")
+@click.argument("inventory")
+@click.option("--check", is_flag=True, help="Only compare the lock with the data (offline).")
+@click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
+@click.option(
+    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
+)
+def lock_cmd(inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...]) -> None:
+    """Resolve every stack the inventory's data selects (every package with its version, index
+    and file sha256s; the driver runfile; the models' revisions) into the lock directory.
+    With --check, exit 1 naming what no longer matches the data.
+
+    Example:
+
+        servefleet lock inventories/prod.py && git diff locks/
+    """
+    from pyinfra_cli.util import parse_cli_arg
+
+    from servefleet.lockfleet import check_lock, fleet_lock, make_lock
+
+    overrides = {}
+    for item in data:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--data {item!r}: expected KEY=VALUE")
+        overrides[key] = parse_cli_arg(value)
+    fl = fleet_lock(inventory, overrides, lock_dir)
+    if not check:
+        make_lock(fl, click.echo)
+        return
+    problems = check_lock(fl)
+    for line in problems:
+        click.echo(f"servefleet: lock: {line}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
+
+
 def _register() -> None:
     from servefleet.lab.chat import chat
     from servefleet.lab.cli import lab

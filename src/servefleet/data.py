@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from servefleet.defaults import DEFAULTS, PREFIXES
@@ -109,6 +110,8 @@ class Settings:
     extra_packages: dict[str, tuple[str, ...]]
     sdk_python: str
     installer: str
+    lock_dir: str | None
+    lock_python: str
     indexes: tuple[Index, ...]
     public_index: str | None
     trusted_hosts: tuple[str, ...]
@@ -578,6 +581,20 @@ def _installer(value: Any) -> str:
     return str(value)
 
 
+def _python_specifier(value: Any) -> str:
+    """A PEP 440 specifier of Python versions with at least one lower bound (``>=3.10``)."""
+    allowed = "a version specifier such as >=3.10 or >=3.10,<3.14"
+    if not isinstance(value, str):
+        raise _Refused(f"expected a string, got {_show(value)}", allowed)
+    try:
+        spec = SpecifierSet(value)
+    except InvalidSpecifier:
+        raise _bad(value, "is not a version specifier", allowed) from None
+    if not any(s.operator in (">=", ">", "==", "~=") for s in spec):
+        raise _bad(value, "has no lower bound", allowed)
+    return str(value)
+
+
 PREWARM_SCOPES = ("host", "fleet")
 
 
@@ -619,6 +636,10 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
         ),
         "sdk_python": _command,
         "sdk_installer": _installer,
+        "sdk_lock": _optional(
+            _one_line("a controller directory", "a directory path on the controller")
+        ),
+        "sdk_lock_python": _python_specifier,
         "pip_indexes": _indexes(url),
         "pip_public_index": _optional(url),
         "pip_trusted_hosts": _trusted_hosts,
@@ -762,6 +783,8 @@ def settings_from(
         extra_packages=values["sdk_extra_packages"],
         sdk_python=values["sdk_python"],
         installer=values["sdk_installer"],
+        lock_dir=values["sdk_lock"],
+        lock_python=values["sdk_lock_python"],
         indexes=values["pip_indexes"],
         public_index=values["pip_public_index"],
         trusted_hosts=values["pip_trusted_hosts"],

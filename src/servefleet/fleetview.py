@@ -37,6 +37,7 @@ def plan_summary(plan: HostPlan, entry: WarmEntry | None = None, order: int = 0)
         "driver": [plan.hardware.driver_version, s.driver_version] if plan.driver_needed else None,
         "release": [plan.current, rel.id] if plan.current != rel.id else None,
         "install_release": not plan.release_complete,
+        "locked": rel.locked,
         "packages": packages if plan.current != rel.id else {},
         "models": list(plan.missing_models),
         "restarts": restarts,

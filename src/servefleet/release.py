@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servefleet.data import Settings, canonical_name
 from servefleet.errors import DataError
+from servefleet.lock import Lock, Stack, load_lock, stack
 from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
@@ -64,6 +65,12 @@ class ReleasePlan:
     netrc: str | None = field(default=None)
     installer: str = "pip"  # "uv" or "pip" (the venv's content does not depend on it)
     uv: str | None = None  # the uv binary on the host (installer "uv")
+    stack: Stack | None = None  # what the release is locked as (None only in old callers' tests)
+    pylock: str | None = None  # its PEP 751 lock from the lock directory; None: unlocked
+
+    @property
+    def locked(self) -> bool:
+        return self.pylock is not None
 
     @property
     def marker(self) -> str:
@@ -86,6 +93,7 @@ class ReleasePlan:
             "marker": MARKER,
             "installer": self.installer,
             "uv": self.uv,
+            "pylock": self.pylock,
         }
 
 
@@ -93,8 +101,33 @@ def _pin(settings: Settings, name: str) -> str:
     return f"{name}=={settings.pins[name]}"
 
 
+def _lock_of(settings: Settings) -> Lock | None:
+    return load_lock(settings.lock_dir) if settings.lock_dir else None
+
+
+def with_locked_models(settings: Settings) -> Settings:
+    """The data with the lock's model revisions and archive sha256s where the data pins none.
+
+    + settings: validated data (unchanged without ``sdk_lock``)
+    """
+    lock = _lock_of(settings)
+    if lock is None:
+        return settings
+    revisions = {m: e["revision"] for m, e in lock.models.items() if e.get("revision")}
+    sha256 = {m: e["sha256"] for m, e in lock.models.items() if e.get("sha256")}
+    return replace(
+        settings,
+        models_revisions={**revisions, **settings.models_revisions},
+        models_sha256={**sha256, **settings.models_sha256},
+    )
+
+
 def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> ReleasePlan:
     """The release a host needs for ``spec`` under ``settings``.
+
+    With a lock directory (``sdk_lock``) the release is the locked stack (its id the hash of the
+    locked set); a stack the lock lacks or whose inputs changed is a DataError naming what
+    differs. Without one it is unlocked (its id the hash of the pins and indexes).
 
     + settings: validated deploy data (pins, indexes, paths)
     + spec: the resolved selection (its requirements pick extras and extra packages)
@@ -140,6 +173,36 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         "imports": platform.imports(spec),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    st = stack(
+        name="-".join([platform.name, *req.vllm_rbln_extras, *map(canonical_name, req.packages)]),
+        requirements=[*(f"{d.name}=={d.version}" for d in downloads), *top],
+        constraints=constraints,
+        indexes=[
+            {"name": i.name, "url": i.url, "packages": i.packages, "auth": i.auth}
+            for i in settings.indexes
+        ],
+        public_index=settings.public_index,
+        python=settings.lock_python,
+        trusted_hosts=settings.trusted_hosts,
+    )
+    pylock = None
+    lock = _lock_of(settings)
+    if lock is not None:
+        locked = lock.for_input(st.digest)
+        if locked is None:
+            from servefleet.lock import differences
+
+            why = "; ".join(differences(lock, [st], {}, {})[:3])
+            raise DataError(
+                f"sdk_lock: {lock.path} does not lock this host's stack ({why}); "
+                "run `servefleet lock` and review the diff"
+            )
+        if settings.installer != "uv":
+            raise DataError(
+                "sdk_installer: pip cannot install from a lock (sdk_lock); allowed: uv, or "
+                "sdk_lock None for an unlocked pip install"
+            )
+        digest, pylock = locked.release, locked.pylock
     return ReleasePlan(
         id=digest,
         path=f"{settings.root}/releases/{digest}",
@@ -155,4 +218,6 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         netrc=netrc if any(d.auth for d in downloads) else None,
         installer=settings.installer,
         uv=host_uv(settings.root) if settings.installer == "uv" else None,
+        stack=st,
+        pylock=pylock,
     )

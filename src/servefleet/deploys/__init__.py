@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
@@ -52,6 +52,7 @@ from servefleet.hostplan import (
     resolve_for,
 )
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.release import with_locked_models
 from servefleet.uvbin import uv_binary
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
@@ -74,7 +75,7 @@ def host_plan() -> HostPlan:
     Raises PyinfraError (one line, the run stops before any change) on bad data or recipe.
     """
     try:
-        settings = host_settings()
+        settings = with_locked_models(host_settings())
         spec = resolve_for(settings)
         probe = host.get_fact(HostProbe, args=probe_args(settings, spec))
         plan = plan_host(settings, probe, spec, builder=host.name == settings.prewarm_host)
@@ -253,6 +254,11 @@ def _lib_ops(plan: HostPlan) -> None:
 
 def _stack_ops(plan: HostPlan) -> OperationMeta | None:
     s, rel = plan.settings, plan.release
+    if not rel.locked:
+        logger.warning(
+            f"{host.print_prefix}release {rel.id} is unlocked (sdk_lock not set): packages "
+            "beyond the pins, and every file's hash, are what the indexes serve at install time"
+        )
     plan_file = f"{s.root}/plans/{rel.id}.json"
     plan_json = json.dumps(rel.to_json(), indent=1, sort_keys=True) + "\n"
     _put(plan, f"Upload the plan of release {rel.id}", plan_json.encode(), plan_file)

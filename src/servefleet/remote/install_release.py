@@ -133,6 +133,32 @@ def locked_sources(text: str) -> dict[str, str]:
     return out
 
 
+def hash_mismatch(output: str) -> str | None:
+    """uv's hash-mismatch report as one line: the package, the locked and the served sha256."""
+    m = re.search(r"Hash mismatch for `([^`]+)`\s*Expected:\s*(\S+)\s*Computed:\s*(\S+)", output)
+    if not m:
+        return None
+    return (f"{m.group(1)}: the lock has {m.group(2)}, the index served {m.group(3)}")  # fmt: skip
+
+
+def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, args: list) -> None:
+    """``uv pip install`` from the release's PEP 751 lock: every file's sha256 is checked; a
+    mismatch fails in one line naming the package and both hashes."""
+    pylock = release / "pylock.toml"
+    pylock.write_text(plan["pylock"])
+    cmd = [uv, "pip", "install", "--quiet", "--preview-features", "pylock", "--python", python,
+           *args, "-r", str(pylock)]  # fmt: skip
+    print("+", " ".join(cmd[:4]), "... -r", pylock, flush=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        mismatch = hash_mismatch(done.stderr)
+        if mismatch:
+            sys.exit(f"servefleet: hash mismatch: {mismatch}; release {plan['id']} not installed")
+        sys.exit(f"servefleet: failed ({done.returncode}): uv pip install -r pylock.toml")
+
+
 def install_with_uv(plan: dict, release: Path) -> None:
     uv, env = plan["uv"], uv_env(plan)
     run([uv, "venv", "--quiet", "--python", plan["python"], str(release)], env=env)
@@ -142,6 +168,9 @@ def install_with_uv(plan: dict, release: Path) -> None:
     if plan["public_index"]:
         indexes += ["--default-index", plan["public_index"]]
     insecure = [a for h in plan["trusted_hosts"] for a in ("--allow-insecure-host", h)]
+    if plan.get("pylock"):
+        public = ["--default-index", plan["public_index"]] if plan["public_index"] else []
+        return install_locked(uv, python, plan, release, env, [*public, *insecure])
     wanted = release / "requirements.in"
     wanted.write_text("".join(
         f"{r}\n" for r in [*(f"{d['name']}=={d['version']}" for d in plan["downloads"]),

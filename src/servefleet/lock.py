@@ -1,0 +1,477 @@
+"""Hash-locked stacks: what ``servefleet lock`` writes, what ``--check`` compares, what deploys read.
+
+A *stack* is the set of packages one selection installs (the SDK pins, the extras and extra
+packages it needs, the indexes that own them). ``servefleet lock`` resolves each stack of the
+data once, on the controller, with uv, and writes under the lock directory (``sdk_lock``):
+
+- ``pylock.<stack>.toml``: the stack as PEP 751 lock (every package with its exact version, the
+  index it comes from, the URL and sha256 of each of its files), as ``uv export`` writes it;
+- ``servefleet.lock.json``: per stack the inputs it was made from (to name what differs when
+  the data moves on), the pylock file and the release id (the sha256 of the locked set, so a
+  release is the same bytes on every host); the driver runfile's sha256; each model's revision
+  and store archive sha256.
+
+Every owned package comes only from its owner: the owners' indexes are uv *explicit* indexes,
+each owned package pinned to its own, and every other package comes from the public index. A
+package that is not owned but that an owner's index serves too is refused: the data must say
+whose it is.
+
+This module is controller-side and imports no pyinfra.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servefleet.errors import ServefleetError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LOCK_FILE = "servefleet.lock.json"
+LOCK_VERSION = 1
+ENVIRONMENT = "sys_platform == 'linux' and platform_machine == 'x86_64'"  # the hosts a lock is for
+
+
+class LockError(ServefleetError):
+    """A lock that cannot be made, read or used (one line)."""
+
+
+@dataclass(frozen=True, eq=True)
+class Stack:
+    """What one lock entry is made from (JSON-able ``inputs``; ``name`` is for people).
+
+    + name: ``rbln``, ``rbln-kv-connectors-arctic-inference``, ``gpu``: platform, extras, extras
+    + inputs: requirements, constraints, owner indexes, public index, python, trusted hosts
+    """
+
+    name: str
+    inputs: dict[str, Any]
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.digest))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.inputs, sort_keys=True).encode()).hexdigest()
+
+    def owners(self) -> dict[str, str]:
+        """Owned package -> owner index name."""
+        return {p: i["name"] for i in self.inputs["indexes"] for p in i["packages"]}
+
+
+def stack(
+    name: str,
+    requirements: Iterable[str],
+    constraints: Iterable[str],
+    indexes: Iterable[Mapping[str, Any]],
+    public_index: str | None,
+    python: str,
+    trusted_hosts: Iterable[str],
+) -> Stack:
+    """A Stack from a release's parts (see :func:`servefleet.release.stack_for`).
+
+    + name: the stack's readable name
+    + requirements: what is installed (owned pins, the top package, extra packages)
+    + constraints: pins of public packages
+    + indexes: ``{"name", "url", "packages", "auth"}`` of each owner index this stack uses
+    + public_index: every other package's index (None: uv's default)
+    + python: the Python versions the lock resolves for (a specifier, ``>=3.10``)
+    + trusted_hosts: hosts reached over plain http
+    """
+    return Stack(
+        name,
+        {
+            "requirements": sorted(requirements),
+            "constraints": sorted(constraints),
+            "indexes": sorted(
+                (
+                    {
+                        "name": i["name"],
+                        "url": i["url"].rstrip("/"),
+                        "packages": sorted(i["packages"]),
+                        "auth": bool(i["auth"]),
+                    }
+                    for i in indexes
+                ),
+                key=lambda i: i["name"],
+            ),
+            "public_index": public_index.rstrip("/") if public_index else None,
+            "python": python,
+            "trusted_hosts": sorted(trusted_hosts),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving (controller, uv)
+
+
+def _toml(value: Any) -> str:
+    """A TOML value for strings, bools, lists and inline tables (JSON strings are TOML strings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    raise TypeError(type(value))
+
+
+def project_toml(st: Stack) -> str:
+    """The throw-away uv project a stack is resolved as.
+
+    + st: the stack
+    """
+    inp = st.inputs
+    lines = [
+        "[project]",
+        'name = "servefleet-stack"',
+        'version = "0"',
+        f"requires-python = {_toml(inp['python'])}",
+        f"dependencies = {_toml(inp['requirements'])}",
+        "",
+        "[tool.uv]",
+        "package = false",
+        f"constraint-dependencies = {_toml(inp['constraints'])}",
+        f"environments = {_toml([ENVIRONMENT])}",
+        f"allow-insecure-host = {_toml(inp['trusted_hosts'])}",
+    ]
+    for index in inp["indexes"]:
+        lines += ["", "[[tool.uv.index]]", f"name = {_toml(index['name'])}"]
+        lines += [f"url = {_toml(index['url'])}", "explicit = true"]
+    if inp["public_index"]:
+        lines += ["", "[[tool.uv.index]]", 'name = "public"', f"url = {_toml(inp['public_index'])}"]
+        lines += ["default = true"]
+    lines += ["", "[tool.uv.sources]"]
+    lines += [f"{pkg} = {_toml({'index': owner})}" for pkg, owner in sorted(st.owners().items())]
+    return "\n".join(lines) + "\n"
+
+
+def _uv() -> str:
+    from servefleet.uvbin import uv_binary
+
+    return str(uv_binary())
+
+
+def index_env(name: str) -> str:
+    """uv's variable prefix for an index's credentials (``UV_INDEX_<NAME>_``).
+
+    + name: the index name
+    """
+    return "UV_INDEX_" + "".join(c if c.isalnum() else "_" for c in name).upper() + "_"
+
+
+def _credentials_env(st: Stack, user: str | None, password: str | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for index in st.inputs["indexes"]:
+        if index["auth"]:
+            if not (user and password):
+                raise LockError(f"the {index['name']} index needs credentials; none are set")
+            env[index_env(index["name"]) + "USERNAME"] = user
+            env[index_env(index["name"]) + "PASSWORD"] = password
+    return env
+
+
+def _last_error(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("error:", "×", "Caused by", "cause:"))]
+    return " ".join((errors or lines[-1:] or ["no output"])[:3])
+
+
+def resolve(st: Stack, user: str | None = None, password: str | None = None) -> str:
+    """The stack's PEP 751 lock text (``uv lock`` then ``uv export --format pylock.toml``).
+
+    Credentials reach uv in its environment only. Raises LockError with uv's reason.
+
+    + st: the stack
+    + user, password: credentials for indexes with ``auth``
+    """
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
+    env = {k: v for k, v in env.items() if not k.startswith(("UV_INDEX", "UV_DEFAULT_INDEX"))}
+    env.update(_credentials_env(st, user, password))
+    with tempfile.TemporaryDirectory(prefix="servefleet-lock-") as tmp:
+        Path(tmp, "pyproject.toml").write_text(project_toml(st))
+        for cmd in (
+            [_uv(), "lock", "--quiet", "--directory", tmp],
+            [_uv(), "export", "--quiet", "--directory", tmp, "--frozen", "--format",
+             "pylock.toml", "--no-emit-project", "--no-header", "-o", "pylock.toml"],
+        ):  # fmt: skip
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise LockError(f"stack {st.name}: uv {cmd[1]} failed: {_last_error(proc.stderr)}")
+        text = Path(tmp, "pylock.toml").read_text()
+    return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
+
+
+def packages(pylock: str) -> list[dict[str, Any]]:
+    """The ``[[packages]]`` of a pylock text.
+
+    + pylock: PEP 751 text
+    """
+    try:
+        return list(tomllib.loads(pylock).get("packages", []))
+    except tomllib.TOMLDecodeError as e:
+        raise LockError(f"not a valid pylock file: {e}") from None
+
+
+def files_of(package: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every file (wheels and sdist) of a pylock package: ``{"url", "sha256"}``.
+
+    + package: one ``[[packages]]`` entry
+    """
+    found = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
+    return [{"url": f["url"], "sha256": f["hashes"]["sha256"]} for f in found]
+
+
+def release_id(pylock: str) -> str:
+    """The release id of a locked stack: the hash of its locked set (names, versions, indexes,
+    file hashes), independent of the lock file's layout.
+
+    + pylock: PEP 751 text
+    """
+    locked = sorted(
+        (p["name"], p["version"], p.get("index", ""), sorted(f["sha256"] for f in files_of(p)))
+        for p in packages(pylock)
+    )
+    return hashlib.sha256(json.dumps(locked).encode()).hexdigest()[:16]
+
+
+def _get(url: str, auth: tuple[str, str] | None) -> int:
+    request = urllib.request.Request(url, headers={"Accept": "text/html"})
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError) as e:
+        raise LockError(f"{url.rsplit('/', 2)[0]}: not reachable ({e})") from None
+
+
+def check_owners(
+    st: Stack, pylock: str, user: str | None = None, password: str | None = None
+) -> None:
+    """Refuse a locked public package that an owner's index serves too (the data must say whose
+    it is); and an owned package that did not come from its owner.
+
+    + st: the stack
+    + pylock: its lock
+    + user, password: credentials for indexes with ``auth``
+    """
+    urls = {i["name"]: i["url"] for i in st.inputs["indexes"]}
+    owners = st.owners()
+    locked = packages(pylock)
+    for p in locked:
+        owner = owners.get(p["name"])
+        if owner and p.get("index", "").rstrip("/") != urls[owner]:
+            raise LockError(
+                f"{p['name']} resolved from {p.get('index')}, not from its owner {urls[owner]}"
+            )
+    public = sorted(p["name"] for p in locked if p["name"] not in owners)
+    asks = [
+        (name, i["name"], f"{i['url']}/{name}/", (user, password) if i["auth"] else None)
+        for name in public
+        for i in st.inputs["indexes"]
+    ]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        codes = list(pool.map(lambda a: _get(a[2], a[3]), asks))  # type: ignore[arg-type]
+    for (name, index, _url, _auth), code in zip(asks, codes, strict=True):
+        if code == 200:
+            raise LockError(
+                f"{name} is served by the {index} index and by the public index; name its owner "
+                f"in pip_indexes.<index>.packages"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock directory
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One stack of a lock: its inputs, pylock file and text, and release id."""
+
+    name: str
+    input: str
+    inputs: dict[str, Any]
+    pylock_file: str
+    pylock: str
+    release: str
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A lock directory, read and verified (see the module docstring)."""
+
+    path: Path
+    stacks: dict[str, Locked]
+    driver: dict[str, Any]
+    models: dict[str, Any]
+
+    def for_input(self, digest: str) -> Locked | None:
+        return next((s for s in self.stacks.values() if s.input == digest), None)
+
+
+def pylock_name(stack_name: str) -> str:
+    return f"pylock.{stack_name}.toml"
+
+
+def write_lock(
+    path: Path,
+    locked: Mapping[Stack, str],
+    driver: Mapping[str, Any],
+    models: Mapping[str, Any],
+) -> None:
+    """Write a lock directory: one pylock per stack, then servefleet.lock.json (stale pylocks of
+    stacks no longer locked are removed).
+
+    + path: the lock directory
+    + locked: stack -> its pylock text
+    + driver: driver version -> {"url", "sha256"}
+    + models: model id -> {"revision", "url", "sha256"}
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for st, text in sorted(locked.items(), key=lambda kv: kv[0].name):
+        name = pylock_name(st.name)
+        _atomic(path / name, text)
+        entries[st.name] = {
+            "input": st.digest,
+            "inputs": st.inputs,
+            "pylock": name,
+            "release": release_id(text),
+        }
+    doc = {"lock_version": LOCK_VERSION, "stacks": entries, "driver": dict(driver),
+           "models": dict(models)}  # fmt: skip
+    _atomic(path / LOCK_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    keep = {e["pylock"] for e in entries.values()}
+    for old in path.glob("pylock.*.toml"):
+        if old.name not in keep:
+            old.unlink()
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def load_lock(path: str | Path) -> Lock:
+    """Read and verify a lock directory (cached while its files are unchanged).
+
+    Raises LockError when it is missing, malformed, or a pylock was edited after locking.
+
+    + path: the lock directory
+    """
+    p = Path(path).expanduser()
+    stamp = tuple(
+        (f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in sorted(p.glob("*")) if f.is_file()
+    ) if p.is_dir() else ()  # fmt: skip
+    return _load(str(p.resolve()), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, stamp: tuple[Any, ...]) -> Lock:
+    where = Path(path)
+    try:
+        doc = json.loads((where / LOCK_FILE).read_text())
+    except FileNotFoundError:
+        raise LockError(f"{where}: no {LOCK_FILE}; run `servefleet lock`") from None
+    except (OSError, ValueError) as e:
+        raise LockError(f"{where / LOCK_FILE}: not readable: {e}") from None
+    if not isinstance(doc, dict) or doc.get("lock_version") != LOCK_VERSION:
+        raise LockError(f"{where / LOCK_FILE}: not a servefleet lock (lock_version {LOCK_VERSION})")
+    stacks = {}
+    for name, entry in (doc.get("stacks") or {}).items():
+        try:
+            file = entry["pylock"]
+            if Path(file).name != file or not file.startswith("pylock."):
+                raise LockError(f"{where / LOCK_FILE}: stack {name}: bad pylock name {file!r}")
+            text = (where / file).read_text()
+            if release_id(text) != entry["release"]:
+                raise LockError(
+                    f"{where / file}: its packages differ from what was locked (release "
+                    f"{entry['release']}); run `servefleet lock` again"
+                )
+            stacks[name] = Locked(name, entry["input"], entry["inputs"], file, text,
+                                  entry["release"])  # fmt: skip
+        except (KeyError, TypeError, OSError) as e:
+            raise LockError(f"{where / LOCK_FILE}: stack {name}: malformed ({e})") from None
+    return Lock(where, stacks, dict(doc.get("driver") or {}), dict(doc.get("models") or {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# --check
+
+
+def _diff(key: str, old: Any, new: Any) -> list[str]:
+    if old == new:
+        return []
+    if isinstance(old, list) and isinstance(new, list):
+        gone = [json.dumps(x, sort_keys=True) if isinstance(x, dict) else str(x)
+                for x in old if x not in new]  # fmt: skip
+        added = [json.dumps(x, sort_keys=True) if isinstance(x, dict) else str(x)
+                 for x in new if x not in old]  # fmt: skip
+        return [f"{key}: " + ", ".join([*(f"-{x}" for x in gone), *(f"+{x}" for x in added)])]
+    return [f"{key}: {old!r} -> {new!r}"]
+
+
+def differences(
+    lock: Lock,
+    wanted: Iterable[Stack],
+    driver: Mapping[str, Any],
+    models: Mapping[str, Any],
+) -> list[str]:
+    """What no longer matches between a lock and the data (empty: the lock is current).
+
+    + lock: the lock read from disk
+    + wanted: the stacks the data's hosts need
+    + driver: driver version -> {"url", "sha256"} from the data
+    + models: model id -> {"revision", "sha256"} the data pins (None: not pinned by data)
+    """
+    out: list[str] = []
+    seen = set()
+    for st in sorted(set(wanted), key=lambda s: s.name):
+        seen.add(st.name)
+        have = lock.stacks.get(st.name)
+        if have is None:
+            out.append(f"stack {st.name}: not locked")
+            continue
+        if have.input != st.digest:
+            for key in sorted(set(have.inputs) | set(st.inputs)):
+                out += [f"stack {st.name}: {line}"
+                        for line in _diff(key, have.inputs.get(key), st.inputs.get(key))]  # fmt: skip
+    out += [f"stack {name}: locked but no host uses it" for name in sorted(set(lock.stacks) - seen)]
+    for version, entry in sorted(driver.items()):
+        if lock.driver.get(version) != entry:
+            out.append(f"driver {version}: {lock.driver.get(version)} -> {entry}")
+    for model, entry in sorted(models.items()):
+        have = lock.models.get(model)
+        if have is None:
+            out.append(f"model {model}: not locked")
+            continue
+        for key in ("revision", "sha256"):
+            if entry.get(key) and entry[key] != have.get(key):
+                out.append(f"model {model}: {key} {have.get(key)} -> {entry[key]}")
+    return out

@@ -1,0 +1,193 @@
+"""``servefleet lock``: the stacks, driver and models an inventory's data asks for, locked.
+
+Reads the inventory and its group data as pyinfra does (no host is contacted), validates each
+host's data, resolves its selection, and gathers what the lock covers: every distinct stack,
+the driver runfile of each driver version, and each model's revision and archive sha256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servefleet.data import Settings, settings_from
+from servefleet.errors import DataError, RecipeError, ServefleetError
+from servefleet.lock import (
+    Lock,
+    LockError,
+    Stack,
+    check_owners,
+    differences,
+    load_lock,
+    packages,
+    release_id,
+    resolve,
+    write_lock,
+)
+
+
+@dataclass
+class FleetLock:
+    """What an inventory's data asks a lock to hold."""
+
+    lock_dir: Path
+    stacks: dict[Stack, Settings]  # each stack with the settings of a host that uses it
+    driver: dict[str, dict[str, str]]
+    models: dict[str, dict[str, Any]]  # model id -> what the data pins (revision, sha256)
+    model_sources: dict[str, Settings]  # model id -> settings of a host that fetches it
+
+
+def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Settings]]:
+    from pyinfra.api import State
+    from pyinfra.api.exceptions import PyinfraError
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    if not Path(inventory).is_file():
+        raise ServefleetError(f"{inventory}: no such inventory file")
+    try:
+        with ctx_state.use(State(check_for_changes=False)):
+            inv = make_inventory(inventory, override_data=dict(overrides), cwd=os.getcwd())
+    except (PyinfraError, SystemExit, OSError, SyntaxError) as e:
+        raise ServefleetError(f"{inventory}: cannot read the inventory: {e}") from None
+    out = []
+    for host in inv:
+        try:
+            out.append((host.name, settings_from(host.data.get, keys=host.data.dict().keys())))
+        except ServefleetError as e:
+            raise DataError(f"{host.name}: {e}") from None
+    if not out:
+        raise ServefleetError(f"{inventory}: no hosts")
+    return out
+
+
+def fleet_lock(
+    inventory: str, overrides: Mapping[str, Any], lock_dir: str | None = None
+) -> FleetLock:
+    """Gather what the inventory's hosts need locked.
+
+    + inventory: a pyinfra inventory file
+    + overrides: data over everything (as ``pyinfra --data``)
+    + lock_dir: where the lock lives (default: the hosts' ``sdk_lock``)
+    """
+    from servefleet.hostplan import resolve_for
+    from servefleet.platforms import platform_for_kind
+    from servefleet.release import plan_release
+
+    stacks: dict[Stack, Settings] = {}
+    driver: dict[str, dict[str, str]] = {}
+    models: dict[str, dict[str, Any]] = {}
+    sources: dict[str, Settings] = {}
+    dirs = set()
+    for name, settings in _hosts(inventory, overrides):
+        dirs.add(settings.lock_dir)
+        unlocked = dataclasses.replace(settings, lock_dir=None)
+        try:
+            spec = resolve_for(unlocked)
+        except RecipeError as e:
+            raise DataError(f"{name}: serve_recipe/serve_selection: {e}") from None
+        rel = plan_release(unlocked, spec, None)
+        assert rel.stack is not None
+        stacks.setdefault(rel.stack, unlocked)
+        if platform_for_kind(spec.kind).driver_step and settings.driver_runfile_url:
+            version = settings.driver_version
+            driver[version] = {
+                "url": settings.driver_runfile_url.replace("{version}", version),
+                "sha256": settings.driver_sha256.get(version, ""),
+            }
+        for model in spec.requirements.models:
+            models[model] = {
+                "revision": settings.models_revisions.get(model),
+                "sha256": settings.models_sha256.get(model),
+            }
+            sources.setdefault(model, unlocked)
+    chosen = (lock_dir or next(iter(dirs))) if len(dirs) == 1 else lock_dir
+    if not chosen:
+        raise DataError(
+            "sdk_lock: not set (or not the same on every host); set it in group_data "
+            "(e.g. locks/prod) or pass --lock-dir"
+        )
+    return FleetLock(Path(chosen), stacks, driver, models, sources)
+
+
+Fetch = Callable[[str, Mapping[str, str]], bytes]
+
+
+def _fetch(url: str, headers: Mapping[str, str]) -> bytes:
+    request = urllib.request.Request(url, headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return bytes(response.read())
+    except (urllib.error.URLError, OSError) as e:
+        raise LockError(f"{url}: not readable ({e})") from None
+
+
+def locked_models(fl: FleetLock, fetch: Fetch = _fetch) -> dict[str, dict[str, Any]]:
+    """Each model's revision and, from a store, its archive's URL and sha256 (from the store's
+    manifest.json); from the hub, the revision the data pins (None: not pinned).
+
+    + fl: what the inventory needs
+    + fetch: reads a URL (tests pass their own)
+    """
+    out: dict[str, dict[str, Any]] = {}
+    manifests: dict[str, dict[str, Any]] = {}
+    for model, pinned in sorted(fl.models.items()):
+        s = fl.model_sources[model]
+        if not s.models_store_url:
+            out[model] = {"revision": pinned["revision"], "url": None, "sha256": None}
+            continue
+        store = s.models_store_url.rstrip("/")
+        if store not in manifests:
+            headers = {"Authorization": f"Bearer {s.hf_token}"} if s.hf_token else {}
+            try:
+                manifests[store] = json.loads(fetch(f"{store}/manifest.json", headers))["models"]
+            except (ValueError, KeyError, TypeError):
+                raise LockError(f"{store}/manifest.json: not a model store manifest") from None
+        entry = manifests[store].get(model)
+        if not isinstance(entry, dict):
+            raise LockError(f"{store}: has no {model}")
+        out[model] = {
+            "revision": entry.get("revision"),
+            "url": f"{store}/{entry.get('path', model + '.tar.gz')}",
+            "sha256": entry.get("sha256"),
+        }
+    return out
+
+
+def make_lock(fl: FleetLock, echo: Callable[[str], None] = print) -> None:
+    """Resolve every stack, check its owners, and write the lock directory.
+
+    + fl: what the inventory needs
+    + echo: where progress lines go
+    """
+    locked = {}
+    for st, s in sorted(fl.stacks.items(), key=lambda kv: kv[0].name):
+        text = resolve(st, s.index_user, s.index_password)
+        check_owners(st, text, s.index_user, s.index_password)
+        locked[st] = text
+        echo(f"stack {st.name}: {len(packages(text))} packages, release {release_id(text)}")
+    models = locked_models(fl)
+    for model, entry in models.items():
+        if not entry["revision"]:
+            echo(f"model {model}: not pinned (set models_revisions, or use a model store)")
+    write_lock(fl.lock_dir, locked, fl.driver, models)
+    echo(f"wrote {fl.lock_dir}: review its diff, commit it, then roll out")
+
+
+def check_lock(fl: FleetLock) -> list[str]:
+    """What differs between the lock on disk and the data (offline: no index is asked).
+
+    + fl: what the inventory needs
+    """
+    try:
+        lock: Lock = load_lock(fl.lock_dir)
+    except LockError as e:
+        return [str(e)]
+    return differences(lock, fl.stacks, fl.driver, fl.models)
