@@ -11,13 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import labhelpers
+import pytest
 from faults import REPO, run, secrets
 from labhelpers import on_host
 
 from servefleet.data import load_defaults
+from servefleet.lab.chat import chat_once
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 TWO = ["--limit", "lab1", "--limit", "lab2"]
+PORTS = [8000 + i for i in range(4)]
 OWNED = {"rebel-compiler": "private", "vllm": "vllm", "torch": "torch"}  # lab index of each
 # Every installed distribution of the serving release: name, version, sha256 of its RECORD
 # (which lists the sha256 of every file the wheel installed).
@@ -101,3 +105,60 @@ def test_lock_check_fails_when_the_data_moves_and_passes_after_locking(
     assert lock(lab, "--lock-dir", str(tmp_path), *bump).returncode == 0
     assert lock(lab, "--lock-dir", str(tmp_path), "--check", *bump).returncode == 0
     assert lock(lab, "--lock-dir", str(tmp_path), "--check").returncode == 1
+
+
+def plan_of(state: dict[str, Any], *args: str) -> dict[str, Any]:
+    env = {**os.environ, **secrets(state)}
+    proc = subprocess.run([SERVEFLEET, "plan", "inventories/lab.py", "--json", "--", "--limit",
+                           "lab1", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return dict(json.loads(proc.stdout)["lab1"])
+
+
+def republish(name: str) -> str:
+    """``servefleet lab republish``: the new sha256 the index serves."""
+    proc = labhelpers.servefleet("lab", "republish", name)
+    return proc.stdout.strip().rsplit(" -> ", 1)[1]
+
+
+@pytest.mark.lab_destructive
+def test_a_file_republished_after_locking_fails_the_deploy_and_the_host_keeps_serving(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """lab1 serves 0.12.0 (unlocked); 0.12.1 is locked; then the index re-uploads vllm-rbln
+    0.12.0 and 0.12.1 with other bytes. The unlocked plan shows the re-upload; the locked
+    upgrade fails in one line naming the package and both hashes, and lab1 keeps serving."""
+    assert run(lab, "--limit", "lab1").returncode == 0
+    bump = ("--data", f"sdk_pins={bumped_pins()}")
+    assert lock(lab, "--lock-dir", str(tmp_path), *bump).returncode == 0
+    (stack,) = json.loads((tmp_path / "servefleet.lock.json").read_text())["stacks"].values()
+    from servefleet.lock import packages
+
+    locked = next(p for p in packages((tmp_path / stack["pylock"]).read_text())
+                  if p["name"] == "vllm-rbln")  # fmt: skip
+    assert plan_of(lab)["changed_on_index"] == {}
+    try:
+        republish("vllm-rbln==0.12.0")
+        served = republish("vllm-rbln==0.12.1")
+        changed = plan_of(lab)["changed_on_index"]
+        assert list(changed) == ["vllm-rbln"] and changed["vllm-rbln"]["version"] == "0.12.0"
+        assert not set(changed["vllm-rbln"]["installed"]) & set(changed["vllm-rbln"]["served"])
+
+        serving = serving_release(lab, "lab1")
+        on_host(lab, "lab1", "rm -rf /root/.cache/uv")  # no copy of the old bytes on the host
+        failed = run(lab, "--limit", "lab1", "--data", f"sdk_lock={tmp_path}", *bump)
+        assert failed.returncode != 0
+        line = (f"servefleet: hash mismatch: vllm-rbln==0.12.1: the lock has sha256:"
+                f"{locked['wheels'][0]['hashes']['sha256']}, the index served sha256:{served}; "
+                f"release {stack['release']} not installed")  # fmt: skip
+        assert line in failed.stdout + failed.stderr
+        assert serving_release(lab, "lab1") == serving
+        marker = f"/opt/servefleet/releases/{stack['release']}/.servefleet-release.json"
+        assert on_host(lab, "lab1", f"test -e {marker}", check=False).returncode == 1
+        address = next(h["address"] for h in lab["hosts"] if h["name"] == "lab1")
+        for port in PORTS:
+            assert chat_once(address, port, "openai/gpt-oss-120b", "hi", max_tokens=1)
+    finally:  # a new lab serves the pristine files again
+        lab.clear()
+        lab.update(labhelpers.lab_up())
