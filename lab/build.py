@@ -272,10 +272,10 @@ def build_wheels(index: Path) -> None:
 # The arctic-inference sdist and its build backend
 
 ARCTIC_PYPROJECT = """\
-# arctic-inference 0.1.1: a SIMULATION for the servefleet lab. Pure Python; the real sdist
-# builds a C++ extension and needs torch, nanobind and cmake to build.
+# arctic-inference 0.1.1: a SIMULATION for the servefleet lab. As the real sdist, building it
+# imports torch and compiles a C++20 extension (see setup.py).
 [build-system]
-requires = ["setuptools>=61"]
+requires = ["setuptools>=61", "torch"]
 build-backend = "setuptools.build_meta"
 
 [project]
@@ -286,6 +286,44 @@ requires-python = ">=3.10"
 
 [tool.setuptools]
 packages = ["arctic_inference", "arctic_inference.suffix_decoding"]
+"""
+
+ARCTIC_SETUP = """\
+# arctic-inference 0.1.1: a SIMULATION for the servefleet lab. As the real setup.py it imports
+# torch and builds arctic_inference.suffix_decoding._C, C++20 (cmake >= 3.18, a C++ compiler,
+# the Python headers); without them it stops with one line naming what is missing.
+import os, re, shutil, subprocess, sys, sysconfig
+
+from setuptools import Extension, setup
+
+
+def need(what):
+    sys.exit("arctic-inference 0.1.1 cannot be built here: it needs " + what)
+
+
+try:
+    import torch  # noqa: F401 - the real setup.py imports torch
+except ImportError:
+    need("torch importable at build time")
+cmake = shutil.which("cmake")
+found = subprocess.run([cmake, "--version"], capture_output=True, text=True).stdout if cmake else ""
+m = re.search(r"(\\d+)\\.(\\d+)", found)
+if not m or (int(m.group(1)), int(m.group(2))) < (3, 18):
+    need("cmake >= 3.18 on PATH")
+if not (os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")):
+    need("a C++20 compiler (c++ or g++) on PATH")
+if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    need("the Python headers (Python.h, python3-dev)")
+setup(
+    ext_modules=[
+        Extension(
+            "arctic_inference.suffix_decoding._C",
+            ["csrc/suffix.cpp"],
+            language="c++",
+            extra_compile_args=["-std=c++20"],
+        )
+    ]
+)
 """
 
 
@@ -331,6 +369,9 @@ def build_sdist(public: Path) -> Path:
         (base, None),
         (f"{base}/PKG-INFO", pkg_info.encode()),
         (f"{base}/pyproject.toml", ARCTIC_PYPROJECT.format(version=ARCTIC_VERSION).encode()),
+        (f"{base}/setup.py", ARCTIC_SETUP.encode()),
+        (f"{base}/csrc", None),
+        (f"{base}/csrc/suffix.cpp", (PACKAGES / "arctic_inference" / "csrc" / "suffix.cpp").read_bytes()),
     ]
     for arc, text in package_files("arctic_inference", ARCTIC_VERSION).items():
         members.append((f"{base}/{arc}", text.encode()))

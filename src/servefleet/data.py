@@ -112,6 +112,7 @@ class Settings:
     installer: str
     lock_dir: str | None
     lock_python: str
+    wheel_cache: str
     indexes: tuple[Index, ...]
     public_index: str | None
     trusted_hosts: tuple[str, ...]
@@ -640,6 +641,9 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
             _one_line("a controller directory", "a directory path on the controller")
         ),
         "sdk_lock_python": _python_specifier,
+        "sdk_wheel_cache": _one_line(
+            "a controller directory", "a directory path on the controller"
+        ),
         "pip_indexes": _indexes(url),
         "pip_public_index": _optional(url),
         "pip_trusted_hosts": _trusted_hosts,
@@ -785,6 +789,7 @@ def settings_from(
         installer=values["sdk_installer"],
         lock_dir=values["sdk_lock"],
         lock_python=values["sdk_lock_python"],
+        wheel_cache=values["sdk_wheel_cache"],
         indexes=values["pip_indexes"],
         public_index=values["pip_public_index"],
         trusted_hosts=values["pip_trusted_hosts"],

@@ -78,6 +78,7 @@ class HostPlan:
     warm: bool  # the compile cache is warm for spec.compile_fingerprint
     missing_models: tuple[str, ...]
     kernel: str
+    python: str | None  # major.minor of the host's sdk_python (None: it does not run)
     reload_needed: bool  # systemd has not loaded some unit file as it is on disk
     good_release: str | None  # the release of the host's last converged state
     good_shas: tuple[str, ...]  # the unit shas of that state, in instance order
@@ -303,6 +304,7 @@ def plan_host(
             m for m in spec.requirements.models if m not in probe.get("models", [])
         ),
         kernel=kernel,
+        python=probe.get("python"),
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
         good_shas=tuple(probe.get("good_shas", ())),
@@ -353,6 +355,7 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
             "models": models,
             "paths": watched_paths(settings, release_id),
             "files": files,
+            "python": settings.sdk_python,
         },
         sort_keys=True,
     )
@@ -378,6 +381,9 @@ def read(path, mode="r"):
     except OSError:
         return None
 out = {"kernel": os.uname().release}
+out["python"] = ("%d.%d" % sys.version_info[:2] if a["python"] == "python3" else
+                 (run([a["python"], "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+                  or "").strip() or None)  # the probe runs with python3 itself
 if a.get("platform", "rbln") == "rbln":
     smi = run(["rbln-smi", "-j"])
     try:

@@ -67,6 +67,7 @@ class ReleasePlan:
     uv: str | None = None  # the uv binary on the host (installer "uv")
     stack: Stack | None = None  # what the release is locked as (None only in old callers' tests)
     pylock: str | None = None  # its PEP 751 lock from the lock directory; None: unlocked
+    built: tuple[dict[str, str], ...] = ()  # wheels built on the controller for sdist-only packages
 
     @property
     def locked(self) -> bool:
@@ -94,6 +95,7 @@ class ReleasePlan:
             "installer": self.installer,
             "uv": self.uv,
             "pylock": self.pylock,
+            "built": list(self.built),
         }
 
 

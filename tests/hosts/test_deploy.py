@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -302,15 +303,32 @@ def test_port_change_does_not_recompile(lab: dict[str, Any]) -> None:
         assert chat(host["address"], 8103)
 
 
-def test_suffix_decoding_builds_arctic_inference_and_serves(lab: dict[str, Any]) -> None:
-    ok(deploy(lab, "--data", "serve_selection=spec_decode=suffix"))
+def test_suffix_decoding_builds_arctic_inference_once_and_no_host_compiles(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """arctic-inference 0.1.1 is an sdist whose build compiles C++20: the controller builds it
+    once for the fleet (a fresh wheel cache), every host installs that wheel, none has a
+    compiler, and the servers run suffix decoding with its compiled extension."""
+    wheels = tmp_path / "wheels"
+    proc = ok(deploy(lab, "--data", "serve_selection=spec_decode=suffix",
+                     "--data", f"sdk_wheel_cache={wheels}"))  # fmt: skip
+    said = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if "arctic-inference==0.1.1 for Python 3." in line]  # fmt: skip
+    assert len(said) == len(HOSTS)
+    assert sum(line.endswith("(built on the controller)") for line in said) == 1, said
+    (built,) = wheels.glob("*/py*/arctic_inference-0.1.1-*.whl")
+    tag = built.name.split("-", 2)[2].removesuffix(".whl")
+    probe = (
+        "import importlib.metadata as m; from arctic_inference.suffix_decoding import _C; "
+        "print(m.version('arctic-inference'), _C.max_tree_depth(), "
+        "[l for l in m.distribution('arctic-inference').read_text('WHEEL').splitlines() "
+        "if l.startswith('Tag')][0])"
+    )
     for host in HOSTS:
-        out = on_host(
-            lab,
-            host,
-            "/opt/servefleet/current/bin/python -c 'import arctic_inference, importlib.metadata as m; print(m.version(\"arctic-inference\"))'",
-        ).stdout
-        assert out.strip() == "0.1.1"
+        out = on_host(lab, host, f"/opt/servefleet/current/bin/python -c {shlex.quote(probe)}")
+        assert out.stdout.split() == ["0.1.1", "24", "Tag:", tag]
+        tools = on_host(lab, host, "command -v c++ g++ gcc cc cmake", check=False)
+        assert tools.stdout == "", f"{host} has {tools.stdout}"
     for host in lab["hosts"]:
         assert all(chat(host["address"], p) for p in PORTS)
     assert_records(lab, resolved("--set", "spec_decode=suffix"))

@@ -239,12 +239,13 @@ def test_a_rewritten_sdist_keeps_its_layout_and_builds_a_wheel_with_the_module(
     assert all(after[name] == body for name, body in before.items())
     assert rewrite_sdist(new, "public/arctic #2") != new
     out = tmp_path / "wheels"
+    _write(tmp_path / "buildenv" / "torch" / "__init__.py", b"")  # its build imports torch
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--isolated", "--no-deps", "--no-index"]
         + ["--no-build-isolation", "-w", str(out), str(_write(tmp_path / "re" / sdist.name, new))],
         capture_output=True,
         text=True,
-        env=dict(os.environ, **PIP_ENV),
+        env=dict(os.environ, **PIP_ENV, PYTHONPATH=str(tmp_path / "buildenv")),
     )
     assert proc.returncode == 0, proc.stderr
     (built,) = out.glob("arctic_inference-0.1.1-*.whl")

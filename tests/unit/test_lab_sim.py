@@ -285,7 +285,11 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
                     assert digest == "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
     with tarfile.open(idx / "public/arctic_inference-0.1.1.tar.gz") as tar:
         pyproject = tar.extractfile("arctic_inference-0.1.1/pyproject.toml").read().decode()  # type: ignore[union-attr]
-    assert 'requires = ["setuptools>=61"]' in pyproject
+        setup = tar.extractfile("arctic_inference-0.1.1/setup.py").read().decode()  # type: ignore[union-attr]
+        names = tar.getnames()
+    assert 'requires = ["setuptools>=61", "torch"]' in pyproject  # its build imports torch
+    assert "import torch" in setup and '"-std=c++20"' in setup  # and compiles C++20
+    assert "arctic_inference-0.1.1/csrc/suffix.cpp" in names
 
 
 def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:

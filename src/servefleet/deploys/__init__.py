@@ -11,6 +11,8 @@ health gate, one instance at a time, the first alone (it compiles) when the cach
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -29,6 +31,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
+from servefleet.builds import build, cache_dir, sdist_only
 from servefleet.data import Settings, settings_from
 from servefleet.defaults import DEFAULTS
 from servefleet.deploys.operations import (
@@ -51,6 +54,7 @@ from servefleet.hostplan import (
     probe_args,
     resolve_for,
 )
+from servefleet.lock import Stack, resolve
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
 from servefleet.release import with_locked_models
 from servefleet.uvbin import uv_binary
@@ -82,11 +86,45 @@ def host_plan(files: bool = False) -> HostPlan:
         probe = host.get_fact(HostProbe, args=probe_args(settings, spec, files))
         plan = plan_host(settings, probe, spec, builder=host.name == settings.prewarm_host)
         _check_driver_data(plan)
+        plan = _with_built_wheels(plan)
     except RecipeError as e:
         raise PyinfraError(f"servefleet: {host.name}: serve_recipe/serve_selection: {e}") from None
     except ServefleetError as e:
         raise PyinfraError(f"servefleet: {host.name}: {e}") from None
     return plan
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(st: Stack, user: str | None, password: str | None) -> str:
+    return resolve(st, user, password)
+
+
+def _with_built_wheels(plan: HostPlan) -> HostPlan:
+    """The plan with the wheels of its release's sdist-only packages, built once on the
+    controller (the host installs them and never compiles). Only when the release is to be
+    installed: unlocked, the controller resolves the stack to learn which packages those are."""
+    rel, s = plan.release, plan.settings
+    if plan.release_complete or plan.refusal or rel.stack is None:
+        return plan
+    pylock = rel.pylock or _resolved(rel.stack, s.index_user, s.index_password)
+    sdists = sdist_only(pylock)
+    if not sdists:
+        return plan
+    if not plan.python:
+        raise ServefleetError(f"sdk_python: {s.sdk_python} does not run on the host")
+    built = []
+    for package in sdists:
+        wheel = build(package, plan.python, rel.stack, Path(s.wheel_cache), s.index_user,
+                      s.index_password)  # fmt: skip
+        how = (
+            "built on the controller"
+            if wheel.fresh
+            else "built before, from the controller's cache"
+        )
+        logger.info(f"{host.print_prefix}{wheel.name}=={wheel.version} for Python {plan.python}: "
+                    f"{wheel.path.name} ({how})")  # fmt: skip
+        built.append(wheel.to_json(f"{plan.lib}/wheels"))
+    return dataclasses.replace(plan, release=dataclasses.replace(rel, built=tuple(built)))
 
 
 def _check_driver_data(plan: HostPlan) -> None:
@@ -268,6 +306,15 @@ def _stack_ops(plan: HostPlan) -> OperationMeta | None:
         _secret(plan, "Write the index credentials (netrc, 0600)", rel.netrc, _netrc(s))
     installed = None
     if not plan.release_complete:
+        if rel.built:
+            _directory(plan, f"{plan.lib}/wheels")
+        for wheel in rel.built:
+            files.put(
+                name=f"Upload the {wheel['name']} {wheel['version']} wheel the controller built",
+                src=str(cache_dir(s.wheel_cache, wheel["sdist_sha256"], str(plan.python))
+                        / Path(wheel["path"]).name),
+                dest=wheel["path"], user="root", group="root", mode="644",
+            )  # fmt: skip
         installed = release(
             name=f"Install release {rel.id} and check it",
             plan_file=plan_file,

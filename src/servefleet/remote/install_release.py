@@ -16,6 +16,11 @@ usage: install_release.py PLAN.json
 3. checks: every installed pin has its pinned version, every owned package came from its owner,
    every required module imports;
 4. only then the completion marker. A release counts as installed only with that marker.
+
+Nothing is ever built here (``--no-build``, pip ``--only-binary :all:``): a package the indexes
+have only as an sdist comes as the wheel the controller built from it (plan["built"]). With a
+lock (plan["pylock"]), ``uv pip install`` installs exactly the locked files, every sha256
+checked; a file that differs fails in one line naming the package and both hashes.
 """
 
 from __future__ import annotations
@@ -141,13 +146,28 @@ def hash_mismatch(output: str) -> str | None:
     return (f"{m.group(1)}: the lock has {m.group(2)}, the index served {m.group(3)}")  # fmt: skip
 
 
+def with_built(pylock: str, built: list) -> str:
+    """The lock with each built package's sdist replaced by the wheel the controller built from
+    it (checked by its sha256), so that nothing is built here."""
+    for b in built:
+        block = re.search(r'(?ms)^\[\[packages\]\]\nname = "' + re.escape(b["name"])
+                          + r'"\n.*?(?=^\[\[packages\]\]|\Z)', pylock)  # fmt: skip
+        if not block or f'sha256 = "{b["sdist_sha256"]}"' not in block.group(0):
+            sys.exit(f"servefleet: {b['name']}: the lock has no sdist {b['sdist_sha256']}")
+        wheel = f'wheels = [{{ path = "{b["path"]}", hashes = {{ sha256 = "{b["sha256"]}" }} }}]'
+        sdist = re.search(r"(?m)^sdist = .*$", block.group(0))
+        text = block.group(0).replace(sdist.group(0), wheel, 1) if sdist else block.group(0)
+        pylock = pylock[: block.start()] + text + pylock[block.end() :]
+    return pylock
+
+
 def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, args: list) -> None:
     """``uv pip install`` from the release's PEP 751 lock: every file's sha256 is checked; a
-    mismatch fails in one line naming the package and both hashes."""
+    mismatch fails in one line naming the package and both hashes. Nothing is built here."""
     pylock = release / "pylock.toml"
-    pylock.write_text(plan["pylock"])
+    pylock.write_text(with_built(plan["pylock"], plan.get("built") or []))
     cmd = [uv, "pip", "install", "--quiet", "--preview-features", "pylock", "--python", python,
-           *args, "-r", str(pylock)]  # fmt: skip
+           "--no-build", *args, "-r", str(pylock)]  # fmt: skip
     print("+", " ".join(cmd[:4]), "... -r", pylock, flush=True)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     sys.stdout.write(done.stdout)
@@ -168,6 +188,9 @@ def install_with_uv(plan: dict, release: Path) -> None:
     if plan["public_index"]:
         indexes += ["--default-index", plan["public_index"]]
     insecure = [a for h in plan["trusted_hosts"] for a in ("--allow-insecure-host", h)]
+    built = plan.get("built") or []
+    wheels = [a for d in sorted({str(Path(b["path"]).parent) for b in built})
+              for a in ("--find-links", d)]  # fmt: skip
     if plan.get("pylock"):
         public = ["--default-index", plan["public_index"]] if plan["public_index"] else []
         return install_locked(uv, python, plan, release, env, [*public, *insecure])
@@ -179,16 +202,16 @@ def install_with_uv(plan: dict, release: Path) -> None:
     constraints = release / "constraints.txt"
     constraints.write_text("".join(c + "\n" for c in plan["constraints"]))
     locked = release / "locked.txt"
-    run([uv, "pip", "compile", "--quiet", "--python", python, *indexes, *insecure,
-         "--generate-hashes", "--emit-index-annotation", "--no-header", "-c", str(constraints),
+    run([uv, "pip", "compile", "--quiet", "--python", python, *indexes, *insecure, *wheels,
+         "--no-build", "--generate-hashes", "--emit-index-annotation", "--no-header", "-c", str(constraints),
          "-o", str(locked), str(wanted)], env=env)  # fmt: skip
     came = locked_sources(locked.read_text())
     for name, index in owners(plan).items():
         if came.get(name) != index:
             sys.exit(f"servefleet: {name} resolved from {came.get(name) or 'nowhere'}, "
                      f"not from its owner {index}; nothing installed")  # fmt: skip
-    run([uv, "pip", "install", "--quiet", "--python", python, *indexes, *insecure,
-         "--require-hashes", "--no-deps", "-r", str(locked)], env=env)  # fmt: skip
+    run([uv, "pip", "install", "--quiet", "--python", python, *indexes, *insecure, *wheels,
+         "--no-build", "--require-hashes", "--no-deps", "-r", str(locked)], env=env)  # fmt: skip
 
 
 def install_with_pip(plan: dict, release: Path, wheelhouse: Path) -> None:
@@ -208,12 +231,16 @@ def install_with_pip(plan: dict, release: Path, wheelhouse: Path) -> None:
     constraints = release / "constraints.txt"
     constraints.write_text("".join(c + "\n" for c in plan["constraints"]))
     index = ["--isolated", "--index-url", plan["public_index"]] if plan["public_index"] else []
+    built = sorted({str(Path(b["path"]).parent) for b in plan.get("built") or []})
     run(
         [
             *pip,
             "install",
             *index,
             *trusted(plan),
+            *[a for d in built for a in ("--find-links", d)],
+            "--only-binary",
+            ":all:",
             "-c",
             str(constraints),
             *refs,
