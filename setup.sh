@@ -4,7 +4,7 @@
 #  - always: .venv/ in the repo root with servefleet (editable), pyinfra and the dev tools
 set -euo pipefail
 cd "$(dirname "$0")"
-PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg gpgv openssh-client iproute2 util-linux systemd python3-venv"
+PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg gpgv openssh-client iproute2 nftables util-linux systemd python3-venv"
 if [ "$(id -u)" = 0 ]; then
   missing=""
   for p in $PKGS; do

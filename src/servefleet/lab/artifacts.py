@@ -100,6 +100,27 @@ def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path,
     return out, json.loads((out / "manifest.json").read_text())
 
 
+def serving_copy(src: Path, dst: Path) -> None:
+    """A lab's own copy of built index directories: the same tree, each file hard-linked to the
+    build's (copied where a link cannot be made), so a lab that replaces a file
+    (``servefleet lab republish``) renames over its own name and never writes the cache.
+
+    + src: the build's ``index/`` directory
+    + dst: the lab's copy (replaced)
+    """
+    shutil.rmtree(dst, ignore_errors=True)
+    for path in sorted(src.rglob("*")):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
 def _run(cmd: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     proc = subprocess.run(cmd, capture_output=True, **kwargs)
     if proc.returncode != 0:

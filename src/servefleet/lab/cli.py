@@ -1,4 +1,4 @@
-"""``servefleet lab up|down|status|env|models|ssh``."""
+"""``servefleet lab up|down|status|env|models|ssh|republish|offline``."""
 
 from __future__ import annotations
 
@@ -92,6 +92,14 @@ def lab() -> None:
     metavar="ORG/NAME[,ORG/NAME...]",
     help="also put simulated snapshots of these models in the model store (repeatable)",
 )
+@click.option(
+    "--offline",
+    "offline",
+    multiple=True,
+    metavar="HOST",
+    help="make a host offline: no lab server (index, apt, files) answers it; SSH to it works "
+    "(repeatable)",
+)
 @_one_line_errors
 def up(
     hosts: int,
@@ -101,6 +109,7 @@ def up(
     odd_hardware: tuple[str, ...],
     compile_seconds: float,
     models: tuple[str, ...],
+    offline: tuple[str, ...],
 ) -> None:
     """Clear any earlier lab, then start hosts and package servers.
 
@@ -119,9 +128,11 @@ def up(
         models=[m.strip() for value in models for m in value.split(",") if m.strip()],
         hardware=hardware,
         odd_hardware=_per_host(odd_hardware, "HW", "lab2=h100"),
+        offline=offline,
     )
     for host in state["hosts"]:
-        click.echo(f"{host['name']} {host['address']} {host['sku']} running")
+        note = " (offline)" if host["name"] in state["offline"] else ""
+        click.echo(f"{host['name']} {host['address']} {host['sku']} running{note}")
     click.echo(
         f'lab up: state in {layout.STATE_FILE}; `eval "$(servefleet lab env)"` '
         "exports the lab credentials"
@@ -184,3 +195,47 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
     if not command:
         argv.insert(1, "-t")
     os.execvp(argv[0], argv)
+
+
+@lab.command()
+@click.argument("spec", metavar="NAME==VERSION")
+@click.option(
+    "--index",
+    metavar="private|vllm|torch|public",
+    help="the index to republish on (default: the package's owner, else public)",
+)
+@_one_line_errors
+def republish(spec: str, index: str | None) -> None:
+    """Serve other bytes under the same file name and version on a lab index.
+
+    The file(s) of NAME==VERSION on the index that owns the package (the lab's pip_indexes),
+    else on the public index, get one more module (still installable); the index serves their
+    new sha256 at once. The build cache is never changed; the next `lab up` starts pristine.
+    """
+    from servefleet.lab.republish import check_index, parse_spec, republish as republish_files
+    from servefleet.lab.state import load_state
+
+    parse_spec(spec)  # a bad argument is an error whether or not the lab is up
+    check_index(index)
+    for entry in republish_files(load_state(), spec, index):
+        click.echo(
+            f"republished {entry['file']} on the {entry['index']} index: "
+            f"sha256 {entry['old_sha256']} -> {entry['new_sha256']}"
+        )
+
+
+@lab.command("offline")
+@click.argument("hosts", nargs=-1, required=True, metavar="HOST...")
+@click.option("--undo", is_flag=True, help="bring the hosts back online")
+@_one_line_errors
+def offline_hosts(hosts: tuple[str, ...], undo: bool) -> None:
+    """Cut hosts off the lab's servers (indexes, apt, files); SSH to them keeps working.
+
+    Their new connections to the bridge address are rejected (nftables in their network
+    namespace); `lab status` shows them, `lab up` starts every host online.
+    """
+    from servefleet.lab.offline import offline
+    from servefleet.lab.state import load_state
+
+    now = offline(load_state(), hosts, undo)
+    click.echo(f"offline: {', '.join(now) or 'none'}")

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.lab import layout
-from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_repo
+from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_repo, serving_copy
 from servefleet.lab.base import ensure_base, script
 from servefleet.lab.index import fetch
+from servefleet.lab.offline import check_hosts, is_offline, set_offline
 from servefleet.lab.state import LabError, load_state, write_state
 from servefleet.remote.fetch_model import bad_model_id
 
@@ -290,12 +291,16 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], name: str, log: str) ->
     raise LabError(f"lab server {name} does not listen on {layout.BRIDGE_IP}:{port}; see {log}")
 
 
-def start_servers(artifacts: Path, secret_files: dict[str, str]) -> dict[str, dict[str, Any]]:
+def start_servers(
+    artifacts: Path, secret_files: dict[str, str], indexes: Path | None = None
+) -> dict[str, dict[str, Any]]:
     """Start every lab server on the bridge address; return their state entries.
 
     + artifacts: the built lab artifacts (index/, files/)
     + secret_files: the credential files by variable name
+    + indexes: the directory of the index directories served (default: artifacts/index)
     """
+    indexes = indexes or artifacts / "index"
     basic = [
         "--user-file",
         secret_files["RBLN_INDEX_USER"],
@@ -304,25 +309,25 @@ def start_servers(artifacts: Path, secret_files: dict[str, str]) -> dict[str, di
     ]
     specs: dict[str, tuple[list[str], int, str, str]] = {
         "index_private": (
-            ["simple", str(artifacts / "index" / "private"), *basic],
+            ["simple", str(indexes / "private"), *basic],
             layout.PORT_INDEX_PRIVATE,
             "/simple/",
             "basic RBLN_INDEX_USER:RBLN_INDEX_PASSWORD",
         ),
         "index_vllm": (
-            ["simple", str(artifacts / "index" / "vllm")],
+            ["simple", str(indexes / "vllm")],
             layout.PORT_INDEX_VLLM,
             "/simple/",
             "none",
         ),
         "index_torch": (
-            ["simple", str(artifacts / "index" / "torch")],
+            ["simple", str(indexes / "torch")],
             layout.PORT_INDEX_TORCH,
             "/simple/",
             "none",
         ),
         "index_public": (
-            ["simple", str(artifacts / "index" / "public")],
+            ["simple", str(indexes / "public")],
             layout.PORT_INDEX_PUBLIC,
             "/simple/",
             "none",
@@ -661,8 +666,11 @@ def up(
     models: Sequence[str] = (),
     hardware: str = layout.DEFAULT_HARDWARE,
     odd_hardware: dict[str, str] | None = None,
+    offline: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Clear any earlier lab, then build and start a new one; return its state.
+    """Clear any earlier lab, then build and start a new one; return its state. The indexes
+    serve this lab's own hard-link copy of the build (``servefleet lab republish`` changes it,
+    never the cache).
 
     + hosts: number of hosts lab1..labN
     + devices: simulated NPUs per RBLN host
@@ -672,12 +680,16 @@ def up(
     + models: ORG/NAME ids whose simulated snapshots the store holds besides the recipes' models
     + hardware: the hardware of every host (``cr13`` or ``h200``)
     + odd_hardware: host name -> hardware for hosts that differ (``cr13``, ``h100``, ``h200``)
+    + offline: hosts whose new connections to the lab's servers are rejected (servefleet.lab.offline)
     """
     plan = plan_hosts(hosts, devices, odd_skus or {}, hardware, odd_hardware)
+    offline_hosts = check_hosts(offline, [h["name"] for h in plan], "--offline")
     added = check_models(models)
     if compile_seconds < 0:
         raise LabError(f"--compile-seconds must be >= 0, not {compile_seconds:g}")
     check_can_run()
+    if offline_hosts and shutil.which("nft") is None:
+        raise LabError("--offline needs nft (apt-get install nftables; ./setup.sh does)")
     sim = lab_sources() / "sim"
     gpu_hosts = any(h["hardware"] != layout.RBLN_HARDWARE for h in plan)
     for tool in ("lspci", "nvidia-smi") if gpu_hosts else ("lspci",):
@@ -710,7 +722,8 @@ def up(
     _run(["ip", "link", "set", layout.BRIDGE, "up"], "bringing the bridge up")
 
     secret_files = _new_secret_files()
-    servers = start_servers(artifacts, secret_files)
+    serving_copy(artifacts / "index", layout.STATE_INDEX)
+    servers = start_servers(artifacts, secret_files, layout.STATE_INDEX)
     log(f"servers up on {layout.BRIDGE_IP} ({time.monotonic() - t0:.1f} s)")
 
     ssh = {
@@ -751,6 +764,11 @@ def up(
             f"{layout.STATE_HOSTS}; `servefleet lab down` removes the lab"
         )
     log(f"{len(plan)} hosts running ({time.monotonic() - t0:.1f} s)")
+    by_name = {h["name"]: h for h in plan}
+    for name in offline_hosts:
+        set_offline(by_name[name]["netns"], True)
+    if offline_hosts:
+        log(f"offline (no lab server answers them): {', '.join(offline_hosts)}")
 
     files_url = layout.url(layout.PORT_FILES)
     state: dict[str, Any] = {
@@ -764,6 +782,11 @@ def up(
         "indexes": {
             k: servers[f"index_{k}"]["url"] for k in ("private", "vllm", "torch", "public")
         },
+        "index_roots": {
+            k: str(layout.STATE_INDEX / k) for k in ("private", "vllm", "torch", "public")
+        },
+        "republished": [],
+        "offline": offline_hosts,
         "secrets": secret_files,
         "apt": {
             "url": servers["apt"]["url"],
@@ -811,6 +834,7 @@ def status() -> list[str]:
         lines.append(
             f"{host['name']:<8} {host['address']:<13} {host['sku']:<10} "
             f"{host['devices']} {'GPUs' if gpus else 'devices'}  {hstate}"
+            + _offline_note(host, host["name"] in state.get("offline", []))
         )
     running = set(server_pids())
     for name, server in sorted(state["servers"].items()):
@@ -824,4 +848,27 @@ def status() -> list[str]:
             answers = False
         up_ = pid in running and answers
         lines.append(f"{name:<14} {server['url']:<34} {'up' if up_ else 'down'}")
+    for entry in state.get("republished", []):
+        lines.append(
+            f"republished    {entry['index']:<8} {entry['file']}  "
+            f"{entry['old_sha256']} -> {entry['new_sha256']}"
+        )
     return lines
+
+
+def _offline_note(host: dict[str, Any], recorded: bool) -> str:
+    """`` offline`` for a host the state and its namespace agree is offline; a warning when they
+    disagree; nothing for an online host."""
+    try:
+        actual = is_offline(host["netns"])
+    except (LabError, OSError, subprocess.TimeoutExpired):
+        actual = False
+        if not recorded:
+            return ""
+    if recorded and actual:
+        return "  offline"
+    if recorded:
+        return f"  offline in the state, but its rules are gone (servefleet lab offline {host['name']})"
+    if actual:
+        return f"  offline rules present, not in the state (servefleet lab offline {host['name']} --undo)"
+    return ""

@@ -13,6 +13,13 @@ from servefleet.lab import layout
 from servefleet.lab.state import load_state
 
 KEYRING = "/etc/apt/keyrings/servefleet-lab.gpg"
+# lab index (a key of the state's "indexes") -> the packages it owns; every other package comes
+# from the public index (``pip_indexes`` below; ``servefleet lab republish`` reads it too)
+INDEX_OWNS: dict[str, tuple[str, ...]] = {
+    "private": ("rebel-compiler", "lmcache-rbln", "nixl-rbln"),
+    "vllm": ("vllm",),
+    "torch": ("torch",),  # the lab's fakes need no companions
+}
 
 
 def lab_group_data() -> dict[str, Any]:
@@ -31,16 +38,9 @@ def lab_group_data() -> dict[str, Any]:
             "key": state["apt"]["key"],
         },
         "pip_indexes": {
-            "rbln": {
-                "url": idx["private"],
-                "packages": ["rebel-compiler", "lmcache-rbln", "nixl-rbln"],
-                "auth": True,
-            },
-            "vllm": {"url": idx["vllm"], "packages": ["vllm"]},
-            "torch": {
-                "url": idx["torch"],
-                "packages": ["torch"],
-            },  # the lab's fakes need no companions
+            "rbln": {"url": idx["private"], "packages": list(INDEX_OWNS["private"]), "auth": True},
+            "vllm": {"url": idx["vllm"], "packages": list(INDEX_OWNS["vllm"])},
+            "torch": {"url": idx["torch"], "packages": list(INDEX_OWNS["torch"])},
         },
         "pip_public_index": idx["public"],
         "pip_trusted_hosts": [layout.BRIDGE_IP],

@@ -18,8 +18,11 @@ import hashlib
 import hmac
 import html
 import mimetypes
+import os
 import re
+import stat
 import sys
+import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,18 +56,42 @@ def project_of(filename: str) -> str | None:
     return None
 
 
-def scan_index(root: Path) -> dict[str, dict[str, str]]:
+def scan_index(
+    root: Path, known: dict[str, tuple[tuple[int, int, int], str]] | None = None
+) -> dict[str, dict[str, str]]:
     """Map each normalized project to ``{filename: sha256 hex}`` for the files directly in root.
 
+    A file is hashed from the descriptor it is read through, so a file renamed over mid-scan
+    gives the hash of one whole version of it, never a mix.
+
     + root: the flat directory of distributions
+    + known: filename -> ((inode, size, mtime_ns), sha256) of earlier scans, updated in place;
+      a file whose inode, size and mtime are unchanged is not read again
     """
     projects: dict[str, dict[str, str]] = {}
     for path in sorted(root.iterdir()):
-        project = project_of(path.name) if path.is_file() else None
+        project = project_of(path.name)
         if project is None:
             continue
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        try:
+            with open(path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                seen = known.get(path.name) if known is not None else None
+                if seen is not None and seen[0] == key:
+                    digest = seen[1]
+                else:
+                    digest = hashlib.sha256(handle.read()).hexdigest()
+        except (FileNotFoundError, IsADirectoryError):  # removed or renamed away meanwhile
+            continue
+        if known is not None:
+            known[path.name] = (key, digest)
         projects.setdefault(project, {})[path.name] = digest
+    if known is not None:
+        for gone in set(known) - {fn for files in projects.values() for fn in files}:
+            del known[gone]
     return projects
 
 
@@ -79,7 +106,9 @@ def _page(title: str, links: list[tuple[str, str]]) -> bytes:
 
 
 class Config:
-    """What one server instance serves and how it authenticates.
+    """What one server instance serves and how it authenticates. A ``simple`` index scans root
+    at every request for a page, so a file replaced there (``servefleet lab republish``) is
+    served with its new hash at once; unchanged files are not hashed again.
 
     + mode: ``simple`` (PEP 503 index) or ``static`` (files under root)
     + root: the directory served
@@ -98,7 +127,18 @@ class Config:
         self.root = root.resolve()
         self.basic = basic
         self.token = token
-        self.projects = scan_index(self.root) if mode == "simple" else {}
+        self._hashes: dict[str, tuple[tuple[int, int, int], str]] = {}
+        self._lock = threading.Lock()
+        if mode == "simple":  # hash every file once before serving
+            scan_index(self.root, self._hashes)
+
+    @property
+    def projects(self) -> dict[str, dict[str, str]]:
+        """Normalized project -> ``{filename: sha256}`` of what root holds now."""
+        if self.mode != "simple":
+            return {}
+        with self._lock:
+            return scan_index(self.root, self._hashes)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -179,11 +219,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.config.mode == "static":
             self._file(self.config.root / path.lstrip("/"), head)
             return
-        projects = self.config.projects
         if path in ("/", "/simple"):
             self._send(301, b"", "text/plain", {"Location": "/simple/"}, head)
         elif path == "/simple/":
-            links = [(f"{name}/", name) for name in sorted(projects)]
+            links = [(f"{name}/", name) for name in sorted(self.config.projects)]
             self._send(200, _page("Simple index", links), "text/html", head=head)
         elif path.startswith("/simple/"):
             name = path[len("/simple/") :].strip("/")
@@ -191,7 +230,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(
                     301, b"", "text/plain", {"Location": f"/simple/{normalize(name)}/"}, head
                 )
-            elif name in projects:
+            elif name in (projects := self.config.projects):
                 links = [
                     (f"../../files/{fn}#sha256={sha}", fn) for fn, sha in projects[name].items()
                 ]

@@ -41,6 +41,9 @@ STATE_FILE = STATE_DIR / "state.json"
 SIM_ETC = "/etc/rbln-sim"  # hardware.json, platform, fail-*, compile-seconds, load-seconds
 SIM_RUN = "/run/rbln-sim"  # device locks, vllm-<port>.json records of argv and env
 SIM_LOG = "/var/log/rbln-sim"  # compile.log: one line per simulated compile
+# An offline host (`lab up --offline HOST`, `lab offline HOST`): this nftables table in its netns
+# rejects its new connections to BRIDGE_IP (every lab server); replies (its sshd's) pass
+OFFLINE_TABLE = "servefleet_offline"  # family inet
 
 # Lab fleet internals (servefleet.lab.fleet): names the clean-up recognises as ours
 VETH_PREFIX = "sfv-"  # root-namespace end of host labN's veth: sfv-labN
@@ -52,6 +55,7 @@ STATE_LOGS = STATE_DIR / "logs"  # <server>.log
 STATE_SECRETS = STATE_DIR / "secrets"  # 0700; index-user, index-password, hf-token (0600)
 STATE_SSH = STATE_DIR / "ssh"  # id_ed25519(.pub), known_hosts
 STATE_APT = STATE_DIR / "apt"  # the signed flat apt repository (served as is)
+STATE_INDEX = STATE_DIR / "index"  # <index>/: this lab's hard-link copy of the built indexes
 APT_KEY_FILE = STATE_DIR / "lab-archive-keyring.gpg"  # the apt repo's public key (binary)
 
 # PCI device id (vendor 0x1eff) of each card SKU, as `lspci -n` shows it (rbln.md §1)
