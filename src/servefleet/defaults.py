@@ -38,7 +38,7 @@ sdk_extra_packages = {  # vllm-rbln extra -> what it brings (installed only when
 }
 sdk_python = "python3"  # interpreter the release venvs are made with
 sdk_installer = "uv"  # uv (its binary shipped from the controller) or pip (where uv cannot run)
-sdk_lock = None  # lock directory `servefleet lock` writes (e.g. locks/prod); None = unlocked releases
+sdk_lock = None  # lock directory `servefleet lock` writes (locks/prod); None = unlocked releases
 sdk_lock_python = ">=3.10"  # Python versions a lock resolves for (the hosts' sdk_python among them)
 
 # --- pip: where packages come from

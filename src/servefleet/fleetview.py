@@ -16,11 +16,17 @@ from servefleet.hostplan import HostPlan
 from servefleet.prewarm_store import WarmEntry, prewarm_roles
 
 
-def plan_summary(plan: HostPlan, entry: WarmEntry | None = None, order: int = 0) -> dict[str, Any]:
+def plan_summary(
+    plan: HostPlan,
+    entry: WarmEntry | None = None,
+    order: int = 0,
+    changed_on_index: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """What a deploy would change on this host (nothing is changed to find out).
 
     + entry: the host as fleet pre-warm sees it (:func:`fleet_plan` decides who recompiles)
     + order: the host's place in the inventory
+    + changed_on_index: unlocked releases: packages the indexes now serve with other bytes
     """
     s, rel = plan.settings, plan.release
     have = plan.current_pins or {}
@@ -38,6 +44,7 @@ def plan_summary(plan: HostPlan, entry: WarmEntry | None = None, order: int = 0)
         "release": [plan.current, rel.id] if plan.current != rel.id else None,
         "install_release": not plan.release_complete,
         "locked": rel.locked,
+        "changed_on_index": dict(changed_on_index or {}),
         "packages": packages if plan.current != rel.id else {},
         "models": list(plan.missing_models),
         "restarts": restarts,
@@ -178,8 +185,15 @@ def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
             rows.append([host, f"refused: {p['refusal']}"] + [None] * (len(PLAN_COLUMNS) - 2))
             continue
         release = p["release"] or ([None, "install"] if p["install_release"] else None)
+        if not p.get("locked", True):
+            release = f"{_cell(release)} (unlocked)" if release else "unlocked"
+        packages = {**p["packages"], **{
+            name: f"{c['version']} re-uploaded: installed {c['installed'][0][:12]}, index now "
+                  f"{c['served'][0][:12]}"
+            for name, c in (p.get("changed_on_index") or {}).items()
+        }}  # fmt: skip
         rows.append(
-            [host, p["driver"], release, p["packages"], p["models"], p["restarts"], p["remove"],
+            [host, p["driver"], release, packages, p["models"], p["restarts"], p["remove"],
              "copy" if p.get("prewarm") == "copy" else p["recompile"]]
         )  # fmt: skip
     return table(rows, PLAN_COLUMNS)

@@ -71,6 +71,7 @@ class HostPlan:
     release_complete: bool
     current: str | None  # the release `current` points at now
     current_pins: dict[str, str] | None  # what that release holds (its completion marker)
+    current_files: dict[str, Any]  # package -> [version, sha256s] it was installed with (plan)
     instances: tuple[Instance, ...]
     stale_units: tuple[str, ...]  # our units beyond the instances this host now runs
     active_units: frozenset[str]
@@ -293,6 +294,7 @@ def plan_host(
         release_complete=release.id in probe.get("releases", []),
         current=probe.get("current"),
         current_pins=probe.get("current_pins"),
+        current_files=probe.get("current_files") or {},
         instances=tuple(instances),
         stale_units=tuple(u for u in units if u not in names),
         active_units=frozenset(u for u, st in units.items() if st.get("active") == "active"),
@@ -334,8 +336,11 @@ def watched_paths(settings: Settings, release_id: str) -> list[str]:
     return [*dirs, *lib, *uv, f"{root}/plans/{release_id}.json", NETRC, HF_TOKEN_FILE]
 
 
-def probe_args(settings: Settings, spec: ServeSpec) -> str:
-    """The PROBE script's one argument (JSON): paths, the serve user and the wanted models."""
+def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
+    """The PROBE script's one argument (JSON): paths, the serve user and the wanted models.
+
+    + files: also read the file hashes the serving release was installed with (``plan``)
+    """
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
     release_id = plan_release(settings, spec, NETRC).id
     return json.dumps(
@@ -347,6 +352,7 @@ def probe_args(settings: Settings, spec: ServeSpec) -> str:
             "platform": platform_for(settings.recipe).name,
             "models": models,
             "paths": watched_paths(settings, release_id),
+            "files": files,
         },
         sort_keys=True,
     )
@@ -396,6 +402,17 @@ try:
     out["current_pins"] = json.loads(read(marker) or "null")["pins"]
 except (ValueError, TypeError, KeyError):
     out["current_pins"] = None
+out["current_files"] = {}  # package -> [version, sha256s] the serving release was installed with
+locked = read(os.path.join(rel, out["current"] or "-", "locked.txt")) if a.get("files") else None
+name = None
+for line in (locked or "").splitlines():
+    head = line.split(" ", 1)[0]
+    if "==" in head and not line.startswith((" ", "#")):
+        name, version = head.split("==", 1)
+        name = name.split("[", 1)[0].lower().replace("_", "-")
+        out["current_files"][name] = [version, []]
+    elif name and line.strip().startswith("--hash=sha256:"):
+        out["current_files"][name][1].append(line.strip()[len("--hash=sha256:"):].rstrip(" \\"))
 try:
     good = json.loads(read(os.path.join(root, "state", "good.json")) or "null")
     out["good"], out["good_shas"] = good["release"], [i["sha"] for i in good["instances"]]

@@ -304,6 +304,23 @@ def check_owners(
             )
 
 
+def changed_on_index(installed: Mapping[str, Any], pylock: str) -> dict[str, dict[str, Any]]:
+    """Packages whose version the indexes still serve, but not with any file the release was
+    installed with (a re-upload under the same name and version).
+
+    + installed: package -> [version, sha256s] the release was installed with
+    + pylock: what the indexes resolve to now
+    """
+    out = {}
+    for p in packages(pylock):
+        have = installed.get(p["name"])
+        served = sorted(f["sha256"] for f in files_of(p))
+        if have and have[0] == p["version"] and not set(have[1]) & set(served):
+            out[p["name"]] = {"version": p["version"], "installed": sorted(have[1]),
+                              "served": served}  # fmt: skip
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The lock directory
 

@@ -1,10 +1,6 @@
 """The release installer (src/servefleet/remote/install_release.py) against local package
-indexes: each failed check withholds the completion marker with a clear line.
-
-Two PEP 503 "simple" indexes (the lab's index server) on 127.0.0.1, no real registry:
-``owner`` holds the owned package ``sfowned`` behind HTTP Basic auth (credentials from a
-netrc, as on a host); ``public`` holds everything else and a squatter ``sfowned 9.0``.
-Each run makes a real venv with the real pip (about 5 s each)."""
+indexes (the ``index`` fixture of conftest.py): each failed check withholds the completion
+marker with a clear line. Each run makes a real venv with the real pip (about 5 s each)."""
 
 from __future__ import annotations
 
@@ -13,50 +9,16 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fake_host import serving
-from lab_sim_support import LAB, PIP_ENV, REPO, load
+from lab_sim_support import PIP_ENV, REPO, load
 
-from servefleet.lab.index import Config, make_server
 from servefleet.release import MARKER, Download, ReleasePlan
 
-INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
-build = load(LAB / "build.py", "servefleet_lab_build")
-PACKAGES: dict[str, list[tuple[str, str, dict[str, str], list[str]]]] = {
-    "owner": [("sfowned", "1.0", {"sfowned/__init__.py": "ORIGIN = 'owner'\n"}, ["sfdep"])],
-    "public": [
-        ("sfowned", "9.0", {"sfowned/__init__.py": "ORIGIN = 'squatter'\n"}, []),
-        ("sfdep", "1.0", {"sfdep/__init__.py": ""}, []),
-        ("sfdep", "2.0", {"sfdep/__init__.py": ""}, []),
-        ("sfpub", "1.0", {"sfpub/__init__.py": ""}, []),
-        ("sfbroken", "1.0", {"sfbroken/__init__.py": "raise RuntimeError('no NPU here')\n"}, []),
-    ],
-}
 CHECK_PREFIX = "servefleet: release check: "
-OWNER_LOGIN = ("sf-user", "sf-pass")
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Index name (owner, public, netrc) -> its simple URL (the netrc: its path)."""
-    root = tmp_path_factory.mktemp("indexes")
-    netrc = root / "netrc"
-    netrc.write_text("machine 127.0.0.1 login {} password {}\n".format(*OWNER_LOGIN))
-    netrc.chmod(0o600)
-    urls = {"netrc": str(netrc)}
-    with ExitStack() as stack:
-        for name, packages in PACKAGES.items():
-            for package, version, files, requires in packages:
-                build.write_wheel(root / name, package, version, files, requires)
-            basic = OWNER_LOGIN if name == "owner" else None
-            server = make_server(Config("simple", root / name, basic=basic), "127.0.0.1", 0)
-            urls[name] = stack.enter_context(serving(server)) + "/simple/"
-        yield urls
+INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
 
 
 def release_plan(index: dict[str, str], path: Path) -> ReleasePlan:

@@ -69,15 +69,17 @@ def host_settings() -> Settings:
         raise PyinfraError(f"servefleet: {host.name}: {e}") from None
 
 
-def host_plan() -> HostPlan:
+def host_plan(files: bool = False) -> HostPlan:
     """Validate this host's data, resolve its recipe and probe the host (read-only).
 
     Raises PyinfraError (one line, the run stops before any change) on bad data or recipe.
+
+    + files: also read the file hashes the serving release was installed with (``plan``)
     """
     try:
         settings = with_locked_models(host_settings())
         spec = resolve_for(settings)
-        probe = host.get_fact(HostProbe, args=probe_args(settings, spec))
+        probe = host.get_fact(HostProbe, args=probe_args(settings, spec, files))
         plan = plan_host(settings, probe, spec, builder=host.name == settings.prewarm_host)
         _check_driver_data(plan)
     except RecipeError as e:
@@ -514,6 +516,22 @@ def rollback(settings: Settings, to: str = "previous") -> None:
     )  # fmt: skip
 
 
+def _changed_on_index(plan: HostPlan) -> dict[str, Any]:
+    """Unlocked and serving its release: what the indexes now serve under the same versions but
+    with other bytes than the release was installed with (resolved on the controller)."""
+    from servefleet.lock import LockError, changed_on_index, resolve
+
+    rel, s = plan.release, plan.settings
+    if rel.locked or rel.stack is None or plan.current != rel.id or not plan.current_files:
+        return {}
+    try:
+        return changed_on_index(plan.current_files, resolve(rel.stack, s.index_user,
+                                                            s.index_password))  # fmt: skip
+    except LockError as e:
+        logger.warning(f"{host.print_prefix}plan: cannot compare with the indexes: {e}")
+        return {}
+
+
 REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where report() writes <host>.json
 REPORT_ENV = "SERVEFLEET_REPORT"  # "plan" or "status"
 
@@ -525,14 +543,15 @@ def report() -> None:
 
     from servefleet.fleetview import plan_summary, status_summary
 
-    plan = host_plan()
-    if os.environ.get(REPORT_ENV) == "status":
+    kind = os.environ.get(REPORT_ENV)
+    plan = host_plan(files=kind == "plan")
+    if kind == "status":
         ports = tuple(i.port for i in plan.instances)
         health = host.get_fact(InstanceHealth, ports=ports) if ports else {}
         address = str(host.data.get("ssh_hostname") or host.name)
         summary = status_summary(plan, health, address)
     else:
         order = [h.name for h in host.state.inventory].index(host.name)
-        summary = plan_summary(plan, warm_entry(plan), order)
+        summary = plan_summary(plan, warm_entry(plan), order, _changed_on_index(plan))
     out = Path(os.environ[REPORT_DIR_ENV]) / f"{host.name}.json"
     out.write_text(json.dumps(summary, sort_keys=True))

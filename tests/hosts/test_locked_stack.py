@@ -1,0 +1,103 @@
+"""Hash-locked stacks on the lab fleet: `servefleet lock` resolves the lab's indexes once, a locked
+release installs identically on two hosts (read back from each host's venv), squatters are never
+locked or installed, and `servefleet lock --check` follows the data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from faults import REPO, run, secrets
+from labhelpers import on_host
+
+from servefleet.data import load_defaults
+
+SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
+TWO = ["--limit", "lab1", "--limit", "lab2"]
+OWNED = {"rebel-compiler": "private", "vllm": "vllm", "torch": "torch"}  # lab index of each
+# Every installed distribution of the serving release: name, version, sha256 of its RECORD
+# (which lists the sha256 of every file the wheel installed).
+INSTALLED = (
+    "import hashlib, importlib.metadata as md, json; print(json.dumps(sorted("
+    "[d.metadata['Name'], d.version, hashlib.sha256(d.read_text('RECORD').encode()).hexdigest()]"
+    " for d in md.distributions())))"
+)
+
+
+def lock(state: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **secrets(state)}
+    return subprocess.run([SERVEFLEET, "lock", "inventories/lab.py", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def bumped_pins() -> str:
+    return json.dumps([p.replace("==0.12.0", "==0.12.1") for p in load_defaults()["sdk_pins"]])
+
+
+def serving_release(state: dict[str, Any], host: str) -> str:
+    return on_host(state, host, "readlink /opt/servefleet/current").stdout.strip()
+
+
+def test_a_lock_installs_the_same_bytes_on_two_hosts_and_never_a_squatter(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    made = lock(lab, "--lock-dir", str(tmp_path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    doc = json.loads((tmp_path / "servefleet.lock.json").read_text())
+    (stack,) = doc["stacks"].values()
+    pylock = (tmp_path / stack["pylock"]).read_text()
+    from servefleet.lock import packages
+
+    indexes = {p["name"]: p["index"].rstrip("/") for p in packages(pylock)}
+    for name, owner in OWNED.items():
+        assert indexes[name] == lab["indexes"][owner].rstrip("/"), (name, indexes[name])
+    assert "lmcache-rbln" not in indexes  # the default selection has no KV offload
+    assert set(doc["driver"]) == {"3.5.1"} and len(doc["driver"]["3.5.1"]["sha256"]) == 64
+    assert all(len(m["sha256"]) == 64 and len(m["revision"]) == 40 for m in doc["models"].values())
+
+    unlocked = run(lab, *TWO, deploy_file="deploys/stack.py")
+    assert unlocked.returncode == 0, unlocked.stdout + unlocked.stderr
+    assert "is unlocked (sdk_lock not set)" in unlocked.stdout + unlocked.stderr
+    before = {h: serving_release(lab, h) for h in ("lab1", "lab2")}
+    locked = run(lab, *TWO, "--data", f"sdk_lock={tmp_path}", deploy_file="deploys/stack.py")
+    try:
+        assert locked.returncode == 0, locked.stdout + locked.stderr
+        assert "unlocked" not in locked.stdout + locked.stderr
+        got = {}
+        for host in ("lab1", "lab2"):
+            assert serving_release(lab, host) == f"releases/{stack['release']}"
+            python = f"/opt/servefleet/releases/{stack['release']}/bin/python"
+            got[host] = json.loads(
+                on_host(lab, host, f"{python} -c {json.dumps(INSTALLED)}").stdout
+            )
+            squat = on_host(
+                lab, host, f"{python} -c 'import rebel; print(rebel.__servefleet_squatter__)'"
+            )
+            assert squat.stdout == "False\n"
+        assert got["lab1"] == got["lab2"]
+        assert {(n.lower(), v) for n, v, _ in got["lab1"]} == {
+            (p["name"], p["version"]) for p in packages(pylock)
+        }
+    finally:  # the other tests expect the unlocked release serving
+        assert run(lab, *TWO, deploy_file="deploys/stack.py").returncode == 0
+        assert {h: serving_release(lab, h) for h in ("lab1", "lab2")} == before
+
+
+def test_lock_check_fails_when_the_data_moves_and_passes_after_locking(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    assert lock(lab, "--lock-dir", str(tmp_path)).returncode == 0
+    current = lock(lab, "--lock-dir", str(tmp_path), "--check")
+    assert current.returncode == 0, current.stderr
+    bump = ("--data", f"sdk_pins={bumped_pins()}")
+    stale = lock(lab, "--lock-dir", str(tmp_path), "--check", *bump)
+    assert stale.returncode == 1
+    assert "servefleet: lock: stack rbln: requirements: " in stale.stderr
+    assert "-vllm-rbln==0.12.0" in stale.stderr and "+vllm-rbln==0.12.1" in stale.stderr
+    assert lock(lab, "--lock-dir", str(tmp_path), *bump).returncode == 0
+    assert lock(lab, "--lock-dir", str(tmp_path), "--check", *bump).returncode == 0
+    assert lock(lab, "--lock-dir", str(tmp_path), "--check").returncode == 1

@@ -1,0 +1,35 @@
+"""Fixtures of the unit tests.
+
+``index``: two PEP 503 "simple" indexes (the lab's index server) on 127.0.0.1, no real registry:
+``owner`` holds the owned package ``sfowned`` behind HTTP Basic auth (credentials from a
+netrc, as on a host); ``public`` holds everything else and a squatter ``sfowned 9.0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from fake_host import serving
+from local_indexes import OWNER_LOGIN, PACKAGES, build
+
+from servefleet.lab.index import Config, make_server
+
+
+@pytest.fixture(scope="session")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Index name (owner, public, netrc) -> its simple URL (the netrc: its path)."""
+    root = tmp_path_factory.mktemp("indexes")
+    netrc = root / "netrc"
+    netrc.write_text("machine 127.0.0.1 login {} password {}\n".format(*OWNER_LOGIN))
+    netrc.chmod(0o600)
+    urls = {"netrc": str(netrc)}
+    with ExitStack() as stack:
+        for name, packages in PACKAGES.items():
+            for package, version, files, requires in packages:
+                build.write_wheel(root / name, package, version, files, requires)
+            basic = OWNER_LOGIN if name == "owner" else None
+            server = make_server(Config("simple", root / name, basic=basic), "127.0.0.1", 0)
+            urls[name] = stack.enter_context(serving(server)) + "/simple/"
+        yield urls

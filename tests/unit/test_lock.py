@@ -1,0 +1,307 @@
+"""Locks (src/servefleet/lock.py): resolving a stack with the real uv against local indexes,
+installing it with every hash checked, and the lock directory's format, checks and use.
+
+The indexes are test_install_release's: ``owner`` (HTTP Basic auth) owns ``sfowned 1.0``;
+``public`` has everything else and a squatter ``sfowned 9.0``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from local_indexes import OWNER_LOGIN
+from test_install_release import install, release_plan, with_uv
+
+from servefleet.data import settings_from
+from servefleet.errors import DataError
+from servefleet.hostplan import resolve_for
+from servefleet.lock import (
+    LOCK_FILE,
+    LockError,
+    Stack,
+    check_owners,
+    differences,
+    load_lock,
+    packages,
+    project_toml,
+    release_id,
+    resolve,
+    stack,
+    write_lock,
+)
+from servefleet.lockfleet import FleetLock, locked_models
+from servefleet.release import MARKER, plan_release, with_locked_models
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SHA = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def local_stack(index: dict[str, str], owned: tuple[str, ...] = ("sfowned",)) -> Stack:
+    return stack(
+        name="test",
+        requirements=["sfowned==1.0", "sfpub==1.0"] if "sfowned" in owned else ["sfpub==1.0"],
+        constraints=["sfdep==1.0"],
+        indexes=[{"name": "owner", "url": index["owner"], "packages": owned, "auth": True}],
+        public_index=index["public"],
+        python=">=3.10",
+        trusted_hosts=["127.0.0.1"],
+    )
+
+
+def by_name(pylock: str) -> dict[str, dict]:
+    return {p["name"]: p for p in packages(pylock)}
+
+
+def test_a_stack_locks_each_package_from_its_owner_with_every_file_hash(
+    index: dict[str, str],
+) -> None:
+    st = local_stack(index)
+    text = resolve(st, *OWNER_LOGIN)
+    locked = by_name(text)
+    assert sorted(locked) == ["sfdep", "sfowned", "sfpub"]
+    assert locked["sfowned"]["version"] == "1.0"  # not the public squatter's 9.0
+    assert locked["sfowned"]["index"].rstrip("/") == index["owner"].rstrip("/")
+    assert locked["sfdep"]["version"] == "1.0"  # the constraint, not the newest 2.0
+    assert all(len(p["wheels"][0]["hashes"]["sha256"]) == 64 for p in locked.values())
+    assert OWNER_LOGIN[1] not in text
+    check_owners(st, text, *OWNER_LOGIN)  # sfdep and sfpub: the owner does not serve them
+    assert release_id(text) == release_id(resolve(st, *OWNER_LOGIN))  # same set, same id
+
+
+def test_a_public_package_that_an_owner_serves_too_is_refused(index: dict[str, str]) -> None:
+    """The owner index serves sfowned, but the data does not say it owns it: the lock takes
+    it from the public index (the squatter's 9.0), and the owner check refuses that."""
+    st = local_stack(index, owned=("sfnothing",))
+    st = replace(st, inputs={**st.inputs, "requirements": ["sfowned", "sfpub==1.0"]})
+    text = resolve(st, *OWNER_LOGIN)
+    with pytest.raises(LockError, match="sfowned is served by the owner index and by the public"):
+        check_owners(st, text, *OWNER_LOGIN)
+
+
+def test_an_index_without_credentials_is_refused_before_resolving(index: dict[str, str]) -> None:
+    with pytest.raises(LockError, match="the owner index needs credentials"):
+        resolve(local_stack(index))
+
+
+def locked_plan(index: dict[str, str], tmp_path: Path, pylock: str):  # type: ignore[no-untyped-def]
+    plan = with_uv(release_plan(index, tmp_path / "release"))
+    return replace(plan, id=release_id(pylock), pylock=pylock, trusted_hosts=["127.0.0.1"])
+
+
+def test_a_locked_release_installs_exactly_the_lock(index: dict[str, str], tmp_path: Path) -> None:
+    text = resolve(local_stack(index), *OWNER_LOGIN)
+    plan = locked_plan(index, tmp_path, text)
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "release" / MARKER).exists()
+    assert (tmp_path / "release" / "pylock.toml").read_text() == text
+    python = str(tmp_path / "release" / "bin" / "python")
+    origin = subprocess.run(
+        [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
+    )
+    assert origin.stdout == "owner\n"
+
+
+def test_a_file_whose_hash_differs_from_the_lock_fails_in_one_line(
+    index: dict[str, str], tmp_path: Path
+) -> None:
+    text = resolve(local_stack(index), *OWNER_LOGIN)
+    served = by_name(text)["sfpub"]["wheels"][0]["hashes"]["sha256"]
+    tampered = text.replace(served, "0" * 64)
+    proc = install(locked_plan(index, tmp_path, tampered), tmp_path)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"servefleet: hash mismatch: sfpub==1.0: the lock has sha256:{'0' * 64}, the index "
+        f"served sha256:{served}; release {release_id(tampered)} not installed"
+    )
+    assert not (tmp_path / "release" / MARKER).exists()
+
+
+def test_the_project_uv_resolves_pins_owned_packages_to_explicit_owner_indexes() -> None:
+    st = stack(
+        name="rbln",
+        requirements=["rebel-compiler==0.12.0", "vllm-rbln==0.12.0"],
+        constraints=["transformers==5.15.1"],
+        indexes=[
+            {
+                "name": "rbln",
+                "url": "https://rbln.example/simple/",
+                "packages": ["rebel-compiler"],
+                "auth": True,
+            },
+            {
+                "name": "vllm",
+                "url": "https://vllm.example/cpu",
+                "packages": ["vllm"],
+                "auth": False,
+            },
+        ],  # fmt: skip
+        public_index="https://pypi.example/simple",
+        python=">=3.10",
+        trusted_hosts=[],
+    )
+    project = tomllib.loads(project_toml(st))
+    assert project["project"]["dependencies"] == ["rebel-compiler==0.12.0", "vllm-rbln==0.12.0"]
+    assert project["tool"]["uv"]["constraint-dependencies"] == ["transformers==5.15.1"]
+    assert project["tool"]["uv"]["index"] == [
+        {"name": "rbln", "url": "https://rbln.example/simple", "explicit": True},
+        {"name": "vllm", "url": "https://vllm.example/cpu", "explicit": True},
+        {"name": "public", "url": "https://pypi.example/simple", "default": True},
+    ]
+    assert project["tool"]["uv"]["sources"] == {
+        "rebel-compiler": {"index": "rbln"},
+        "vllm": {"index": "vllm"},
+    }
+
+
+PYLOCK = """lock-version = "1.0"
+created-by = "uv"
+requires-python = ">=3.10"
+
+[[packages]]
+name = "a"
+version = "1.0"
+index = "https://i.example/simple"
+wheels = [{ url = "https://i.example/files/a-1.0-py3-none-any.whl", hashes = { sha256 = "%s" } }]
+
+[[packages]]
+name = "b"
+version = "2.0"
+index = "https://i.example/simple"
+sdist = { url = "https://i.example/files/b-2.0.tar.gz", hashes = { sha256 = "%s" } }
+"""
+
+
+def pylock(a: str = "1" * 64, b: str = "2" * 64) -> str:
+    return PYLOCK % (a, b)
+
+
+def test_the_release_id_is_the_locked_set_not_the_file_layout() -> None:
+    text = pylock()
+    blocks = text.split("\n\n")
+    reordered = "\n\n".join([blocks[0], blocks[2].rstrip("\n"), blocks[1]]) + "\n"
+    assert release_id(reordered) == release_id(text)
+    assert release_id(pylock(b="3" * 64)) != release_id(text)
+    with pytest.raises(LockError, match="not a valid pylock file"):
+        release_id("[[packages]\n")
+
+
+def simple_stack(pins: tuple[str, ...] = ("a==1.0",)) -> Stack:
+    return stack("s", pins, (), [], "https://i.example/simple", ">=3.10", ())
+
+
+def test_a_lock_directory_round_trips_and_an_edited_pylock_is_refused(tmp_path: Path) -> None:
+    st = simple_stack()
+    write_lock(tmp_path, {st: pylock()}, {"3.5.1": {"url": "u", "sha256": "s"}}, {})
+    lock = load_lock(tmp_path)
+    assert lock.stacks["s"].release == release_id(pylock())
+    assert lock.for_input(st.digest) == lock.stacks["s"]
+    assert differences(lock, [st], {"3.5.1": {"url": "u", "sha256": "s"}}, {}) == []
+    (tmp_path / "pylock.s.toml").write_text(pylock(a="9" * 64))
+    with pytest.raises(LockError, match="its packages differ from what was locked"):
+        load_lock(tmp_path)
+    doc = json.loads((tmp_path / LOCK_FILE).read_text())
+    doc["stacks"]["s"]["pylock"] = "../../etc/passwd"
+    (tmp_path / LOCK_FILE).write_text(json.dumps(doc))
+    with pytest.raises(LockError, match="bad pylock name"):
+        load_lock(tmp_path)
+    with pytest.raises(LockError, match="no servefleet.lock.json; run `servefleet lock`"):
+        load_lock(tmp_path / "missing")
+
+
+def test_check_names_every_difference(tmp_path: Path) -> None:
+    old, stale = simple_stack(), replace(simple_stack(), name="old")
+    models = {"org/m": {"revision": "r1", "url": None, "sha256": "h1"}}
+    write_lock(tmp_path, {old: pylock(), stale: pylock()}, {"3.5.1": {"url": "u", "sha256": "s"}},
+               models)  # fmt: skip
+    lock = load_lock(tmp_path)
+    assert differences(
+        lock,
+        [simple_stack(("a==1.1",)), replace(simple_stack(), name="new")],
+        {"3.6.0": {"url": "u6", "sha256": "s6"}},
+        {"org/m": {"revision": "r2", "sha256": None}, "org/n": {"revision": None, "sha256": None}},
+    ) == [
+        "stack new: not locked",
+        "stack s: requirements: -a==1.0, +a==1.1",
+        "stack old: locked but no host uses it",
+        "driver 3.6.0: None -> {'url': 'u6', 'sha256': 's6'}",
+        "model org/m: revision r1 -> r2",
+        "model org/n: not locked",
+    ]
+
+
+ENV = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
+
+
+def defaults(**data: object):  # type: ignore[no-untyped-def]
+    return settings_from(lambda k: data.get(k), environ=ENV, keys=data.keys())
+
+
+def test_a_deploy_with_a_lock_installs_the_locked_set_and_refuses_a_stack_it_lacks(
+    tmp_path: Path,
+) -> None:
+    settings = defaults()
+    spec = resolve_for(settings)
+    unlocked = plan_release(settings, spec, None)
+    assert not unlocked.locked and unlocked.stack is not None
+    write_lock(tmp_path, {unlocked.stack: pylock()}, {}, {})
+    locked = plan_release(replace(settings, lock_dir=str(tmp_path)), spec, None)
+    assert (locked.id, locked.pylock, locked.locked) == (release_id(pylock()), pylock(), True)
+    assert locked.path.endswith(f"/releases/{locked.id}")
+    bumped = replace(settings, lock_dir=str(tmp_path),
+                     pins={**settings.pins, "vllm-rbln": "0.12.1"})  # fmt: skip
+    with pytest.raises(DataError) as e:
+        plan_release(bumped, spec, None)
+    assert str(e.value).startswith(f"sdk_lock: {tmp_path} does not lock this host's stack")
+    assert "-vllm-rbln==0.12.0" in str(e.value) and "+vllm-rbln==0.12.1" in str(e.value)
+    with pytest.raises(DataError, match="sdk_installer: pip cannot install from a lock"):
+        plan_release(replace(settings, lock_dir=str(tmp_path), installer="pip"), spec, None)
+
+
+def test_the_lock_pins_models_the_data_does_not(tmp_path: Path) -> None:
+    write_lock(tmp_path, {}, {}, {
+        "org/a": {"revision": "a" * 40, "url": "x", "sha256": "1" * 64},
+        "org/b": {"revision": "b" * 40, "url": None, "sha256": None},
+    })  # fmt: skip
+    settings = replace(defaults(), lock_dir=str(tmp_path), models_revisions={"org/b": "c" * 40})
+    pinned = with_locked_models(settings)
+    assert pinned.models_revisions == {"org/a": "a" * 40, "org/b": "c" * 40}  # data wins
+    assert pinned.models_sha256 == {"org/a": "1" * 64}
+    assert with_locked_models(defaults()) == defaults()
+
+
+def test_models_are_locked_from_the_store_manifest() -> None:
+    s = replace(defaults(), models_store_url="http://store.example/models/", hf_token="tok")
+    asked = []
+
+    def fetch(url: str, headers: dict[str, str]) -> bytes:
+        asked.append((url, headers))
+        return json.dumps(
+            {
+                "models": {
+                    "org/a": {"sha256": "1" * 64, "revision": "a" * 40, "path": "org/a.tar.gz"}
+                }
+            }
+        ).encode()
+
+    fl = FleetLock(tmp := Path("/nonexistent"), {}, {}, {"org/a": {}}, {"org/a": s})
+    assert tmp and locked_models(fl, fetch) == {
+        "org/a": {"revision": "a" * 40, "url": "http://store.example/models/org/a.tar.gz",
+                  "sha256": "1" * 64},
+    }  # fmt: skip
+    assert asked == [("http://store.example/models/manifest.json", {"Authorization": "Bearer tok"})]
+    fl.model_sources["org/z"], fl.models["org/z"] = s, {}
+    with pytest.raises(LockError, match="has no org/z"):
+        locked_models(fl, fetch)
+    hub = FleetLock(tmp, {}, {}, {"org/a": {"revision": None}}, {"org/a": defaults()})
+    assert locked_models(hub, fetch)["org/a"] == {"revision": None, "url": None, "sha256": None}
