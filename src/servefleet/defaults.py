@@ -40,6 +40,8 @@ sdk_python = "python3"  # interpreter the release venvs are made with
 sdk_installer = "uv"  # uv (its binary shipped from the controller) or pip (where uv cannot run)
 sdk_lock = None  # lock directory `servefleet lock` writes (locks/prod); None = unlocked releases
 sdk_lock_python = ">=3.10"  # Python versions a lock resolves for (the hosts' sdk_python among them)
+sdk_source = "index"  # index: hosts fetch packages, models, driver themselves; wheelhouse: copied from sdk_wheelhouse (needs sdk_lock)
+sdk_wheelhouse = None  # controller directory `servefleet wheelhouse DIR` filled from the lock (sdk_source = "wheelhouse")
 
 # --- pip: where packages come from
 pip_indexes = {  # index -> url and the packages it owns; each package comes only from its owner

@@ -20,6 +20,7 @@ from servefleet.lock import Lock, Stack, load_lock, stack
 from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
+from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
 
 MARKER = ".servefleet-release.json"  # written last, after every check passed
 
@@ -67,6 +68,7 @@ class ReleasePlan:
     uv: str | None = None  # the uv binary on the host (installer "uv")
     stack: Stack | None = None  # what the release is locked as (None only in old callers' tests)
     pylock: str | None = None  # its PEP 751 lock from the lock directory; None: unlocked
+    offline: dict[str, str] | None = None  # sdk_source wheelhouse: {"find_links", "requirements"}
 
     @property
     def locked(self) -> bool:
@@ -94,6 +96,7 @@ class ReleasePlan:
             "installer": self.installer,
             "uv": self.uv,
             "pylock": self.pylock,
+            "offline": self.offline,
         }
 
 
@@ -203,6 +206,14 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
                 "sdk_lock None for an unlocked pip install"
             )
         digest, pylock = locked.release, locked.pylock
+    offline = None
+    if settings.source == "wheelhouse":
+        if pylock is None:
+            raise DataError("sdk_source: 'wheelhouse' needs a lock; set sdk_lock")
+        offline = {
+            "find_links": f"{settings.root}/{HOST_DIR}/{PACKAGES_DIR}",
+            "requirements": offline_requirements(pylock),
+        }
     return ReleasePlan(
         id=digest,
         path=f"{settings.root}/releases/{digest}",
@@ -215,9 +226,10 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         expect=dict(sorted(settings.pins.items())),
         must_have=must_have,
         imports=platform.imports(spec),
-        netrc=netrc if any(d.auth for d in downloads) else None,
+        netrc=netrc if any(d.auth for d in downloads) and offline is None else None,
         installer=settings.installer,
         uv=host_uv(settings.root) if settings.installer == "uv" else None,
         stack=st,
         pylock=pylock,
+        offline=offline,
     )
