@@ -88,7 +88,7 @@ def fleet_lock(
     dirs = set()
     for name, settings in _hosts(inventory, overrides):
         dirs.add(settings.lock_dir)
-        unlocked = dataclasses.replace(settings, lock_dir=None)
+        unlocked = dataclasses.replace(settings, lock_dir=None, source="index")
         try:
             spec = resolve_for(unlocked)
         except RecipeError as e:

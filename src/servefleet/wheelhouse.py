@@ -51,6 +51,7 @@ HOST_DIR = "wheelhouse"  # under serve_root: the host's copy
 PACKAGES_DIR = "packages"
 CHUNK = 1 << 20
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -72,6 +73,12 @@ class File:
     url: str
     sha256: str
     auth: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _SHA256.fullmatch(str(self.sha256)):
+            raise WheelhouseError(
+                f"{self.path}: the lock's sha256 {self.sha256!r} is not 64 hex digits"
+            )
 
 
 @dataclass(frozen=True)

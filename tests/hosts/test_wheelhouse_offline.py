@@ -48,17 +48,19 @@ def test_an_offline_host_serves_from_the_wheelhouse_and_a_rerun_copies_nothing(
     driver = json.loads(on_host(lab, HOST, "rbln-smi -j").stdout)["KMD_version"]
     other = next(v for v in sorted(lab["driver"]) if v != driver)
     lock, wheelhouse = tmp_path / "lock", tmp_path / "wheelhouse"
-    data = ["--data", f"driver_version={other}", "--data", "serve_selection=spec_decode=eagle3"]
-    controller(lab, "lock", "inventories/lab.py", "--lock-dir", str(lock), *data)
+    # the same data for the lock, the wheelhouse and the deploys
+    data = ["--data", f"driver_version={other}", "--data", "serve_selection=spec_decode=eagle3",
+            "--data", f"sdk_lock={lock}", "--data", "sdk_source=wheelhouse",
+            "--data", f"sdk_wheelhouse={wheelhouse}"]  # fmt: skip
+    controller(lab, "lock", "inventories/lab.py", *data)
     filled = controller(lab, "wheelhouse", str(wheelhouse), "--inventory", "inventories/lab.py",
-                        "--lock-dir", str(lock), *data).stdout  # fmt: skip
+                        *data).stdout  # fmt: skip
     assert " 0 failed" in filled and int(re.findall(r"(\d+) downloaded", filled)[0]) > 0, filled
     again = controller(lab, "wheelhouse", str(wheelhouse), "--lock-dir", str(lock)).stdout
     assert " 0 downloaded (0 bytes)" in again, again  # a re-run downloads nothing
     release = next(iter(load_lock(lock).stacks.values())).release
     on_host(lab, HOST, f"rm -rf {DRAFT_DIR} {COPY}")  # the draft model comes from the copy
-    offline = [*data, "--data", f"sdk_lock={lock}", "--data", "sdk_source=wheelhouse",
-               "--data", f"sdk_wheelhouse={wheelhouse}", "--limit", HOST]  # fmt: skip
+    offline = [*data, "--limit", HOST]
     servefleet("lab", "offline", HOST)
     try:
         cut = on_host(lab, HOST, "python3 -c \"import urllib.request as u; "

@@ -24,7 +24,7 @@ import pytest
 from local_indexes import OWNER_LOGIN, build
 from test_fetch_model import REV, TOKEN, Stub, hf_layout, respond, tgz
 from test_install_release import install, release_plan, with_uv
-from test_lock import defaults
+from test_lock import ENV, defaults
 
 from servefleet.data import settings_from
 from servefleet.errors import DataError
@@ -298,3 +298,32 @@ def test_the_wheelhouse_source_needs_a_lock_and_hosts_get_no_index_credentials(
         "requirements": "vllm-rbln==0.12.0 \\\n    --hash=sha256:" + "a" * 64 + "\n",
     }
     assert rel.to_json()["offline"] == rel.offline
+
+
+LOCK_DATA = r"""
+import json, sys
+from servefleet.lockfleet import fleet_lock, lock_settings
+inventory, data = sys.argv[1], json.loads(sys.argv[2])
+fl = fleet_lock(inventory, data)
+where, s = lock_settings(inventory, data)
+print(json.dumps({"lock_dir": str(fl.lock_dir), "stacks": len(fl.stacks),
+                  "planned": sorted({(x.source, x.lock_dir) for x in fl.stacks.values()}),
+                  "where": str(where), "source": s.source, "wheelhouse": s.wheelhouse}))
+"""
+
+
+def test_lock_and_wheelhouse_read_the_same_data_a_wheelhouse_deploy_does(tmp_path: Path) -> None:
+    """`servefleet lock` and `servefleet wheelhouse --inventory` take data that says
+    sdk_source=wheelhouse (the lock is made from the indexes all the same). pyinfra reads the
+    inventory in a process of its own (it patches threading)."""
+    inventory = tmp_path / "inv.py"
+    inventory.write_text('fleet = ["npu-a1"]\n')
+    lock, wh = str(tmp_path / "lock"), str(tmp_path / "wh")
+    data = {"sdk_source": "wheelhouse", "sdk_lock": lock, "sdk_wheelhouse": wh}
+    proc = subprocess.run([sys.executable, "-c", LOCK_DATA, str(inventory), json.dumps(data)],
+                          capture_output=True, text=True, env={**os.environ, **ENV})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "lock_dir": lock, "stacks": 1, "planned": [["index", None]],
+        "where": lock, "source": "wheelhouse", "wheelhouse": wh,
+    }  # fmt: skip

@@ -283,5 +283,11 @@ def wheelhouse_copy(copies: list[Copy]):
         yield StringCommand("mkdir", "-p", QuoteString(c.dest.rsplit("/", 1)[0]))
         yield FileUploadCommand(c.src, part)
         yield StringCommand(
-            "sh", "-c", QuoteString(_PLACE), "sh", QuoteString(part), QuoteString(c.dest), c.sha256
+            "sh",
+            "-c",
+            QuoteString(_PLACE),
+            "sh",
+            QuoteString(part),
+            QuoteString(c.dest),
+            QuoteString(c.sha256),
         )
