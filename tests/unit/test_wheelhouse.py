@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -274,6 +276,35 @@ def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_f
         f"sha256:{_sha(sfpub.read_bytes())}; release {plan.id} not installed"
     )
     assert not (tmp_path / "release2" / MARKER).exists()
+
+
+def test_an_offline_install_builds_nothing_and_names_a_package_with_only_an_sdist(
+    tmp_path: Path, index: dict[str, str]
+) -> None:
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    sdist = packages / "sfsrc-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        data = b'[project]\nname = "sfsrc"\nversion = "1.0"\n'
+        info = tarfile.TarInfo("sfsrc-1.0/pyproject.toml")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    pylock = (f'lock-version = "1.0"\n[[packages]]\nname = "sfsrc"\nversion = "1.0"\n'
+              f'sdist = {{ url = "http://127.0.0.1:9/files/{sdist.name}", '
+              f'hashes = {{ sha256 = "{_sha(sdist.read_bytes())}" }} }}\n')  # fmt: skip
+    plan = replace(
+        with_uv(release_plan(index, tmp_path / "release")),
+        id="rel-sdist",
+        pylock=pylock,
+        netrc=None,
+        offline={"find_links": str(packages), "requirements": offline_requirements(pylock)},
+    )
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "servefleet: sfsrc has no wheel in the lock, and a host installing from a wheelhouse "
+        "builds nothing; release rel-sdist not installed"
+    )
 
 
 def test_the_wheelhouse_source_needs_a_lock_and_hosts_get_no_index_credentials(

@@ -151,15 +151,17 @@ def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, a
     With ``plan["offline"]`` (``{"find_links", "requirements"}``: a wheelhouse copy on the host)
     no index is asked at all: the hashed requirements derived from the lock are installed from
     that directory alone (``--offline --no-index --find-links``, hashes required and computed
-    from the files, never uv's cache; no deps: the lock is the whole set)."""
+    from the files, never uv's cache; no deps: the lock is the whole set; no builds: a package
+    with only an sdist is named in one line)."""
     offline = plan.get("offline")
     if offline:
         locked = release / "requirements.locked.txt"
         locked.write_text(offline["requirements"])
         # --no-cache: uv would take a find-links file it cached before (same name and mtime)
         # without hashing the file on disk again
-        args = ["--offline", "--no-index", "--no-cache", "--find-links", offline["find_links"],
-                "--require-hashes", "--no-deps"]  # fmt: skip
+        # --no-build: hosts that install from a wheelhouse compile nothing (no build deps there)
+        args = ["--offline", "--no-index", "--no-cache", "--no-build", "--find-links",
+                offline["find_links"], "--require-hashes", "--no-deps"]  # fmt: skip
     else:
         locked = release / "pylock.toml"
         locked.write_text(plan["pylock"])
@@ -173,6 +175,11 @@ def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, a
         mismatch = hash_mismatch(done.stderr, "the copy has" if offline else "the index served")
         if mismatch:
             sys.exit(f"servefleet: hash mismatch: {mismatch}; release {plan['id']} not installed")
+        unbuilt = re.search(r"Wheels are required for `([^`]+)`", done.stderr) if offline else None
+        if unbuilt:
+            sys.exit(f"servefleet: {unbuilt.group(1)} has no wheel in the lock, and a host "
+                     f"installing from a wheelhouse builds nothing; release {plan['id']} not "
+                     "installed")  # fmt: skip
         sys.exit(f"servefleet: failed ({done.returncode}): uv pip install -r {locked.name}")
 
 
