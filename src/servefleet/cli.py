@@ -7,6 +7,7 @@ User errors (:class:`ServefleetError`, click usage errors) print one line
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -363,17 +364,9 @@ def lock_cmd(inventory: str, check: bool, lock_dir: str | None, data: tuple[str,
 
         servefleet lock inventories/prod.py && git diff locks/
     """
-    from pyinfra_cli.util import parse_cli_arg
-
     from servefleet.lockfleet import check_lock, fleet_lock, make_lock
 
-    overrides = {}
-    for item in data:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"--data {item!r}: expected KEY=VALUE")
-        overrides[key] = parse_cli_arg(value)
-    fl = fleet_lock(inventory, overrides, lock_dir)
+    fl = fleet_lock(inventory, _overrides(data), lock_dir)
     if not check:
         make_lock(fl, click.echo)
         return
@@ -383,6 +376,74 @@ def lock_cmd(inventory: str, check: bool, lock_dir: str | None, data: tuple[str,
     if problems:
         sys.exit(1)
     click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
+
+
+def _overrides(data: tuple[str, ...]) -> dict[str, Any]:
+    """``--data KEY=VALUE`` options as pyinfra reads them."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    overrides = {}
+    for item in data:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--data {item!r}: expected KEY=VALUE")
+        overrides[key] = parse_cli_arg(value)
+    return overrides
+
+
+@main.command("wheelhouse")
+@click.argument("directory")
+@click.option(
+    "--inventory",
+    default=None,
+    help="Take sdk_lock and the credentials' variable names from this inventory's data.",
+)
+@click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
+@click.option(
+    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
+)
+def wheelhouse_cmd(
+    directory: str, inventory: str | None, lock_dir: str | None, data: tuple[str, ...]
+) -> None:
+    """Download every file of a lock into DIRECTORY: each stack's wheels and sdists, the driver
+    runfiles, the model archives, each checked against the lock's sha256 (a file that differs
+    is named with both hashes and not kept; exit 1). Files already there with the right sha256
+    are not downloaded again. Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY.
+
+    Credentials come from the variables the data's creds_*_env name (the defaults' without
+    --inventory), the index's only to an index that needs them, the token only to the store.
+
+    Example:
+
+        servefleet wheelhouse /srv/wheelhouse --inventory inventories/prod.py
+    """
+    from servefleet.defaults import DEFAULTS
+    from servefleet.lock import load_lock
+    from servefleet.wheelhouse import Credentials, fill, lock_files
+
+    if inventory:
+        from servefleet.lockfleet import lock_settings
+
+        where, s = lock_settings(inventory, _overrides(data), lock_dir)
+        creds = Credentials(s.index_user, s.index_password, s.hf_token)
+    elif lock_dir:
+        where = Path(lock_dir)
+        keys = ("creds_index_user_env", "creds_index_password_env", "creds_hf_token_env")
+        creds = Credentials(*(os.environ.get(str(DEFAULTS[k])) or None for k in keys))
+    else:
+        raise click.UsageError("give --inventory (its data's sdk_lock) or --lock-dir")
+    files, hub = lock_files(load_lock(where))
+    for model in hub:
+        click.echo(f"model {model}: from the hub in the lock (no store archive); not included")
+    done = fill(directory, files, creds, click.echo)
+    for line in done.failed:
+        click.echo(f"servefleet: wheelhouse: {line}", err=True)
+    click.echo(
+        f"{directory}: {len(done.downloaded)} downloaded ({done.bytes} bytes), "
+        f"{len(done.present)} already there, {len(done.failed)} failed"
+    )
+    if done.failed:
+        sys.exit(1)
 
 
 def _register() -> None:

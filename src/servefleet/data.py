@@ -113,6 +113,8 @@ class Settings:
     lock_dir: str | None
     lock_python: str
     wheel_cache: str
+    source: str
+    wheelhouse: str | None
     indexes: tuple[Index, ...]
     public_index: str | None
     trusted_hosts: tuple[str, ...]
@@ -596,6 +598,15 @@ def _python_specifier(value: Any) -> str:
     return str(value)
 
 
+SOURCES = ("index", "wheelhouse")
+
+
+def _source(value: Any) -> str:
+    if value not in SOURCES:
+        raise _bad(value, "is not a package source", " or ".join(SOURCES))
+    return str(value)
+
+
 PREWARM_SCOPES = ("host", "fleet")
 
 
@@ -643,6 +654,10 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
         "sdk_lock_python": _python_specifier,
         "sdk_wheel_cache": _one_line(
             "a controller directory", "a directory path on the controller"
+        ),
+        "sdk_source": _source,
+        "sdk_wheelhouse": _optional(
+            _one_line("a controller directory", "a directory path on the controller")
         ),
         "pip_indexes": _indexes(url),
         "pip_public_index": _optional(url),
@@ -713,7 +728,21 @@ def _indexes_pinned(values: dict[str, Any], environ: Mapping[str, str]) -> None:
     _all_pinned(values, {f"pip_indexes.{i.name}": i.packages for i in values["pip_indexes"]})
 
 
+def _wheelhouse(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    if values["sdk_source"] != "wheelhouse":
+        return
+    unset = [key for key in ("sdk_lock", "sdk_wheelhouse") if not values[key]]
+    if unset:
+        raise DataError(
+            f"sdk_source: 'wheelhouse' needs {' and '.join(unset)} set; allowed: index, or "
+            "wheelhouse with sdk_lock (`servefleet lock`) and sdk_wheelhouse (`servefleet "
+            "wheelhouse DIR`)"
+        )
+
+
 def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    if values["sdk_source"] == "wheelhouse":  # hosts reach no index; `servefleet wheelhouse` did
+        return
     for index in values["pip_indexes"]:
         if index.auth:
             for key in ("creds_index_user_env", "creds_index_password_env"):
@@ -726,6 +755,7 @@ def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
 
 _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
     "sdk_extra_packages": _extras_pinned,
+    "sdk_wheelhouse": _wheelhouse,
     "pip_indexes": _indexes_pinned,
     "creds_index_password_env": _credentials,
 }
@@ -790,6 +820,8 @@ def settings_from(
         lock_dir=values["sdk_lock"],
         lock_python=values["sdk_lock_python"],
         wheel_cache=values["sdk_wheel_cache"],
+        source=values["sdk_source"],
+        wheelhouse=values["sdk_wheelhouse"],
         indexes=values["pip_indexes"],
         public_index=values["pip_public_index"],
         trusted_hosts=values["pip_trusted_hosts"],

@@ -31,7 +31,7 @@ sdk_pins = [  # exact pins of every SDK package; only `==` is accepted
     "torchaudio==2.11.0+cpu",  # pinned by optimum-rbln, torch CPU index
     "torchcodec==0.16.0+cpu",  # pinned by optimum-rbln, torch CPU index
     "transformers==5.15.1",  # pinned by optimum-rbln
-    "arctic-inference==0.1.1",  # suffix decoding only; an sdist, built on the host
+    "arctic-inference==0.1.1",  # suffix decoding only; an sdist, built once on the controller
 ]
 sdk_extra_packages = {  # vllm-rbln extra -> what it brings (installed only when the selection needs it)
     "kv-connectors": ["lmcache-rbln", "nixl-rbln"],
@@ -41,6 +41,8 @@ sdk_installer = "uv"  # uv (its binary shipped from the controller) or pip (wher
 sdk_lock = None  # lock directory `servefleet lock` writes (locks/prod); None = unlocked releases
 sdk_lock_python = ">=3.10"  # Python versions a lock resolves for (the hosts' sdk_python among them)
 sdk_wheel_cache = "~/.cache/servefleet/wheels"  # wheels built once from sdists; hosts never build
+sdk_source = "index"  # index: hosts fetch packages, models, driver themselves; wheelhouse: copied from sdk_wheelhouse (needs sdk_lock)
+sdk_wheelhouse = None  # controller directory `servefleet wheelhouse DIR` filled from the lock (sdk_source = "wheelhouse")
 
 # --- pip: where packages come from
 pip_indexes = {  # index -> url and the packages it owns; each package comes only from its owner

@@ -14,12 +14,14 @@ from typing import Any
 
 from servefleet.data import MAX_PORT, Settings
 from servefleet.errors import DataError, RecipeError
+from servefleet.lock import load_lock
 from servefleet.platforms import Hardware, Platform, platform_for, platform_for_kind
 from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.release import ReleasePlan, plan_release
 from servefleet.render import render_unit
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
+from servefleet.wheelhouse import Copy, host_copies
 
 __all__ = ["SKU_BY_PCI_DEVICE", "Hardware", "HostPlan", "hardware_from_probe", "plan_host"]
 
@@ -87,6 +89,12 @@ class HostPlan:
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
     group_exists: bool  # serve_user's group
     builder: bool = False  # serve_prewarm_host: compiles only, serves nothing
+    wheelhouse: tuple[Copy, ...] = ()  # sdk_source wheelhouse: the files this run's steps need
+    wheelhouse_missing: frozenset[str] = frozenset()  # their host paths the host lacks
+
+    def from_wheelhouse(self, kind: str, name: str) -> Copy | None:
+        """The host's wheelhouse copy of what a step needs (the driver version, a model id)."""
+        return next((c for c in self.wheelhouse if (c.kind, c.name) == (kind, name)), None)
 
     @property
     def platform(self) -> Platform:
@@ -313,6 +321,26 @@ def plan_host(
         account=account,
         group_exists=bool(probe.get("group")),
         builder=builder,
+    )
+
+
+def wheelhouse_copies(plan: HostPlan) -> list[Copy]:
+    """With ``sdk_source = "wheelhouse"``, the wheelhouse files the host's steps need this run:
+    the release's packages unless it is installed, the driver runfile when the driver is
+    installed, the archives of the missing models (none for a refused host or another source).
+
+    + plan: the host's plan
+    """
+    s = plan.settings
+    if s.source != "wheelhouse" or plan.refusal or not s.lock_dir or not s.wheelhouse:
+        return []
+    return host_copies(
+        s.wheelhouse,
+        s.root,
+        load_lock(s.lock_dir),
+        None if plan.release_complete else plan.release.pylock,
+        s.driver_version if plan.driver_needed else None,
+        plan.missing_models,
     )
 
 

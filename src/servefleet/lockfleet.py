@@ -88,7 +88,7 @@ def fleet_lock(
     dirs = set()
     for name, settings in _hosts(inventory, overrides):
         dirs.add(settings.lock_dir)
-        unlocked = dataclasses.replace(settings, lock_dir=None)
+        unlocked = dataclasses.replace(settings, lock_dir=None, source="index")
         try:
             spec = resolve_for(unlocked)
         except RecipeError as e:
@@ -108,13 +108,32 @@ def fleet_lock(
                 "sha256": settings.models_sha256.get(model),
             }
             sources.setdefault(model, unlocked)
+    return FleetLock(_lock_dir(dirs, lock_dir), stacks, driver, models, sources)
+
+
+def _lock_dir(dirs: set[str | None], lock_dir: str | None) -> Path:
     chosen = (lock_dir or next(iter(dirs))) if len(dirs) == 1 else lock_dir
     if not chosen:
         raise DataError(
             "sdk_lock: not set (or not the same on every host); set it in group_data "
             "(e.g. locks/prod) or pass --lock-dir"
         )
-    return FleetLock(Path(chosen), stacks, driver, models, sources)
+    return Path(chosen)
+
+
+def lock_settings(
+    inventory: str, overrides: Mapping[str, Any], lock_dir: str | None = None
+) -> tuple[Path, Settings]:
+    """The lock directory the inventory's data names (as ``servefleet lock`` finds it), and the
+    settings of its first host (the controller's credentials, read from the variables its data
+    names).
+
+    + inventory: a pyinfra inventory file
+    + overrides: data over everything (as ``pyinfra --data``)
+    + lock_dir: the lock directory, over the data's ``sdk_lock``
+    """
+    hosts = _hosts(inventory, overrides)
+    return _lock_dir({s.lock_dir for _, s in hosts}, lock_dir), hosts[0][1]
 
 
 Fetch = Callable[[str, Mapping[str, str]], bytes]

@@ -20,6 +20,7 @@ from servefleet.lock import Lock, Stack, load_lock, stack
 from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
+from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
 
 MARKER = ".servefleet-release.json"  # written last, after every check passed
 
@@ -68,6 +69,7 @@ class ReleasePlan:
     stack: Stack | None = None  # what the release is locked as (None only in old callers' tests)
     pylock: str | None = None  # its PEP 751 lock from the lock directory; None: unlocked
     built: tuple[dict[str, str], ...] = ()  # wheels built on the controller for sdist-only packages
+    offline: dict[str, str] | None = None  # sdk_source wheelhouse: {"find_links", "requirements"}
 
     @property
     def locked(self) -> bool:
@@ -96,6 +98,7 @@ class ReleasePlan:
             "uv": self.uv,
             "pylock": self.pylock,
             "built": list(self.built),
+            "offline": self.offline,
         }
 
 
@@ -205,6 +208,14 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
                 "sdk_lock None for an unlocked pip install"
             )
         digest, pylock = locked.release, locked.pylock
+    offline = None
+    if settings.source == "wheelhouse":
+        if pylock is None:
+            raise DataError("sdk_source: 'wheelhouse' needs a lock; set sdk_lock")
+        offline = {
+            "find_links": f"{settings.root}/{HOST_DIR}/{PACKAGES_DIR}",
+            "requirements": offline_requirements(pylock),
+        }
     return ReleasePlan(
         id=digest,
         path=f"{settings.root}/releases/{digest}",
@@ -217,9 +228,10 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         expect=dict(sorted(settings.pins.items())),
         must_have=must_have,
         imports=platform.imports(spec),
-        netrc=netrc if any(d.auth for d in downloads) else None,
+        netrc=netrc if any(d.auth for d in downloads) and offline is None else None,
         installer=settings.installer,
         uv=host_uv(settings.root) if settings.installer == "uv" else None,
         stack=st,
         pylock=pylock,
+        offline=offline,
     )

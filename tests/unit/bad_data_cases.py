@@ -32,6 +32,8 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "sdk_lock": (3, "sdk_lock: expected a string, got 3"),
     "sdk_lock_python": (3.1, "sdk_lock_python: expected a string, got 3.1"),
     "sdk_wheel_cache": (1, "sdk_wheel_cache: expected a string, got 1"),
+    "sdk_source": (1, "sdk_source: 1 is not a package source; allowed: index or wheelhouse"),
+    "sdk_wheelhouse": (4, "sdk_wheelhouse: expected a string, got 4"),
     "pip_indexes": ("https://idx.example/simple", "pip_indexes: expected a mapping, got 'https:"),
     "pip_public_index": (7, "pip_public_index: expected a string, got 7; allowed: an https URL"),
     "pip_trusted_hosts": ("10.213.0.1", "pip_trusted_hosts: expected a list, got '10.213.0.1'"),
@@ -78,6 +80,9 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("sdk_wheel_cache", "", "sdk_wheel_cache: '' is not a controller directory"),
     ("sdk_lock_python", "py3.10", "sdk_lock_python: 'py3.10' is not a version specifier"),
     ("sdk_lock_python", "<3.14", "sdk_lock_python: '<3.14' has no lower bound"),
+    ("sdk_source", "offline", "sdk_source: 'offline' is not a package source; allowed: index or wheelhouse"),
+    ("sdk_source", "wheelhouse", "sdk_source: 'wheelhouse' needs sdk_lock and sdk_wheelhouse set"),
+    ("sdk_wheelhouse", "", "sdk_wheelhouse: '' is not a controller directory"),
     ("driver_version", "3.x", "driver_version: '3.x' is not a PEP 440 version"),
     ("driver_version", "v3.5.1", "driver_version: 'v3.5.1' is not in normal form (write '3.5.1')"),
     (

@@ -280,6 +280,27 @@ def test_a_pinned_revision_must_be_in_the_archive(stub: Stub, home: Path) -> Non
     assert_nothing_left(home)
 
 
+def test_a_local_archive_lands_when_its_sha256_matches_and_is_refused_whole_otherwise(
+    tmp_path: Path, home: Path
+) -> None:
+    """``--archive`` (a host's wheelhouse copy): checked, unpacked and marked as a store
+    archive is, with no network; it needs --sha256, and a copy that differs is refused."""
+    archive = tmp_path / "tiny-1.tar.gz"
+    archive.write_bytes(tgz(hf_layout()))
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    line = refused(fetch(home, "--archive", str(archive), "--sha256", "0" * 64))
+    assert line == (
+        f"servefleet: {MODEL}: {archive} has sha256 {sha}, but --sha256 says {'0' * 64}"
+    )
+    assert_nothing_left(home)
+    no_sha = refused(fetch(home, "--archive", str(archive)), code=2)
+    assert no_sha == "servefleet: fetch_model.py: --archive needs --sha256"
+    proc = fetch(home, "--archive", str(archive), "--sha256", sha, "--revision", REV)
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV and archive.is_file()  # the copy stays for the next host step
+    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP]
+
+
 # --- what is refused whole -----------------------------------------------------------------------
 def unsafe_cases(out: str) -> dict[str, tuple[list[Member], str, str]]:
     """case -> (members added to a good archive, the member named, why); out: a directory

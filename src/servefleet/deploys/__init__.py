@@ -18,7 +18,7 @@ import json
 import re
 import shlex
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from io import BytesIO, StringIO
 from pathlib import Path
 from typing import Any
@@ -37,11 +37,13 @@ from servefleet.defaults import DEFAULTS
 from servefleet.deploys.operations import (
     HostProbe,
     InstanceHealth,
+    WheelhouseFiles,
     current_link,
     prewarm_pull,
     prewarm_push,
     put_secret,
     release,
+    wheelhouse_copy,
 )
 from servefleet.errors import RecipeError, ServefleetError
 from servefleet.hostplan import (
@@ -53,6 +55,7 @@ from servefleet.hostplan import (
     plan_host,
     probe_args,
     resolve_for,
+    wheelhouse_copies,
 )
 from servefleet.lock import Stack, resolve
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
@@ -86,7 +89,7 @@ def host_plan(files: bool = False) -> HostPlan:
         probe = host.get_fact(HostProbe, args=probe_args(settings, spec, files))
         plan = plan_host(settings, probe, spec, builder=host.name == settings.prewarm_host)
         _check_driver_data(plan)
-        plan = _with_built_wheels(plan)
+        plan = _with_wheelhouse(_with_built_wheels(plan))
     except RecipeError as e:
         raise PyinfraError(f"servefleet: {host.name}: serve_recipe/serve_selection: {e}") from None
     except ServefleetError as e:
@@ -125,6 +128,30 @@ def _with_built_wheels(plan: HostPlan) -> HostPlan:
                     f"{wheel.path.name} ({how})")  # fmt: skip
         built.append(wheel.to_json(f"{plan.lib}/wheels"))
     return dataclasses.replace(plan, release=dataclasses.replace(rel, built=tuple(built)))
+
+
+def _with_wheelhouse(plan: HostPlan) -> HostPlan:
+    """sdk_source wheelhouse: the files this run needs, and which of them the host lacks (one
+    more read of the host, and only when some step needs a file)."""
+    copies = wheelhouse_copies(plan)
+    if not copies:
+        return plan
+    wanted = json.dumps({c.dest: c.sha256 for c in copies}, sort_keys=True)
+    have = set(host.get_fact(WheelhouseFiles, files=wanted))
+    missing = frozenset(c.dest for c in copies if c.dest not in have)
+    return dataclasses.replace(plan, wheelhouse=tuple(copies), wheelhouse_missing=missing)
+
+
+def _wheelhouse_ops(plan: HostPlan, kinds: Iterable[str]) -> None:
+    """Copy the wheelhouse files that these steps need and the host lacks (a re-run: none)."""
+    todo = [c for c in plan.wheelhouse if c.kind in kinds and c.dest in plan.wheelhouse_missing]
+    if todo:
+        size = sum(c.size for c in todo)
+        wheelhouse_copy(
+            name=f"Copy {len(todo)} wheelhouse file(s) ({size} bytes) to "
+            f"{plan.settings.root}/wheelhouse, each checked by sha256",
+            copies=todo,
+        )
 
 
 def _check_driver_data(plan: HostPlan) -> None:
@@ -180,23 +207,28 @@ def _driver_ops(plan: HostPlan) -> OperationMeta | None:
         )
         apt.update(name="Update apt lists", _if=any_changed(*changed))
     packages = [p.format(kernel=plan.kernel) for p in s.driver_apt_packages]
-    apt.packages(
+    copy = plan.from_wheelhouse("driver", version)
+    apt.packages(  # from a wheelhouse the host may reach no mirror: its lists are not refreshed
         name=f"Install the driver's prerequisites ({', '.join(packages)})",
         packages=packages,
-        update=True,
+        update=copy is None,
         cache_time=3600,
         no_recommends=True,
     )
     runfile = f"{RUNFILE_DIR}/rebellions-x86_64-{version}.run"
     url = (s.driver_runfile_url or "").format(version=version)  # checked in host_plan
     part = runfile + ".part"
+    get = (
+        _sh("cp", copy.dest, part) if copy else f"python3 -c {shlex.quote(_FETCH)} {_sh(url, part)}"
+    )
     fetch = (
-        f"{_sh('mkdir', '-p', RUNFILE_DIR)} && python3 -c {shlex.quote(_FETCH)} {_sh(url, part)} && "
+        f"{_sh('mkdir', '-p', RUNFILE_DIR)} && {get} && "
         f"echo {shlex.quote(s.driver_sha256[version] + '  ' + part)} | sha256sum --check --strict && "
         f"{_sh('mv', part, runfile)}"
     )
     server.shell(
-        name=f"Fetch the driver {version} runfile and check its sha256",
+        name=f"{'Take' if copy else 'Fetch'} the driver {version} runfile"
+        f"{' from the wheelhouse' if copy else ''} and check its sha256",
         commands=[fetch],
         _retries=2,
         _retry_delay=3,
@@ -268,8 +300,14 @@ def _secret(plan: HostPlan, name: str, dest: str, secret: str) -> None:
 
 def _secrets_dir(plan: HostPlan) -> None:
     """The 0700 directory secrets pass through and live in, when this host gets any."""
-    if plan.release.netrc or plan.settings.hf_token:
+    if plan.release.netrc or _hf_token(plan):
         _directory(plan, SECRETS_DIR, mode="700")
+
+
+def _hf_token(plan: HostPlan) -> str | None:
+    """The token hosts fetch models with (none from a wheelhouse: the copy is local)."""
+    s = plan.settings
+    return s.hf_token if s.source != "wheelhouse" else None
 
 
 def _lib_ops(plan: HostPlan) -> None:
@@ -348,26 +386,31 @@ def _models_ops(plan: HostPlan) -> None:
     s = plan.settings
     _user_ops(plan)
     token = []
-    if s.hf_token:
-        _secret(plan, "Write the Hugging Face token (0600)", HF_TOKEN_FILE, s.hf_token)
+    hf_token = _hf_token(plan)
+    if hf_token:
+        _secret(plan, "Write the Hugging Face token (0600)", HF_TOKEN_FILE, hf_token)
         token = ["--token-file", HF_TOKEN_FILE]
-    source = (
-        ["--store", s.models_store_url]
-        if s.models_store_url
-        else ["--hub", f"{plan.release.path}/bin/python"]
-    )
     for model in host.loop(plan.missing_models):
+        copy = plan.from_wheelhouse("models", model)
+        source = (
+            ["--archive", copy.dest]
+            if copy
+            else ["--store", s.models_store_url]
+            if s.models_store_url
+            else ["--hub", f"{plan.release.path}/bin/python"]
+        )
         pins = []
         if model in s.models_revisions:
             pins += ["--revision", s.models_revisions[model]]
-        if model in s.models_sha256:
-            pins += ["--sha256", s.models_sha256[model]]
+        sha256 = s.models_sha256.get(model) or (copy.sha256 if copy else None)
+        if sha256:
+            pins += ["--sha256", sha256]
         cmd = _sh(
             "python3", f"{plan.lib}/fetch_model.py", model, s.hf_home, s.user, *source,
             *token, "--token-env", str(host.data.get("creds_hf_token_env")), *pins,
         )  # fmt: skip
         server.shell(
-            name=f"Fetch {model} into {s.hf_home}/hub",
+            name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.hf_home}/hub",
             commands=[cmd],
             _retries=2,
             _retry_delay=5,
@@ -483,6 +526,7 @@ def driver(plan: HostPlan) -> OperationMeta | None:
     if _refused(plan):
         return None
     _lib_ops(plan)
+    _wheelhouse_ops(plan, ["driver"])
     return _driver_ops(plan)
 
 
@@ -494,6 +538,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
         return None
     _lib_ops(plan)
     _secrets_dir(plan)
+    _wheelhouse_ops(plan, ["release"])
     return _stack_ops(plan)
 
 
@@ -503,6 +548,7 @@ def models(plan: HostPlan) -> None:
     if not _refused(plan):
         _lib_ops(plan)
         _secrets_dir(plan)
+        _wheelhouse_ops(plan, ["models"])
         _models_ops(plan)
 
 
@@ -513,6 +559,7 @@ def serve(plan: HostPlan) -> None:
         return
     _lib_ops(plan)
     _secrets_dir(plan)
+    _wheelhouse_ops(plan, ["driver", "release", "models"])
     _driver_ops(plan)
     _stack_ops(plan)
     _models_ops(plan)

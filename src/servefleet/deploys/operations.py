@@ -10,6 +10,7 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import (
     FactBase,
+    FileUploadCommand,
     FunctionCommand,
     HiddenValue,
     QuoteString,
@@ -21,6 +22,7 @@ from pyinfra.facts.files import File, Link, Sha256File
 
 from servefleet.hostplan import PROBE
 from servefleet.prewarm_store import Store
+from servefleet.wheelhouse import HOST_CHECK, Copy
 
 
 class HostProbe(FactBase):
@@ -47,6 +49,19 @@ class InstanceHealth(FactBase):
         return f"python3 -c {shlex.quote(_HEALTH)} " + " ".join(str(p) for p in ports)
 
     def process(self, output: list[str]) -> dict[str, str]:
+        return json.loads("\n".join(output))
+
+
+class WheelhouseFiles(FactBase):
+    """
+    Returns the paths of ``files`` (JSON: host path -> sha256) that the host holds with that
+    sha256 (``sdk_source = "wheelhouse"``: what the copy may skip).
+    """
+
+    def command(self, files: str) -> str:
+        return f"python3 -c {shlex.quote(HOST_CHECK)} {shlex.quote(files)}"
+
+    def process(self, output: list[str]) -> list[str]:
         return json.loads("\n".join(output))
 
 
@@ -248,3 +263,31 @@ def prewarm_push(fingerprint: str, cache_root: str, lib: str, store: str, user: 
     + user: serve_user (owns the cache)
     """
     yield FunctionCommand(_push, (fingerprint, cache_root, lib, store, user), {})
+
+
+# A wheelhouse file lands as <dest>.part, is checked against its sha256 on the host, then is
+# renamed into place: a cut copy never passes for a whole one.
+_PLACE = 'echo "$3  $1" | sha256sum --check --status --strict || { rm -f "$1"; echo "servefleet: $2: the copy does not have sha256 $3" >&2; exit 1; }; mv -f "$1" "$2"'
+
+
+@operation(is_idempotent=False)
+def wheelhouse_copy(copies: list[Copy]):
+    """
+    Copy wheelhouse files from the controller to the host, each checked by its sha256 there
+    before it takes its place. The deploy passes only the files the host lacks.
+
+    + copies: the files (controller path, host path, sha256)
+    """
+    for c in copies:
+        part = f"{c.dest}.part"
+        yield StringCommand("mkdir", "-p", QuoteString(c.dest.rsplit("/", 1)[0]))
+        yield FileUploadCommand(c.src, part)
+        yield StringCommand(
+            "sh",
+            "-c",
+            QuoteString(_PLACE),
+            "sh",
+            QuoteString(part),
+            QuoteString(c.dest),
+            QuoteString(c.sha256),
+        )

@@ -2,8 +2,8 @@
 """servefleet model fetch. Runs ON THE HOST, as root (stdlib only, python3 >= 3.10; hub downloads
 run huggingface_hub inside the release venv's python).
 
-usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON) [--token-file FILE]
-                      [--token-env NAME] [--revision REV] [--sha256 HEX] [--timeout SECONDS]
+usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON | --archive FILE)
+                      [--token-file FILE] [--token-env NAME] [--revision REV] [--sha256 HEX] [--timeout SECONDS]
 
 Lays MODEL (``ORG/NAME``) out as a Hugging Face download does, under
 ``$HF_HOME/hub/models--ORG--NAME``, so servers started with HF_HUB_OFFLINE=1 find it and never
@@ -18,6 +18,10 @@ member outside ``models--ORG--NAME/``, a symlink resolving outside it, a hard li
 fifo is refused whole. Requests time out after ``--timeout`` seconds; the token (read from the
 0600 ``--token-file``) travels only in the Authorization header, which a redirect to another
 origin (scheme, host, port) drops.
+
+Archive (``--archive FILE``, with ``--sha256``): a local copy of a store archive (the host's
+wheelhouse copy, ``sdk_source = "wheelhouse"``): its sha256 is checked, then it is unpacked and
+checked as a store archive is. No network.
 
 Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV)`` in PYTHON, with
 HF_TOKEN_PATH pointing at the token file.
@@ -408,7 +412,6 @@ def one_fetch_at_a_time(hub: Path) -> Iterator[None]:
 def from_store(a: argparse.Namespace, hub: Path, client: Client, uid: int, gid: int) -> str:
     """Fetch a.model from the store into hub; return its revision."""
     store = a.store.rstrip("/")
-    top = repo_dir_name(a.model)
     if a.sha256:
         want, path, said = a.sha256, f"{a.model}.tar.gz", "--sha256"
     else:
@@ -421,20 +424,48 @@ def from_store(a: argparse.Namespace, hub: Path, client: Client, uid: int, gid: 
             got = client.download(url, out, f"{a.model} is not in the store ({store})")
         if got != want:
             raise Refusal(f"{a.model}: {url} has sha256 {got}, but {said} says {want}")
-        repo = unpack(archive, Path(tmp) / "unpacked", top, url)
+        return place(a, hub, archive, Path(tmp), url, uid, gid)
+
+
+def from_archive(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
+    """Unpack a.model from a local archive (a wheelhouse copy) checked against a.sha256."""
+    archive = Path(a.archive)
+    digest = hashlib.sha256()
+    try:
+        with open(archive, "rb") as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise Refusal(f"{a.model}: cannot read {archive}: {exc.strerror}") from None
+    if digest.hexdigest() != a.sha256:
+        raise Refusal(
+            f"{a.model}: {archive} has sha256 {digest.hexdigest()}, but --sha256 says {a.sha256}"
+        )
+    with tempfile.TemporaryDirectory(dir=hub, prefix=".fetch-") as tmp:
+        return place(a, hub, archive, Path(tmp), str(archive), uid, gid)
+
+
+def place(
+    a: argparse.Namespace, hub: Path, archive: Path, tmp: Path, source: str, uid: int, gid: int
+) -> str:
+    """Unpack a checked archive in tmp (an archive inside tmp is removed once unpacked), check
+    its snapshot, give it to the owner and move it into hub; return its revision."""
+    top = repo_dir_name(a.model)
+    repo = unpack(archive, tmp / "unpacked", top, source)
+    if archive.parent == tmp:
         archive.unlink()
-        rev = check_snapshot(repo, a.revision, url)
-        give(repo, uid, gid)
-        target = hub / top
-        old = Path(tmp) / "old"
-        if target.exists() or target.is_symlink():
-            os.rename(target, old)
-        try:
-            os.rename(repo, target)
-        except OSError:
-            if old.exists() or old.is_symlink():
-                os.rename(old, target)
-            raise
+    rev = check_snapshot(repo, a.revision, source)
+    give(repo, uid, gid)
+    target = hub / top
+    old = tmp / "old"
+    if target.exists() or target.is_symlink():
+        os.rename(target, old)
+    try:
+        os.rename(repo, target)
+    except OSError:
+        if old.exists() or old.is_symlink():
+            os.rename(old, target)
+        raise
     return rev
 
 
@@ -537,6 +568,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--store", metavar="URL", help="a model store (http or https)")
     src.add_argument("--hub", metavar="PYTHON", help="a python with huggingface_hub")
+    src.add_argument("--archive", metavar="FILE", help="a local archive (needs --sha256)")
     ap.add_argument("--token-file", metavar="FILE", help="the token (a 0600 file)")
     ap.add_argument("--token-env", metavar="NAME", help="the controller's variable of the token")
     ap.add_argument("--revision", metavar="REV", help="pin this commit (40 hex digits)")
@@ -552,6 +584,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         problem = f"--revision {a.revision!r} is not a commit hash (40 lowercase hex digits)"
     if problem is None and a.sha256 is not None and not SHA256_RE.fullmatch(a.sha256):
         problem = f"--sha256 {a.sha256!r} is not 64 hex digits"
+    if problem is None and a.archive is not None and a.sha256 is None:
+        problem = "--archive needs --sha256"
     if problem is None and not a.timeout > 0:
         problem = f"--timeout must be above 0, not {a.timeout:g}"
     if problem is None and a.token_env is not None and not ENV_NAME_RE.fullmatch(a.token_env):
@@ -597,6 +631,8 @@ def fetch(a: argparse.Namespace) -> str:
         if a.store:
             client = Client(token, a.token_env, a.timeout)
             rev = from_store(a, hub, client, user.pw_uid, user.pw_gid)
+        elif a.archive:
+            rev = from_archive(a, hub, user.pw_uid, user.pw_gid)
         else:
             rev = from_hub(a, hub, user.pw_uid, user.pw_gid)
         repo = hub / repo_dir_name(a.model)

@@ -12,7 +12,8 @@ usage: install_release.py PLAN.json
    (``locked.txt`` in the release). With pip: each owned package downloaded from its own index
    only (``pip download --isolated --index-url OWNER --no-deps``), then one ``pip install`` from
    the public index with them as direct file references, every public package constrained.
-   Credentials come from the 0600 netrc via $NETRC, never argv;
+   Credentials come from the 0600 netrc via $NETRC, never argv. A locked release installs
+   from its pylock; from a wheelhouse copy (plan["offline"]) with no index at all;
 3. checks: every installed pin has its pinned version, every owned package came from its owner,
    every required module imports;
 4. only then the completion marker. A release counts as installed only with that marker.
@@ -116,6 +117,8 @@ def main(plan_file: str) -> None:
 
 def uv_env(plan: dict) -> dict[str, str]:
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_NO_PROGRESS="1")
+    if plan.get("offline"):
+        env["UV_OFFLINE"] = "1"
     if plan["netrc"]:
         env["NETRC"] = plan["netrc"]
     return env
@@ -138,12 +141,12 @@ def locked_sources(text: str) -> dict[str, str]:
     return out
 
 
-def hash_mismatch(output: str) -> str | None:
+def hash_mismatch(output: str, served: str = "the index served") -> str | None:
     """uv's hash-mismatch report as one line: the package, the locked and the served sha256."""
     m = re.search(r"Hash mismatch for `([^`]+)`\s*Expected:\s*(\S+)\s*Computed:\s*(\S+)", output)
     if not m:
         return None
-    return (f"{m.group(1)}: the lock has {m.group(2)}, the index served {m.group(3)}")  # fmt: skip
+    return f"{m.group(1)}: the lock has {m.group(2)}, {served} {m.group(3)}"
 
 
 def with_built(pylock: str, built: list) -> str:
@@ -163,20 +166,47 @@ def with_built(pylock: str, built: list) -> str:
 
 def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, args: list) -> None:
     """``uv pip install`` from the release's PEP 751 lock: every file's sha256 is checked; a
-    mismatch fails in one line naming the package and both hashes. Nothing is built here."""
-    pylock = release / "pylock.toml"
-    pylock.write_text(with_built(plan["pylock"], plan.get("built") or []))
-    cmd = [uv, "pip", "install", "--quiet", "--preview-features", "pylock", "--python", python,
-           "--no-build", *args, "-r", str(pylock)]  # fmt: skip
-    print("+", " ".join(cmd[:4]), "... -r", pylock, flush=True)
+    mismatch fails in one line naming the package and both hashes. Nothing is built here: a
+    package the lock has only as an sdist comes as the wheel the controller built from it.
+
+    With ``plan["offline"]`` (``{"find_links", "requirements"}``: a wheelhouse copy on the host)
+    no index is asked at all: the hashed requirements derived from the lock are installed from
+    that directory alone (``--offline --no-index --find-links``, hashes required and computed
+    from the files, never uv's cache; no deps: the lock is the whole set)."""
+    offline = plan.get("offline")
+    built = plan.get("built") or []
+    if offline:
+        locked = release / "requirements.locked.txt"
+        requirements = offline["requirements"]
+        for b in built:  # the built wheel's hash in place of its sdist's
+            requirements = requirements.replace(
+                f"sha256:{b['sdist_sha256']}", f"sha256:{b['sha256']}"
+            )
+        locked.write_text(requirements)
+        links = [offline["find_links"], *sorted({str(Path(b["path"]).parent) for b in built})]
+        # --no-cache: uv would take a find-links file it cached before (same name and mtime)
+        # without hashing the file on disk again
+        args = ["--offline", "--no-index", "--no-cache", *[a for d in links for a in ("--find-links", d)],
+                "--require-hashes", "--no-deps"]  # fmt: skip
+    else:
+        locked = release / "pylock.toml"
+        locked.write_text(with_built(plan["pylock"], built))
+        args = ["--preview-features", "pylock", *args]
+    cmd = [uv, "pip", "install", "--quiet", "--python", python, "--no-build", *args, "-r",
+           str(locked)]  # fmt: skip
+    print("+", " ".join(cmd[:4]), "... -r", locked, flush=True)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     sys.stdout.write(done.stdout)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
-        mismatch = hash_mismatch(done.stderr)
+        mismatch = hash_mismatch(done.stderr, "the copy has" if offline else "the index served")
         if mismatch:
             sys.exit(f"servefleet: hash mismatch: {mismatch}; release {plan['id']} not installed")
-        sys.exit(f"servefleet: failed ({done.returncode}): uv pip install -r pylock.toml")
+        unbuilt = re.search(r"Wheels are required for `([^`]+)`", done.stderr)
+        if unbuilt:
+            sys.exit(f"servefleet: {unbuilt.group(1)} has no wheel here, and hosts build nothing "
+                     f"(the controller builds sdists); release {plan['id']} not installed")  # fmt: skip
+        sys.exit(f"servefleet: failed ({done.returncode}): uv pip install -r {locked.name}")
 
 
 def install_with_uv(plan: dict, release: Path) -> None:
