@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import glob
-import hashlib
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from typing import Any
 
 from servefleet.errors import ServefleetError
 from servefleet.lock import Stack, _credentials_env, _last_error, packages
+from servefleet.prewarm_store import sha256_of
 
 BUILT = "built.json"
 
@@ -113,14 +113,6 @@ def find_python(version: str) -> str:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _download(url: str, dest: Path, headers: Mapping[str, str]) -> None:
     import urllib.error
     import urllib.request
@@ -176,7 +168,7 @@ def build(
             _download(
                 sdist["url"], src, _auth_headers(st, package.get("index", ""), user, password)
             )
-            got = _sha256(src)
+            got = sha256_of(src)
             if got != want:
                 raise BuildError(
                     f"{name}=={version}: the lock has sha256:{want}, the index served "
@@ -187,7 +179,7 @@ def build(
             if len(wheels) != 1:
                 raise BuildError(f"{name}=={version}: the build made no single wheel")
             shutil.move(str(wheels[0]), out / wheels[0].name)
-            record = {"wheel": wheels[0].name, "sha256": _sha256(out / wheels[0].name)}
+            record = {"wheel": wheels[0].name, "sha256": sha256_of(out / wheels[0].name)}
             (out / BUILT).write_text(json.dumps(record, sort_keys=True) + "\n")
         return Built(name, version, want, out / record["wheel"], record["sha256"], fresh=True)
 
@@ -207,7 +199,7 @@ def _cached(out: Path, name: str, version: str, sdist_sha256: str) -> Built | No
     try:
         record = json.loads((out / BUILT).read_text())
         wheel = out / Path(record["wheel"]).name
-        if wheel.is_file() and _sha256(wheel) == record["sha256"]:
+        if wheel.is_file() and sha256_of(wheel) == record["sha256"]:
             return Built(name, version, sdist_sha256, wheel, record["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         pass

@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 
 from servefleet.errors import ServefleetError
 from servefleet.lock import Lock, files_of, packages
+from servefleet.prewarm_store import sha256_of as file_sha256
 from servefleet.remote.fetch_model import _origin, _Redirects
 
 MANIFEST = "manifest.json"
@@ -191,14 +192,10 @@ def sha256_of(path: Path) -> str | None:
 
     + path: the file
     """
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                digest.update(chunk)
+        return file_sha256(path)
     except OSError:
         return None
-    return digest.hexdigest()
 
 
 def _headers(f: File, creds: Credentials) -> dict[str, str]:
