@@ -281,6 +281,7 @@ def check(
     answered = False
     st = unit_state(unit)
     baseline = st.restarts  # NRestarts survives a manual restart: count from here
+    pause = 0.1  # a quick start is seen at once; a long compile is polled once a second
     while True:
         fatal = state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, False)
         if fatal:
@@ -296,7 +297,8 @@ def check(
         left = deadline - time.monotonic()
         if left <= 0:
             return f"not healthy within {timeout:g}s: {why}"
-        time.sleep(min(1.0, left))
+        time.sleep(min(pause, left))
+        pause = min(1.0, pause * 2)
         st = unit_state(unit)
 
 
