@@ -162,3 +162,18 @@ def test_a_file_republished_after_locking_fails_the_deploy_and_the_host_keeps_se
     finally:  # a new lab serves the pristine files again
         lab.clear()
         lab.update(labhelpers.lab_up())
+
+
+def test_the_committed_lab_lock_is_current_and_reproducible(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """locks/lab is what `servefleet lock` makes from the lab's default data today: --check
+    passes (CI catches a default bumped without re-locking), and locking again gives the same
+    bytes (the lab's artifacts and the lock are reproducible)."""
+    check = lock(lab, "--lock-dir", "locks/lab", "--check")
+    assert check.returncode == 0, check.stderr
+    assert lock(lab, "--lock-dir", str(tmp_path)).returncode == 0
+    committed = REPO / "locks" / "lab"
+    assert sorted(p.name for p in committed.iterdir()) == sorted(p.name for p in tmp_path.iterdir())
+    for made in tmp_path.iterdir():
+        assert made.read_text() == (committed / made.name).read_text(), made.name
