@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.errors import ServefleetError
-from servefleet.lock import Stack, _credentials_env, _last_error, packages
+from servefleet.lock import Stack, credentials_env, last_error, packages
 from servefleet.prewarm_store import sha256_of
 
 BUILT = "built.json"
@@ -218,7 +218,7 @@ def _uv_build(
     insecure = [a for h in inp["trusted_hosts"] for a in ("--allow-insecure-host", h)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_INDEX", "UV_DEFAULT"))}
     env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
-    env.update(_credentials_env(st, user, password))
+    env.update(credentials_env(st, user, password))
     cmd = [str(uv_binary()), "build", "--wheel", "--no-config", "--python", python,
            *indexes, *insecure, "--out-dir", str(dist), str(sdist)]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -228,5 +228,5 @@ def _uv_build(
         ]
         raise BuildError(
             f"{sdist.name}: the build failed on the controller: "
-            f"{said[-1].strip() if said else _last_error(proc.stderr)}"
+            f"{said[-1].strip() if said else last_error(proc.stderr)}"
         )

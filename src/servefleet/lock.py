@@ -180,7 +180,13 @@ def index_env(name: str) -> str:
     return "UV_INDEX_" + "".join(c if c.isalnum() else "_" for c in name).upper() + "_"
 
 
-def _credentials_env(st: Stack, user: str | None, password: str | None) -> dict[str, str]:
+def credentials_env(st: Stack, user: str | None, password: str | None) -> dict[str, str]:
+    """uv's environment variables holding the credentials of the stack's indexes with ``auth``
+    (credentials reach uv only this way, never in argv).
+
+    + st: the stack
+    + user, password: the index credentials (LockError when an index needs them and they lack)
+    """
     env: dict[str, str] = {}
     for index in st.inputs["indexes"]:
         if index["auth"]:
@@ -191,7 +197,11 @@ def _credentials_env(st: Stack, user: str | None, password: str | None) -> dict[
     return env
 
 
-def _last_error(text: str) -> str:
+def last_error(text: str) -> str:
+    """uv's reason for a failure, in one line (its ``error:``/``cause:`` lines).
+
+    + text: uv's stderr
+    """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith(("error:", "×", "Caused by", "cause:"))]
     return " ".join((errors or lines[-1:] or ["no output"])[:3])
@@ -207,7 +217,7 @@ def resolve(st: Stack, user: str | None = None, password: str | None = None) -> 
     """
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
     env = {k: v for k, v in env.items() if not k.startswith(("UV_INDEX", "UV_DEFAULT_INDEX"))}
-    env.update(_credentials_env(st, user, password))
+    env.update(credentials_env(st, user, password))
     with tempfile.TemporaryDirectory(prefix="servefleet-lock-") as tmp:
         Path(tmp, "pyproject.toml").write_text(project_toml(st))
         for cmd in (
@@ -217,7 +227,7 @@ def resolve(st: Stack, user: str | None = None, password: str | None = None) -> 
         ):  # fmt: skip
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
-                raise LockError(f"stack {st.name}: uv {cmd[1]} failed: {_last_error(proc.stderr)}")
+                raise LockError(f"stack {st.name}: uv {cmd[1]} failed: {last_error(proc.stderr)}")
         text = Path(tmp, "pylock.toml").read_text()
     return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
 
