@@ -14,6 +14,7 @@ from typing import Any
 
 from servefleet.data import MAX_PORT, Settings
 from servefleet.errors import DataError, RecipeError
+from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.platforms import Hardware, Platform, platform_for, platform_for_kind
 from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.release import ReleasePlan, plan_release
@@ -245,7 +246,11 @@ def plan_host(
                 spec = platform.resolve(settings, hardware.sku)
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
-    release = plan_release(settings, spec, NETRC)
+    glibc = host_glibc(probe.get("libc"))
+    release = plan_release(settings, spec, NETRC, glibc)
+    if refusal is None:  # before any change: an owned package no source has a wheel for here
+        owned = {d.name: d.version for d in release.downloads}
+        refusal = glibc_refusal(settings.indexes, owned, glibc)
     kernel = str(probe.get("kernel", ""))
     driver_needed = not builder and platform.driver_needed(settings, hardware)
     if refusal is None and driver_needed and not _KERNEL.fullmatch(kernel):
@@ -325,15 +330,20 @@ def served_name(argv: list[str], model: str) -> str:
     return model
 
 
-def watched_paths(settings: Settings, release_id: str) -> list[str]:
+def watched_paths(settings: Settings, release_id: str, *others: str) -> list[str]:
     """Every directory and file a deploy manages outside releases and units: the probe stats
-    them (and hashes the files), so a run that would change none of them adds no operation."""
+    them (and hashes the files), so a run that would change none of them adds no operation.
+
+    + release_id: the release's id (its plan file)
+    + others: ids of the other releases the host may get (by its glibc: their plan files)
+    """
     root = settings.root
     lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
     dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
     dirs += [SECRETS_DIR, settings.cache_root, settings.hf_home]
     uv = [host_uv(root)] if settings.installer == "uv" else []
-    return [*dirs, *lib, *uv, f"{root}/plans/{release_id}.json", NETRC, HF_TOKEN_FILE]
+    plans = [f"{root}/plans/{i}.json" for i in dict.fromkeys([release_id, *others])]
+    return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE]
 
 
 def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
@@ -342,7 +352,8 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
     + files: also read the file hashes the serving release was installed with (``plan``)
     """
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
-    release_id = plan_release(settings, spec, NETRC).id
+    # the release depends on the host's glibc, which this probe reads: watch each one's plan
+    ids = [plan_release(settings, spec, NETRC, glibc).id for glibc in levels(settings.indexes)]
     return json.dumps(
         {
             "root": settings.root,
@@ -351,7 +362,7 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
             "user": settings.user,
             "platform": platform_for(settings.recipe).name,
             "models": models,
-            "paths": watched_paths(settings, release_id),
+            "paths": watched_paths(settings, *ids),
             "files": files,
         },
         sort_keys=True,
@@ -378,6 +389,10 @@ def read(path, mode="r"):
     except OSError:
         return None
 out = {"kernel": os.uname().release}
+try:
+    out["libc"] = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; the release's sources
+except (ValueError, OSError):
+    out["libc"] = None
 if a.get("platform", "rbln") == "rbln":
     smi = run(["rbln-smi", "-j"])
     try:

@@ -222,7 +222,7 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
 @click.argument("spec", metavar="NAME==VERSION")
 @click.option(
     "--index",
-    metavar="private|vllm|torch|public",
+    metavar="|".join(layout.INDEXES),
     help="the index to republish on (default: the package's owner, else public)",
 )
 @_one_line_errors

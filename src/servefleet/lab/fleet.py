@@ -339,6 +339,12 @@ def start_servers(
             "/simple/",
             "none",
         ),
+        "index_assets": (
+            ["simple", str(indexes / "assets")],
+            layout.PORT_INDEX_ASSETS,
+            "/simple/",
+            "none",
+        ),
         "apt": (["static", str(layout.STATE_APT)], layout.PORT_APT, "/", "none"),
         "files": (
             [
@@ -811,12 +817,8 @@ def up(
         "groups": host_groups(plan),
         "ssh": ssh,
         "servers": servers,
-        "indexes": {
-            k: servers[f"index_{k}"]["url"] for k in ("private", "vllm", "torch", "public")
-        },
-        "index_roots": {
-            k: str(layout.STATE_INDEX / k) for k in ("private", "vllm", "torch", "public")
-        },
+        "indexes": {k: servers[f"index_{k}"]["url"] for k in layout.INDEXES},
+        "index_roots": {k: str(layout.STATE_INDEX / k) for k in layout.INDEXES},
         "republished": [],
         "offline": offline_hosts,
         "secrets": secret_files,
