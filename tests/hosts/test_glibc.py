@@ -57,7 +57,7 @@ def test_a_bookworm_and_a_trixie_host_each_serve_the_vllm_wheel_their_glibc_take
         assert refused.returncode != 0
         line = ("servefleet: lab1: glibc 2.36 here; vllm==0.30.0+cpu needs glibc >= 2.39 "
                 "(sources: vllm 2.39)")  # fmt: skip
-        assert [x.strip() for x in out.splitlines() if "servefleet: lab1:" in x] == [line], out
+        assert [x.split("] ", 1)[-1].strip() for x in out.splitlines() if "servefleet: lab1:" in x] == [line], out  # fmt: skip
         assert "Traceback" not in out
         untouched = "test ! -e /opt/servefleet && test ! -e /etc/servefleet && ! id servefleet"
         on_host(state, "lab1", untouched)

@@ -20,6 +20,9 @@ from test_host_state import CR13, run_probe
 from servefleet.data import load_defaults
 from servefleet.glibc import choose, glibc_refusal, host_glibc, levels
 from servefleet.hostplan import plan_host, probe_args, resolve_for
+from servefleet.lab.base import base_note, base_paths, ensure_base
+from servefleet.lab.fleet import plan_hosts
+from servefleet.lab.state import LabError
 from servefleet.lockfleet import alternatives
 from servefleet.uvbin import uv_binary
 
@@ -200,3 +203,37 @@ def test_uv_enforces_the_tags(wheels: Path) -> None:
     assert _uv_dry_run(wheels, "x86_64-manylinux_2_39", "vllm").returncode == 0
     both = _uv_dry_run(wheels, "x86_64-manylinux_2_36", "vllm", "assets")
     assert both.returncode == 0, both.stderr
+
+
+# --- the lab's bases ---------------------------------------------------------------------------
+def test_lab_hosts_of_two_bases() -> None:
+    hosts = plan_hosts(3, 4, {}, odd_base={"lab2": "trixie"})
+    assert [(h["base"], h["glibc"], h["python"]) for h in hosts] == [
+        ("bookworm", "2.36", "3.11"), ("trixie", "2.41", "3.13"), ("bookworm", "2.36", "3.11"),
+    ]  # fmt: skip
+    assert {h["base"] for h in plan_hosts(2, 4, {}, base="trixie")} == {"trixie"}
+    assert [base_note(h) for h in hosts] == ["", " (trixie: glibc 2.41)", ""]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"base": "buster"}, "--base buster: unknown base; allowed: bookworm, trixie"),
+        ({"odd_base": {"lab3": "trixie"}}, "--odd-base names host 'lab3'; the lab has lab1, lab2"),
+        ({"odd_base": {"lab1": "sid"}}, "--odd-base lab1=sid: unknown base; allowed: bookworm, trixie"),
+    ],
+)  # fmt: skip
+def test_bad_lab_bases_one_line(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(LabError) as info:
+        plan_hosts(2, 4, {}, **kwargs)
+    assert str(info.value) == message
+
+
+def test_each_base_has_its_own_cache_the_default_keeps_its_layout(tmp_path: Path) -> None:
+    assert base_paths(tmp_path, "bookworm") == (tmp_path / "base", tmp_path)
+    assert base_paths(tmp_path, "trixie") == (
+        tmp_path / "base-trixie/root",
+        tmp_path / "base-trixie",
+    )
+    with pytest.raises(LabError, match="^--base sid: unknown base; allowed: bookworm, trixie$"):
+        ensure_base(tmp_path, "sid")
