@@ -501,11 +501,10 @@ def _indexes(url: Check) -> Check:
             for package in index.packages:
                 for other in owners.get(package, []):
                     if other.glibc is None or index.glibc is None:
-                        where = f".{name}.packages"
                         raise _Refused(
                             f"{package} is owned by the {other.name} index already",
                             _OWNED_ALLOWED,
-                            where,
+                            f".{name}.packages",
                         )
                     if Version(other.glibc) == Version(index.glibc):
                         raise _Refused(

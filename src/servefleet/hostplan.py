@@ -6,6 +6,7 @@ operations depend on is decided here, once, before any operation is added.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -247,10 +248,13 @@ def plan_host(
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
     glibc = host_glibc(probe.get("libc"))
-    release = plan_release(settings, spec, NETRC, glibc)
-    if refusal is None:  # before any change: an owned package no source has a wheel for here
-        owned = {d.name: d.version for d in release.downloads}
-        refusal = glibc_refusal(settings.indexes, owned, glibc)
+    release = plan_release(dataclasses.replace(settings, lock_dir=None), spec, NETRC, glibc)
+    # before any change: an owned package no source has a wheel for on this host's glibc
+    owned = {d.name: d.version for d in release.downloads}
+    no_wheel = None if refusal else glibc_refusal(settings.indexes, owned, glibc)
+    refusal = refusal or no_wheel
+    if settings.lock_dir and not no_wheel:  # a lock holds no stack that no host installs
+        release = plan_release(settings, spec, NETRC, glibc)
     kernel = str(probe.get("kernel", ""))
     driver_needed = not builder and platform.driver_needed(settings, hardware)
     if refusal is None and driver_needed and not _KERNEL.fullmatch(kernel):
@@ -330,19 +334,18 @@ def served_name(argv: list[str], model: str) -> str:
     return model
 
 
-def watched_paths(settings: Settings, release_id: str, *others: str) -> list[str]:
+def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     """Every directory and file a deploy manages outside releases and units: the probe stats
     them (and hashes the files), so a run that would change none of them adds no operation.
 
-    + release_id: the release's id (its plan file)
-    + others: ids of the other releases the host may get (by its glibc: their plan files)
+    + release_ids: ids of the releases the host may get (by its glibc): their plan files
     """
     root = settings.root
     lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
     dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
     dirs += [SECRETS_DIR, settings.cache_root, settings.hf_home]
     uv = [host_uv(root)] if settings.installer == "uv" else []
-    plans = [f"{root}/plans/{i}.json" for i in dict.fromkeys([release_id, *others])]
+    plans = [f"{root}/plans/{i}.json" for i in dict.fromkeys(release_ids)]
     return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE]
 
 
@@ -353,7 +356,12 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
     """
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
     # the release depends on the host's glibc, which this probe reads: watch each one's plan
-    ids = [plan_release(settings, spec, NETRC, glibc).id for glibc in levels(settings.indexes)]
+    ids = []
+    for glibc in levels(settings.indexes):
+        try:
+            ids.append(plan_release(settings, spec, NETRC, glibc).id)
+        except DataError:  # not locked (no host can install it) or bad: plan_host says why
+            continue
     return json.dumps(
         {
             "root": settings.root,

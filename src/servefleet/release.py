@@ -182,8 +182,8 @@ def plan_release(
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
     name = [platform.name, *req.vllm_rbln_extras, *map(canonical_name, req.packages)]
-    several = [d.name for d in downloads if len(owners(settings.indexes)[d.name]) > 1]
-    if several:  # one stack for each choice of owners: named by the glibc it needs
+    several = [p for p, found in owners(settings.indexes).items() if len(found) > 1]
+    if several:  # one stack for each choice of owners: named by the highest glibc it chose
         need = max((chosen[p].glibc or "0" for p in several), key=Version)
         name.append("glibc" + need.replace(".", "_"))
     st = stack(

@@ -237,3 +237,46 @@ def test_each_base_has_its_own_cache_the_default_keeps_its_layout(tmp_path: Path
     )
     with pytest.raises(LabError, match="^--base sid: unknown base; allowed: bookworm, trixie$"):
         ensure_base(tmp_path, "sid")
+
+
+def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None:
+    from test_lock import pylock
+
+    from servefleet.lock import release_id, write_lock
+
+    torch = {**TWO["torch"], "glibc": "2.38"}  # 2.35 hosts are refused, that stack not locked
+    s = settings(pip_indexes={**TWO, "torch": torch})
+    stacks = alternatives(s, resolve_for(s))
+    texts = {st: pylock(a=str(i) * 64) for i, st in enumerate(stacks, start=1)}
+    write_lock(tmp_path, texts, {}, {})
+    locked = dataclasses.replace(s, lock_dir=str(tmp_path))
+    args = probe_args(locked, resolve_for(locked))  # the unlocked 2.35 choice is left out
+    for libc, number in (("glibc 2.41", 1), ("glibc 2.38", 2)):
+        plan = plan_host(locked, probe(libc=libc))
+        assert plan.refusal is None and plan.release.id == release_id(pylock(a=str(number) * 64))
+        assert f"/plans/{plan.release.id}.json" in args
+    refused = plan_host(locked, probe(libc="glibc 2.36"))
+    assert refused.refusal == (
+        "glibc 2.36 here; torch==2.13.0+cpu needs glibc >= 2.38 (sources: torch 2.38)"
+    )
+
+
+def test_a_host_whose_choice_is_not_locked_is_refused_not_failed(tmp_path: Path) -> None:
+    from test_lock import pylock
+
+    from servefleet.lock import write_lock
+
+    torch = {"url": "https://torch.example/a", "packages": ["torch"], "glibc": "2.40"}
+    old_torch = {"url": "https://torch.example/b", "packages": ["torch"], "glibc": "2.37"}
+    s = settings(pip_indexes={**TWO, "torch": torch, "torch-old": old_torch})
+    stacks = alternatives(s, resolve_for(s))  # 2.40, 2.39, 2.37; at 2.35 no torch fits
+    assert [(st.owners()["vllm"], st.owners()["torch"]) for st in stacks] == [
+        ("vllm", "torch"), ("vllm", "torch-old"), ("vllm-rbln-assets", "torch-old"),
+    ]  # fmt: skip
+    write_lock(tmp_path, {st: pylock() for st in stacks}, {}, {})
+    locked = dataclasses.replace(s, lock_dir=str(tmp_path))
+    plan = plan_host(locked, probe(libc="glibc 2.36"))  # vllm: assets; torch: none
+    assert plan.refusal == (
+        "glibc 2.36 here; torch==2.13.0+cpu needs glibc >= 2.37 (sources: torch 2.40, "
+        "torch-old 2.37)"
+    )
