@@ -5,9 +5,13 @@
 under lab/:
 
     OUT/index/private/   rebel-compiler, lmcache-rbln, nixl-rbln 0.12.0 + 0.12.1 (wheels)
-    OUT/index/vllm/      vllm 0.30.0+cpu (the simulated server: console script ``vllm``)
+    OUT/index/vllm/      vllm 0.30.0+cpu (the simulated server: console script ``vllm``), as
+                         upstream builds it: manylinux_2_39 only (glibc >= 2.39)
+    OUT/index/assets/    the same vllm 0.30.0+cpu tagged manylinux_2_35: RBLN's workaround source
+                         for older glibc (vllm-rbln's release assets)
     OUT/index/torch/     torch 2.13.0+cpu
-    OUT/index/public/    vllm-rbln, optimum-rbln, torch-rbln 0.12.0 + 0.12.1,
+    OUT/index/public/    vllm-rbln, optimum-rbln, torch-rbln 0.12.0 + 0.12.1 (torch-rbln: one
+                         cp310..cp314 manylinux_2_34 wheel per Python, as the real one),
                          arctic_inference-0.1.1.tar.gz (sdist) + the setuptools wheel it builds
                          with, the squatters (rebel-compiler 0.12.0, lmcache-rbln and
                          nixl-rbln 0.12.0.post1), and PyPI's CUDA builds that GPU hosts
@@ -21,7 +25,10 @@ under lab/:
                          relative to the store, ``org/name.tar.gz``) that the fetcher checks
     OUT/manifest.json    what is where, with sha256s (model paths relative to OUT/files)
 
-Wheels and sdist are written directly (no build backend). Nothing is downloaded except, once,
+Wheels and sdist are written directly (no build backend). Their content is pure Python, but the
+wheels of packages that are platform wheels in reality carry the real platform tags (WHEEL's
+``Tag:`` lines and ``Root-Is-Purelib: false`` match the file name), so a host's installer refuses
+them where the real ones would not install (glibc too old, another Python). Nothing is downloaded except, once,
 the setuptools wheel the sdist builds with (``pip download`` with the machine's own pip
 config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by a hash of the
 lab sources, the kernel release and the MODELs: an unchanged build returns at once.
@@ -60,6 +67,12 @@ VLLM_VERSION = "0.30.0+cpu"
 TORCH_VERSION = "2.13.0+cpu"
 CUDA_VLLM_VERSIONS = ["0.30.0", "0.30.1"]  # PyPI's vllm and torch: CUDA builds, no local version
 CUDA_TORCH_VERSION = "2.13.0"
+PURE = "py3-none-any"
+# Platform tags of the real wheels (rbln.md §3.1): vllm's CPU build is manylinux_2_39 only;
+# RBLN's workaround source serves one that a glibc 2.35 host takes; torch-rbln one per CPython
+VLLM_CPU_TAG = "cp38-abi3-manylinux_2_39_x86_64"
+VLLM_ASSETS_TAG = "cp38-abi3-manylinux_2_35_x86_64"
+TORCH_RBLN_TAGS = tuple(f"cp3{m}-cp3{m}-manylinux_2_34_x86_64" for m in range(10, 15))
 ARCTIC_VERSION = "0.1.1"
 SIM_SUMMARY = "SIMULATION for the servefleet lab: stand-in for {name}"
 SQUAT_SUMMARY = "SIMULATION for the servefleet lab: a SQUATTER posing as {name}"
@@ -91,8 +104,9 @@ def write_wheel(
     entry_points: Mapping[str, Mapping[str, str]] | None = None,
     summary: str = "",
     requires_python: str | None = None,
+    tag: str = PURE,
 ) -> Path:
-    """Write a pure-Python wheel with real metadata (METADATA, WHEEL, entry points, RECORD).
+    """Write a wheel of Python files with real metadata (METADATA, WHEEL, entry points, RECORD).
 
     + outdir: where the .whl goes
     + name, version: distribution name and version (local versions such as +cpu allowed)
@@ -102,6 +116,8 @@ def write_wheel(
     + entry_points: group -> {name: object reference}
     + summary: the Summary line
     + requires_python: a Requires-Python specifier
+    + tag: the wheel's tag ``PYTHON-ABI-PLATFORM`` (dot-compressed sets allowed); in the file
+      name, as WHEEL's ``Tag:`` lines, and purelib only when the platform is ``any``
     """
     dist = f"{_norm(name)}-{version}"
     meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
@@ -118,10 +134,7 @@ def write_wheel(
         arc: (text.encode() if isinstance(text, str) else text) for arc, text in files.items()
     }
     content[f"{dist}.dist-info/METADATA"] = ("\n".join(meta) + "\n").encode()
-    content[f"{dist}.dist-info/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: servefleet-lab-build\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n"
-    )
+    content[f"{dist}.dist-info/WHEEL"] = wheel_text(tag).encode()
     if entry_points:
         ep = ""
         for group, items in entry_points.items():
@@ -131,7 +144,7 @@ def write_wheel(
     record.append(f"{dist}.dist-info/RECORD,,")
     content[f"{dist}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
     outdir.mkdir(parents=True, exist_ok=True)
-    path = outdir / f"{dist}-py3-none-any.whl"
+    path = outdir / f"{dist}-{tag}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for arc, data in content.items():
             info = zipfile.ZipInfo(arc, date_time=(1980, 1, 1, 0, 0, 0))
@@ -139,6 +152,19 @@ def write_wheel(
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     return path
+
+
+def wheel_text(tag: str) -> str:
+    """A WHEEL file for ``tag``: one ``Tag:`` line per tag of its (dot-compressed) set, and
+    ``Root-Is-Purelib`` true only for platform ``any``.
+
+    + tag: ``PYTHON-ABI-PLATFORM``, e.g. ``cp38-abi3-manylinux_2_39_x86_64``
+    """
+    pythons, abis, platforms = (part.split(".") for part in tag.split("-"))
+    purelib = "true" if platforms == ["any"] else "false"
+    lines = ["Wheel-Version: 1.0", "Generator: servefleet-lab-build", f"Root-Is-Purelib: {purelib}"]
+    lines += [f"Tag: {p}-{a}-{pl}" for p in pythons for a in abis for pl in platforms]
+    return "\n".join(lines) + "\n"
 
 
 def package_files(
@@ -169,7 +195,7 @@ def _next_patch(version: str) -> str:
 
 
 def build_wheels(index: Path) -> None:
-    """All wheels of the four indexes."""
+    """All wheels of the five indexes."""
     private, public = index / "private", index / "public"
     for v in SDK_VERSIONS:
         rng = f"<{_next_patch(v)},>={v}"
@@ -208,15 +234,19 @@ def build_wheels(index: Path) -> None:
             requires=[f"torch=={TORCH_VERSION}"],
             entry_points={"console_scripts": {"optimum-rbln-cli": "optimum.rbln.cli:main"}},
         )
-        write_wheel(
-            public,
-            "torch-rbln",
-            v,
-            package_files("torch_rbln", v),
-            requires=[f"torch=={TORCH_VERSION}"],
-            extras={"runtime": [f"rebel-compiler{rng}"]},
-            entry_points={"torch.backends": {"autoload": "torch_rbln:torch_backends_entry_point"}},
-        )
+        for tag in TORCH_RBLN_TAGS:
+            write_wheel(
+                public,
+                "torch-rbln",
+                v,
+                package_files("torch_rbln", v),
+                requires=[f"torch=={TORCH_VERSION}"],
+                extras={"runtime": [f"rebel-compiler{rng}"]},
+                entry_points={
+                    "torch.backends": {"autoload": "torch_rbln:torch_backends_entry_point"}
+                },
+                tag=tag,
+            )
     # squatters: same name on the public index, same or higher version
     for name, top, version in [
         ("rebel-compiler", "rebel", "0.12.0"),
@@ -230,19 +260,22 @@ def build_wheels(index: Path) -> None:
             package_files(top, version, squatter=True),
             summary=SQUAT_SUMMARY.format(name=name),
         )
+    cpu = {"version": VLLM_VERSION, "device": "cpu"}
     vllm_builds = [
-        (index / "vllm", VLLM_VERSION, TORCH_VERSION, {"version": VLLM_VERSION, "device": "cpu"}),
+        (index / "vllm", VLLM_VERSION, TORCH_VERSION, cpu, VLLM_CPU_TAG),
+        (index / "assets", VLLM_VERSION, TORCH_VERSION, cpu, VLLM_ASSETS_TAG),
         *(
             (
                 public,
                 v,
                 CUDA_TORCH_VERSION,
                 {"version": v, "device": "cuda", "torch": CUDA_TORCH_VERSION},
+                PURE,
             )
             for v in CUDA_VLLM_VERSIONS
         ),
     ]
-    for outdir, version, torch, build in vllm_builds:
+    for outdir, version, torch, build, tag in vllm_builds:
         vllm_files: dict[str, str | bytes] = {**package_files("vllm", version)}
         for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
             vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
@@ -259,6 +292,7 @@ def build_wheels(index: Path) -> None:
             requires=[f"torch=={torch}"],
             entry_points={"console_scripts": {"vllm": "vllm.sim:main"}},
             requires_python=">=3.10",
+            tag=tag,
         )
     write_wheel(index / "torch", "torch", TORCH_VERSION, package_files("torch", TORCH_VERSION))
     cuda_torch = package_files("torch", CUDA_TORCH_VERSION)

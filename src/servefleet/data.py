@@ -53,6 +53,7 @@ _DEB_LINE = re.compile(r"deb (\[[^\]]+\] )?(?P<url>\S+) \S+( \S+)*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _DIGITS = re.compile(r"[0-9]{1,20}")
+_GLIBC = re.compile(r"[1-9][0-9]{0,2}\.(0|[1-9][0-9]{0,2})")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NOT_IN_URL = re.compile(r"[\s\"'`\\<>{}|^\x00-\x1f\x7f-\x9f]")
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
@@ -64,7 +65,13 @@ _HOST_ALLOWED = "an IP address or a host name of [A-Za-z0-9.-]"
 _VERSION_ALLOWED = "a PEP 440 version string in normal form, such as '3.5.1'"
 _PIN_ALLOWED = "'name==version' (a PEP 508 name, a PEP 440 version), one pin per package"
 _PACKAGES_ALLOWED = "a list of PEP 508 package names"
-_INDEX_ALLOWED = "index name -> {'url': URL, 'packages': [names], 'auth': True or False}"
+_INDEX_ALLOWED = (
+    "index name -> {'url': URL, 'packages': [names], 'auth': True or False, 'glibc': '2.39'}"
+)
+_GLIBC_ALLOWED = "the lowest glibc the index's wheels need, as 'MAJOR.MINOR' (e.g. '2.39')"
+_OWNED_ALLOWED = (
+    "each package in one index at most, or in several that each declare a different glibc"
+)
 _DEB_ALLOWED = "one line 'deb [signed-by=KEYRING] URL SUITE [COMPONENT...]', no user:password@"
 _REPO_ALLOWED = "{'src': deb source line, 'key': local key file (optional)}"
 _DEB_PACKAGE_ALLOWED = "a list of Debian package names ([a-z0-9+.-], {kernel} = `uname -r`)"
@@ -94,6 +101,7 @@ class Index:
     url: str
     packages: tuple[str, ...]
     auth: bool = False
+    glibc: str | None = None  # the lowest glibc its wheels need (manylinux_2_39: "2.39")
 
 
 @dataclass(frozen=True)
@@ -471,27 +479,45 @@ def _platform_pinned(pins: dict[str, str], recipe: Any) -> None:
 
 def _indexes(url: Check) -> Check:
     spec = _record(
-        {"url": url, "packages": _listed(_package, _PACKAGES_ALLOWED, empty=False), "auth": _bool},
+        {
+            "url": url,
+            "packages": _listed(_package, _PACKAGES_ALLOWED, empty=False),
+            "auth": _bool,
+            "glibc": _matching(_GLIBC, "a glibc version", _GLIBC_ALLOWED),
+        },
         ("url", "packages"),
         _INDEX_ALLOWED,
     )
     by_name = _entries(_matching(_NAME, "an index name", _INDEX_ALLOWED), spec, _INDEX_ALLOWED)
 
     def check(value: Any) -> tuple[Index, ...]:
-        owners: dict[str, str] = {}
+        owners: dict[str, list[Index]] = {}
         out = []
-        for name, index in by_name(value).items():
-            for package in index["packages"]:
-                if package in owners:
-                    raise _Refused(
-                        f"{package} is owned by the {owners[package]} index already",
-                        "each package in one index at most",
-                        f".{name}.packages",
-                    )
-                owners[package] = name
-            out.append(
-                Index(name, index["url"].rstrip("/"), index["packages"], index.get("auth", False))
+        for name, entry in by_name(value).items():
+            index = Index(
+                name,
+                entry["url"].rstrip("/"),
+                entry["packages"],
+                entry.get("auth", False),
+                entry.get("glibc"),
             )
+            for package in index.packages:
+                for other in owners.get(package, []):
+                    if other.glibc is None or index.glibc is None:
+                        raise _Refused(
+                            f"{package} is owned by the {other.name} index already",
+                            _OWNED_ALLOWED,
+                            f".{name}.packages",
+                        )
+                    if Version(other.glibc) == Version(index.glibc):
+                        raise _Refused(
+                            f"{package} is owned by the {other.name} index already, for the "
+                            f"same glibc {other.glibc}",
+                            _OWNED_ALLOWED,
+                            f".{name}.glibc",
+                        )
+                owners.setdefault(package, []).append(index)
+            out.append(index)
         return tuple(out)
 
     return check

@@ -45,13 +45,16 @@ sdk_source = "index"  # index: hosts fetch packages, models, driver themselves; 
 sdk_wheelhouse = None  # controller directory `servefleet wheelhouse DIR` filled from the lock (sdk_source = "wheelhouse")
 
 # --- pip: where packages come from
-pip_indexes = {  # index -> url and the packages it owns; each package comes only from its owner
+pip_indexes = {  # index -> url, the packages it owns, the glibc its wheels need; each package comes only from its owner
     "rbln": {  # private RBLN index: needs the RBLN Portal credentials (creds_index_*)
         "url": "https://pypi.rbln.ai/simple",
         "packages": ["rebel-compiler", "lmcache-rbln", "nixl-rbln"],
         "auth": True,
     },
-    "vllm": {"url": "https://wheels.vllm.ai/0.30.0/cpu", "packages": ["vllm"]},  # vLLM CPU wheels
+    # vLLM CPU wheels: manylinux_2_39 only. For hosts with an older glibc (Ubuntu 22.04: 2.35,
+    # EL9: 2.34) add a second owner of vllm that serves a wheel for it, with its own "glibc"
+    # (RBLN's workaround: vllm-rbln's release assets); each host takes the one that fits.
+    "vllm": {"url": "https://wheels.vllm.ai/0.30.0/cpu", "packages": ["vllm"], "glibc": "2.39"},
     "torch": {  # torch CPU wheels: torch and its companions
         "url": "https://download.pytorch.org/whl/cpu",
         "packages": ["torch", "torchvision", "torchaudio", "torchcodec"],

@@ -6,6 +6,7 @@ operations depend on is decided here, once, before any operation is added.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -14,6 +15,7 @@ from typing import Any
 
 from servefleet.data import MAX_PORT, Settings
 from servefleet.errors import DataError, RecipeError
+from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.lock import load_lock
 from servefleet.platforms import Hardware, Platform, platform_for, platform_for_kind
 from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
@@ -254,7 +256,14 @@ def plan_host(
                 spec = platform.resolve(settings, hardware.sku)
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
-    release = plan_release(settings, spec, NETRC)
+    glibc = host_glibc(probe.get("libc"))
+    release = plan_release(dataclasses.replace(settings, lock_dir=None), spec, NETRC, glibc)
+    # before any change: an owned package no source has a wheel for on this host's glibc
+    owned = {d.name: d.version for d in release.downloads}
+    no_wheel = None if refusal else glibc_refusal(settings.indexes, owned, glibc)
+    refusal = refusal or no_wheel
+    if settings.lock_dir and not no_wheel:  # a lock holds no stack that no host installs
+        release = plan_release(settings, spec, NETRC, glibc)
     kernel = str(probe.get("kernel", ""))
     driver_needed = not builder and platform.driver_needed(settings, hardware)
     if refusal is None and driver_needed and not _KERNEL.fullmatch(kernel):
@@ -355,15 +364,19 @@ def served_name(argv: list[str], model: str) -> str:
     return model
 
 
-def watched_paths(settings: Settings, release_id: str) -> list[str]:
+def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     """Every directory and file a deploy manages outside releases and units: the probe stats
-    them (and hashes the files), so a run that would change none of them adds no operation."""
+    them (and hashes the files), so a run that would change none of them adds no operation.
+
+    + release_ids: ids of the releases the host may get (by its glibc): their plan files
+    """
     root = settings.root
     lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
     dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
     dirs += [SECRETS_DIR, settings.cache_root, settings.hf_home]
     uv = [host_uv(root)] if settings.installer == "uv" else []
-    return [*dirs, *lib, *uv, f"{root}/plans/{release_id}.json", NETRC, HF_TOKEN_FILE]
+    plans = [f"{root}/plans/{i}.json" for i in dict.fromkeys(release_ids)]
+    return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE]
 
 
 def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
@@ -372,7 +385,13 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
     + files: also read the file hashes the serving release was installed with (``plan``)
     """
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
-    release_id = plan_release(settings, spec, NETRC).id
+    # the release depends on the host's glibc, which this probe reads: watch each one's plan
+    ids = []
+    for glibc in levels(settings.indexes):
+        try:
+            ids.append(plan_release(settings, spec, NETRC, glibc).id)
+        except DataError:  # not locked (no host can install it) or bad: plan_host says why
+            continue
     return json.dumps(
         {
             "root": settings.root,
@@ -381,7 +400,7 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
             "user": settings.user,
             "platform": platform_for(settings.recipe).name,
             "models": models,
-            "paths": watched_paths(settings, release_id),
+            "paths": watched_paths(settings, *ids),
             "files": files,
             "python": settings.sdk_python,
         },
@@ -412,6 +431,10 @@ out = {"kernel": os.uname().release}
 out["python"] = ("%d.%d" % sys.version_info[:2] if a["python"] == "python3" else
                  (run([a["python"], "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
                   or "").strip() or None)  # the probe runs with python3 itself
+try:
+    out["libc"] = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; the release's sources
+except (ValueError, OSError):
+    out["libc"] = None
 if a.get("platform", "rbln") == "rbln":
     smi = run(["rbln-smi", "-j"])
     try:

@@ -31,6 +31,7 @@ from servefleet.lock import (
     resolve,
     write_lock,
 )
+from servefleet.spec import ServeSpec
 
 
 @dataclass
@@ -68,6 +69,27 @@ def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Sett
     return out
 
 
+def alternatives(settings: Settings, spec: ServeSpec) -> list[Stack]:
+    """Every stack a host of this data can get: one for each choice of sources its glibc can
+    make (servefleet.glibc), the ones no host can install left out. No host is contacted, so
+    all of them are locked.
+
+    + settings: a host's validated data (unlocked)
+    + spec: its resolved selection
+    """
+    from servefleet.glibc import glibc_refusal, levels
+    from servefleet.release import plan_release
+
+    out: list[Stack] = []
+    for glibc in levels(settings.indexes):
+        rel = plan_release(settings, spec, None, glibc)
+        owned = {d.name: d.version for d in rel.downloads}
+        if rel.stack is not None and rel.stack not in out:
+            if glibc_refusal(settings.indexes, owned, glibc) is None:
+                out.append(rel.stack)
+    return out
+
+
 def fleet_lock(
     inventory: str, overrides: Mapping[str, Any], lock_dir: str | None = None
 ) -> FleetLock:
@@ -79,7 +101,6 @@ def fleet_lock(
     """
     from servefleet.hostplan import resolve_for
     from servefleet.platforms import platform_for_kind
-    from servefleet.release import plan_release
 
     stacks: dict[Stack, Settings] = {}
     driver: dict[str, dict[str, str]] = {}
@@ -93,9 +114,8 @@ def fleet_lock(
             spec = resolve_for(unlocked)
         except RecipeError as e:
             raise DataError(f"{name}: serve_recipe/serve_selection: {e}") from None
-        rel = plan_release(unlocked, spec, None)
-        assert rel.stack is not None
-        stacks.setdefault(rel.stack, unlocked)
+        for st in alternatives(unlocked, spec):
+            stacks.setdefault(st, unlocked)
         if platform_for_kind(spec.kind).driver_step and settings.driver_runfile_url:
             version = settings.driver_version
             driver[version] = {

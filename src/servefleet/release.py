@@ -14,8 +14,11 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from packaging.version import Version
+
 from servefleet.data import Settings, canonical_name
 from servefleet.errors import DataError
+from servefleet.glibc import choose, owners
 from servefleet.lock import Lock, Stack, load_lock, stack
 from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
@@ -127,7 +130,9 @@ def with_locked_models(settings: Settings) -> Settings:
     )
 
 
-def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> ReleasePlan:
+def plan_release(
+    settings: Settings, spec: ServeSpec, netrc: str | None, glibc: str | None = None
+) -> ReleasePlan:
     """The release a host needs for ``spec`` under ``settings``.
 
     With a lock directory (``sdk_lock``) the release is the locked stack (its id the hash of the
@@ -137,6 +142,8 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
     + settings: validated deploy data (pins, indexes, paths)
     + spec: the resolved selection (its requirements pick extras and extra packages)
     + netrc: path of the 0600 netrc on the host holding index credentials, if any index needs them
+    + glibc: the host's glibc: a package several indexes own comes from the one whose wheels
+      it takes (:func:`servefleet.glibc.choose`; None: no host known, the highest glibc's)
     """
     req = spec.requirements
     skipped = {
@@ -145,11 +152,12 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         if extra not in req.vllm_rbln_extras
         for pkg in pkgs
     }
+    chosen = choose(settings.indexes, glibc)
     downloads = [
         Download(name, settings.pins[name], index.url, index.auth)
         for index in settings.indexes
         for name in index.packages
-        if name not in skipped
+        if name not in skipped and chosen[name] == index
     ]
     owned = {d.name for d in downloads} | skipped
     platform = platform_for_kind(spec.kind)
@@ -178,13 +186,24 @@ def plan_release(settings: Settings, spec: ServeSpec, netrc: str | None) -> Rele
         "imports": platform.imports(spec),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    name = [platform.name, *req.vllm_rbln_extras, *map(canonical_name, req.packages)]
+    several = [p for p, found in owners(settings.indexes).items() if len(found) > 1]
+    if several:  # one stack for each choice of owners: named by the highest glibc it chose
+        need = max((chosen[p].glibc or "0" for p in several), key=Version)
+        name.append("glibc" + need.replace(".", "_"))
     st = stack(
-        name="-".join([platform.name, *req.vllm_rbln_extras, *map(canonical_name, req.packages)]),
+        name="-".join(name),
         requirements=[*(f"{d.name}=={d.version}" for d in downloads), *top],
         constraints=constraints,
         indexes=[
-            {"name": i.name, "url": i.url, "packages": i.packages, "auth": i.auth}
+            {
+                "name": i.name,
+                "url": i.url,
+                "auth": i.auth,
+                "packages": tuple(p for p in i.packages if chosen[p] == i),
+            }
             for i in settings.indexes
+            if any(chosen[p] == i for p in i.packages)
         ],
         public_index=settings.public_index,
         python=settings.lock_python,

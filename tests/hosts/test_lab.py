@@ -38,9 +38,11 @@ def test_state_lists_the_hosts_and_servers(lab: dict[str, Any]) -> None:
         "index_vllm",
         "index_torch",
         "index_public",
+        "index_assets",
         "apt",
         "files",
     }
+    assert all(h["base"] == "bookworm" and h["glibc"] == "2.36" for h in lab["hosts"])
     assert lab["groups"] == {"lab": ["lab1", "lab2", "lab3"], "cr13": ["lab1", "lab2", "lab3"]}
     for path in [
         lab["ssh"]["key"],
@@ -162,7 +164,7 @@ def test_pip_in_a_host_downloads_from_the_private_index_with_credentials(
 
 
 def test_public_indexes_serve_pep503_with_hashes(lab: dict[str, Any]) -> None:
-    for name in ("vllm", "torch", "public"):
+    for name in ("vllm", "torch", "public", "assets"):
         code, _, body = _get(lab["indexes"][name])
         assert code == 200, name
         projects = re.findall(r'href="([^"]+)/"', body.decode())

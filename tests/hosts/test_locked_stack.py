@@ -22,7 +22,9 @@ from servefleet.lab.chat import chat_once
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 TWO = ["--limit", "lab1", "--limit", "lab2"]
 PORTS = [8000 + i for i in range(4)]
-OWNED = {"rebel-compiler": "private", "vllm": "vllm", "torch": "torch"}  # lab index of each
+# lab index of each, for the lab's bookworm hosts: glibc 2.36 takes vLLM's workaround source
+OWNED = {"rebel-compiler": "private", "vllm": "assets", "torch": "torch"}
+BOOKWORM, TRIXIE = "rbln-glibc2_35", "rbln-glibc2_39"  # the stacks of the default selection
 # Every installed distribution of the serving release: name, version, sha256 of its RECORD
 # (which lists the sha256 of every file the wheel installed).
 INSTALLED = (
@@ -52,7 +54,8 @@ def test_a_lock_installs_the_same_bytes_on_two_hosts_and_never_a_squatter(
     made = lock(lab, "--lock-dir", str(tmp_path))
     assert made.returncode == 0, made.stdout + made.stderr
     doc = json.loads((tmp_path / "servefleet.lock.json").read_text())
-    (stack,) = doc["stacks"].values()
+    assert set(doc["stacks"]) == {BOOKWORM, TRIXIE}  # no host is asked: every choice is locked
+    stack = doc["stacks"][BOOKWORM]
     pylock = (tmp_path / stack["pylock"]).read_text()
     from servefleet.lock import packages
 
@@ -100,7 +103,7 @@ def test_lock_check_fails_when_the_data_moves_and_passes_after_locking(
     bump = ("--data", f"sdk_pins={bumped_pins()}")
     stale = lock(lab, "--lock-dir", str(tmp_path), "--check", *bump)
     assert stale.returncode == 1
-    assert "servefleet: lock: stack rbln: requirements: " in stale.stderr
+    assert f"servefleet: lock: stack {BOOKWORM}: requirements: " in stale.stderr
     assert "-vllm-rbln==0.12.0" in stale.stderr and "+vllm-rbln==0.12.1" in stale.stderr
     assert lock(lab, "--lock-dir", str(tmp_path), *bump).returncode == 0
     assert lock(lab, "--lock-dir", str(tmp_path), "--check", *bump).returncode == 0
@@ -132,7 +135,7 @@ def test_a_file_republished_after_locking_fails_the_deploy_and_the_host_keeps_se
     assert run(lab, "--limit", "lab1").returncode == 0
     bump = ("--data", f"sdk_pins={bumped_pins()}")
     assert lock(lab, "--lock-dir", str(tmp_path), *bump).returncode == 0
-    (stack,) = json.loads((tmp_path / "servefleet.lock.json").read_text())["stacks"].values()
+    stack = json.loads((tmp_path / "servefleet.lock.json").read_text())["stacks"][BOOKWORM]
     from servefleet.lock import packages
 
     locked = next(p for p in packages((tmp_path / stack["pylock"]).read_text())

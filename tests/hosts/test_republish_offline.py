@@ -25,6 +25,7 @@ SERVERS = {
     "index_vllm": layout.url(layout.PORT_INDEX_VLLM, "/simple/"),
     "index_torch": layout.url(layout.PORT_INDEX_TORCH, "/simple/"),
     "index_public": layout.url(layout.PORT_INDEX_PUBLIC, "/simple/"),
+    "index_assets": layout.url(layout.PORT_INDEX_ASSETS, "/simple/"),
     "apt": layout.url(layout.PORT_APT, "/InRelease"),
     "files": layout.url(layout.PORT_FILES, "/models/manifest.json"),
 }

@@ -2,7 +2,8 @@
 
 ``BAD_DATA_CASES``: (key, value, a substring of the DataError line). Every value is an int, a
 bool, a float or a plain string that pyinfra's ``parse_cli_arg`` gives back unchanged from
-``f"{key}={value}"``, so a lab test can pass each case as ``--data`` (test_data.py checks that).
+``f"{key}={value}"``, or a mapping it gives back from ``f"{key}={json.dumps(value)}"``, so a lab
+test can pass each case as ``--data`` (test_data.py checks that).
 Each case fails on its own key given the package's defaults or the lab's data.
 Misspelled keys are refused only when the deploy passes the host's keys to ``settings_from``.
 """
@@ -13,6 +14,8 @@ from servefleet.data import KEYS
 
 LAB_HTTP = "http://10.213.0.1:8080"  # the lab's file server (pip_trusted_hosts there)
 UNTRUSTED = "http://10.9.9.9:8080"
+VLLM = {"url": "https://wheels.example/cpu", "packages": ["vllm"], "glibc": "2.39"}
+ASSETS = {"url": "https://assets.example/simple", "packages": ["vllm"], "glibc": "2.35"}
 
 # key -> (a value of the wrong type, the substring)
 WRONG_TYPE: dict[str, tuple[object, str]] = {
@@ -95,6 +98,10 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("driver_runfile_url", "https://example.com/{ver}.run", "holds a space, quote, brace or control character"),
     ("sdk_python", "python 3", "sdk_python: 'python 3' is not a command name or absolute path"),
     ("sdk_python", "bin/python3", "sdk_python: 'bin/python3' is not a command name or absolute path"),
+    ("pip_indexes", {"vllm": {**VLLM, "glibc": "2.39.1"}}, "pip_indexes.vllm.glibc: '2.39.1' is not a glibc version; allowed: the lowest glibc the index's wheels need, as 'MAJOR.MINOR'"),
+    ("pip_indexes", {"vllm": {**VLLM, "glibc": 2.39}}, "pip_indexes.vllm.glibc: expected a string, got 2.39"),
+    ("pip_indexes", {"vllm": VLLM, "assets": {**ASSETS, "glibc": "2.39"}}, "pip_indexes.assets.glibc: vllm is owned by the vllm index already, for the same glibc 2.39; allowed: each package in one index at most, or in several that each declare a different glibc"),
+    ("pip_indexes", {"vllm": {"url": VLLM["url"], "packages": ["vllm"]}, "assets": ASSETS}, "pip_indexes.assets.packages: vllm is owned by the vllm index already; allowed: each package in one index at most, or in several that each declare a different glibc"),
     ("pip_public_index", "http://mirror.invalid/simple", "pip_public_index: 'http://mirror.invalid/simple' is http on mirror.invalid"),
     ("pip_public_index", "https://u:hunter2@mirror.example/simple", "pip_public_index: credentials do not belong in data"),
     ("creds_index_user_env", "RBLN-USER", "creds_index_user_env: 'RBLN-USER' is not an environment variable name"),

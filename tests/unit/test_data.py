@@ -7,6 +7,7 @@ reuses them); the ones only Python data can express (mappings, lists) are here.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from unittest import mock
 
@@ -89,7 +90,7 @@ PYTHON_CASES: list[tuple[str, object, str]] = [
     ("pip_indexes", {"rbln": {"url": "https://u:p@idx/simple", "packages": ["rebel-compiler"]}}, "pip_indexes.rbln.url: credentials do not belong in data"),
     ("pip_indexes", {"x": {**INDEX, "packages": ["left-pad"]}}, "pip_indexes.x: left-pad has no pin in sdk_pins"),
     ("pip_indexes", {"x": {**INDEX, "auth": "true"}}, "pip_indexes.x.auth: expected true or false, got 'true'; allowed: True or False"),
-    ("pip_indexes", {"x": {"urll": "https://idx/simple", "packages": ["torch"]}}, "pip_indexes.x: 'urll' is not a field (did you mean url?); allowed: url, packages, auth"),
+    ("pip_indexes", {"x": {"urll": "https://idx/simple", "packages": ["torch"]}}, "pip_indexes.x: 'urll' is not a field (did you mean url?); allowed: url, packages, auth, glibc"),
     ("pip_indexes", {"x": {"url": "https://idx/simple"}}, "pip_indexes.x: has no 'packages'"),
     ("pip_indexes", {"x": {**INDEX, "packages": []}}, "pip_indexes.x.packages: [] is empty"),
     ("pip_indexes", {"a": INDEX, "b": INDEX}, "pip_indexes.b.packages: torch is owned by the a index already"),
@@ -129,7 +130,8 @@ def _case_id(case: tuple[str, object, str]) -> str:
 def test_command_line_bad_data_is_one_line_naming_the_key(
     base: str, key: str, value: object, expected: str
 ) -> None:
-    given = parse_cli_arg(f"{key}={value}".split("=", 1)[1])  # as `--data key=value` gives it
+    text = json.dumps(value) if isinstance(value, dict) else str(value)
+    given = parse_cli_arg(f"{key}={text}".split("=", 1)[1])  # as `--data key=value` gives it
     assert (type(given), given) == (type(value), value), "not expressible on the command line"
     message = refused(keys=True, base=base, **{key: given})
     assert message.startswith((f"{key}:", f"{key}.")), message

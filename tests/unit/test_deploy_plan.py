@@ -37,6 +37,7 @@ def settings(**over: Any):
 def probe(**over: Any) -> dict[str, Any]:
     p: dict[str, Any] = {
         "kernel": "6.1.0-x",
+        "libc": "glibc 2.39",  # Ubuntu 24.04: upstream vLLM's CPU wheel installs
         "smi": None,
         "pci": CR13_PCI,
         "releases": [],

@@ -286,7 +286,7 @@ def test_public_index_has_the_cuda_builds(out: Path) -> None:
     assert ("Version", "0.30.0") in meta and ("Requires-Dist", "torch==2.13.0") in meta
     assert _build_json(wheel) == {"version": "0.30.0", "device": "cuda", "torch": "2.13.0"}
     assert ("Version", "2.13.0") in metadata(public / "torch-2.13.0-py3-none-any.whl")
-    cpu = out / "index/vllm/vllm-0.30.0+cpu-py3-none-any.whl"
+    cpu = out / "index/vllm/vllm-0.30.0+cpu-cp38-abi3-manylinux_2_39_x86_64.whl"
     assert _build_json(cpu) == {"version": "0.30.0+cpu", "device": "cpu"}
     # the CPU indexes are untouched: the CUDA builds are only on the public index
     assert sorted(p.name for p in (out / "index/vllm").iterdir()) == [cpu.name]

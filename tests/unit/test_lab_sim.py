@@ -65,7 +65,7 @@ def manifest(out: Path) -> dict[str, Any]:
 def clean_links(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every built wheel and sdist except the squatters, in one find-links dir."""
     links = tmp_path_factory.mktemp("links")
-    for sub in ("private", "public", "vllm", "torch"):
+    for sub in ("private", "public", "vllm", "assets", "torch"):
         for f in (out / "index" / sub).iterdir():
             if not (sub == "public" and f.name in SQUATTERS):
                 shutil.copy2(f, links)
@@ -234,6 +234,13 @@ def test_model_store_covers_recipes_in_hf_layout(
     assert (snap / "model.safetensors").stat().st_size > 0
 
 
+def _wheel(directory: Path, stem: str) -> Path:
+    """The first (by name) wheel of ``stem`` (``dist-version``) in directory, whatever its tag."""
+    found = sorted(directory.glob(f"{stem}-*.whl"))
+    assert found, f"no {stem} wheel in {directory}"
+    return found[0]
+
+
 def _requires(wheel: Path) -> list[str]:
     return [v for k, v in metadata(wheel) if k == "Requires-Dist"]
 
@@ -259,8 +266,8 @@ def test_vllm_rbln_metadata(out: Path, version: str, nxt: str) -> None:
 def test_other_wheels_metadata_and_record(out: Path) -> None:
     idx = out / "index"
     for dist in ("optimum_rbln", "torch_rbln"):
-        assert _requires(idx / f"public/{dist}-0.12.1-py3-none-any.whl")[0] == "torch==2.13.0+cpu"
-    assert _requires(idx / "vllm/vllm-0.30.0+cpu-py3-none-any.whl") == ["torch==2.13.0+cpu"]
+        assert _requires(_wheel(idx / "public", f"{dist}-0.12.1"))[0] == "torch==2.13.0+cpu"
+    assert _requires(_wheel(idx / "vllm", "vllm-0.30.0+cpu")) == ["torch==2.13.0+cpu"]
     imports = {
         "private/rebel_compiler-0.12.1": "rebel/__init__.py",
         "private/lmcache_rbln-0.12.1": "lmcache_rbln/__init__.py",
@@ -270,7 +277,8 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
         "public/vllm_rbln-0.12.1": "vllm_rbln/__init__.py",
     }
     for stem, module in imports.items():
-        with zipfile.ZipFile(idx / f"{stem}-py3-none-any.whl") as zf:
+        sub, _, dist = stem.partition("/")
+        with zipfile.ZipFile(_wheel(idx / sub, dist)) as zf:
             text = zf.read(module).decode()
             assert '__version__ = "0.12.1"' in text and "SIMULATION" in text
             record = zf.read(next(n for n in zf.namelist() if n.endswith("RECORD"))).decode()
@@ -294,7 +302,7 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
 
 def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
     flags = LAB / "packages" / "vllm" / "flags"
-    with zipfile.ZipFile(out / "index/vllm/vllm-0.30.0+cpu-py3-none-any.whl") as zf:
+    with zipfile.ZipFile(_wheel(out / "index/vllm", "vllm-0.30.0+cpu")) as zf:
         carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
     assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.glob("*.json")}
     assert len(carried) == 3
@@ -304,7 +312,7 @@ def test_squatters_outrank_private_packages(out: Path, venv: Path) -> None:
     idx = out / "index"
     links = [
         a
-        for sub in ("private", "public", "vllm", "torch")
+        for sub in ("private", "public", "vllm", "assets", "torch")
         for a in ("--find-links", str(idx / sub))
     ]
     report = pip(

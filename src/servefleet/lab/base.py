@@ -7,6 +7,7 @@ import hashlib
 import subprocess
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from servefleet.lab.state import LabError
 
@@ -25,6 +26,18 @@ BASE_PACKAGES = (
     "gnupg",
     "sudo",
 )
+# The Debian suites a lab host can run (`lab up --base`, `--odd-base`): their glibc and Python
+SUITES = {"bookworm": ("2.36", "3.11"), "trixie": ("2.41", "3.13")}
+DEFAULT_SUITE = "bookworm"
+
+
+def base_note(host: dict[str, Any]) -> str:
+    """`` (trixie: glibc 2.41)`` for a lab host on another base than the default, else nothing.
+
+    + host: an entry of the lab state's ``hosts``
+    """
+    suite = host.get("base", DEFAULT_SUITE)
+    return "" if suite == DEFAULT_SUITE else f" ({suite}: glibc {SUITES[suite][0]})"
 
 
 def script(name: str) -> Path:
@@ -110,20 +123,38 @@ def base_key(mirror: str, suite: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def ensure_base(cache_dir: Path) -> Path:
-    """Build (or unpack from the cache, or reuse) the base image; return its directory.
+def base_paths(cache_dir: Path, suite: str) -> tuple[Path, Path]:
+    """``(unpacked root, tarball directory)`` of the base image of a suite: the default suite
+    keeps the layout earlier labs cached (``cache_dir/base``, ``cache_dir/base-KEY.tar.zst``);
+    another suite lives in ``cache_dir/base-SUITE/`` (``root/`` and its tarball).
+
+    + cache_dir: the lab cache
+    + suite: a suite of :data:`SUITES`
+    """
+    if suite == DEFAULT_SUITE:
+        return cache_dir / "base", cache_dir
+    return cache_dir / f"base-{suite}" / "root", cache_dir / f"base-{suite}"
+
+
+def ensure_base(cache_dir: Path, suite: str = DEFAULT_SUITE) -> Path:
+    """Build (or unpack from the cache, or reuse) the base image of a Debian suite; return its
+    directory. It is built from this machine's own mirror, which serves every suite of SUITES.
 
     + cache_dir: where the tarball and the unpacked base live
+    + suite: bookworm (glibc 2.36, Python 3.11) or trixie (glibc 2.41, Python 3.13)
     """
-    mirror, suite = find_mirror()
+    if suite not in SUITES:
+        raise LabError(f"--base {suite}: unknown base; allowed: {', '.join(SUITES)}")
+    mirror, _machine_suite = find_mirror()
     key = base_key(mirror, suite)
-    out = cache_dir / "base"
+    out, tarballs = base_paths(cache_dir, suite)
+    tarballs.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         [
             "bash",
             str(script("build-base.sh")),
             str(out),
-            str(cache_dir),
+            str(tarballs),
             key,
             mirror,
             suite,
@@ -134,8 +165,8 @@ def ensure_base(cache_dir: Path) -> Path:
     )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise LabError(f"building the lab base image failed: {tail[0]}")
-    for old in cache_dir.glob("base-*.tar.zst"):
+        raise LabError(f"building the lab base image ({suite}) failed: {tail[0]}")
+    for old in tarballs.glob("base-*.tar.zst"):
         if old.name != f"base-{key}.tar.zst":
             old.unlink()
     return out

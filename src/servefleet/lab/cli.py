@@ -12,6 +12,7 @@ import click
 
 from servefleet.errors import ServefleetError
 from servefleet.lab import layout
+from servefleet.lab.base import DEFAULT_SUITE, SUITES, base_note
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,6 +81,21 @@ def lab() -> None:
     help="make one host other hardware (repeatable; " + ", ".join(layout.HARDWARE) + ")",
 )
 @click.option(
+    "--base",
+    default=DEFAULT_SUITE,
+    show_default=True,
+    metavar="|".join(SUITES),
+    help="every host's Debian base: bookworm (glibc 2.36, Python 3.11) or trixie (glibc 2.41, "
+    "Python 3.13)",
+)
+@click.option(
+    "--odd-base",
+    "odd_base",
+    multiple=True,
+    metavar="HOST=BASE",
+    help="give one host another Debian base (repeatable), e.g. lab2=trixie",
+)
+@click.option(
     "--compile-seconds",
     default=layout.DEFAULT_COMPILE_SECONDS,
     show_default=True,
@@ -107,6 +123,8 @@ def up(
     odd_sku: tuple[str, ...],
     hardware: str,
     odd_hardware: tuple[str, ...],
+    base: str,
+    odd_base: tuple[str, ...],
     compile_seconds: float,
     models: tuple[str, ...],
     offline: tuple[str, ...],
@@ -114,7 +132,8 @@ def up(
     """Clear any earlier lab, then start hosts and package servers.
 
     A GPU host (h200, h100) has its NVIDIA driver installed (nvidia-smi) and no NPU; --devices
-    and --odd-sku are for the RBLN hosts (cr13). The model store holds a simulated snapshot of
+    and --odd-sku are for the RBLN hosts (cr13). A trixie host has glibc 2.41 (the upstream
+    vLLM CPU wheel needs 2.39), a bookworm host 2.36. The model store holds a simulated snapshot of
     every model the shipped recipes name (drafts included) and of each --models id.
     """
     from servefleet.lab import fleet
@@ -129,10 +148,12 @@ def up(
         hardware=hardware,
         odd_hardware=_per_host(odd_hardware, "HW", "lab2=h100"),
         offline=offline,
+        base=base,
+        odd_base=_per_host(odd_base, "BASE", "lab2=trixie"),
     )
     for host in state["hosts"]:
         note = " (offline)" if host["name"] in state["offline"] else ""
-        click.echo(f"{host['name']} {host['address']} {host['sku']} running{note}")
+        click.echo(f"{host['name']} {host['address']} {host['sku']} running{note}{base_note(host)}")
     click.echo(
         f'lab up: state in {layout.STATE_FILE}; `eval "$(servefleet lab env)"` '
         "exports the lab credentials"
@@ -201,7 +222,7 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
 @click.argument("spec", metavar="NAME==VERSION")
 @click.option(
     "--index",
-    metavar="private|vllm|torch|public",
+    metavar="|".join(layout.INDEXES),
     help="the index to republish on (default: the package's owner, else public)",
 )
 @_one_line_errors

@@ -26,7 +26,7 @@ from typing import Any
 
 from servefleet.lab import layout
 from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_repo, serving_copy
-from servefleet.lab.base import ensure_base, script
+from servefleet.lab.base import DEFAULT_SUITE, SUITES, base_note, ensure_base, script
 from servefleet.lab.index import fetch
 from servefleet.lab.offline import check_hosts, is_offline, set_offline
 from servefleet.lab.state import LabError, load_state, write_state
@@ -54,6 +54,13 @@ HOST_CGROUP = re.compile(
 )
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
 BOOT_TIMEOUT = 120.0
+# Extra arguments of a host's systemd (PID 1), by base. In a container systemd reads PID 1's
+# arguments as its kernel command line; systemd 257 (trixie) refuses the hybrid cgroup layout
+# the hosts get on this machine unless told to keep it.
+INIT_ARGS: dict[str, tuple[str, ...]] = {"trixie": ("SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",)}
+# Units masked on a host of that base (in its own files, so the shared base image stays as
+# cached): what fails in a container there, and a stock server would not miss
+MASKED: dict[str, tuple[str, ...]] = {"trixie": ("systemd-modules-load.service",)}
 
 
 # --- checks -------------------------------------------------------------------------------------
@@ -332,6 +339,12 @@ def start_servers(
             "/simple/",
             "none",
         ),
+        "index_assets": (
+            ["simple", str(indexes / "assets")],
+            layout.PORT_INDEX_ASSETS,
+            "/simple/",
+            "none",
+        ),
         "apt": (["static", str(layout.STATE_APT)], layout.PORT_APT, "/", "none"),
         "files": (
             [
@@ -444,6 +457,11 @@ def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds:
     for tool in tools:
         shutil.copyfile(sim / tool, extra / "usr/bin" / tool)
         (extra / "usr/bin" / tool).chmod(0o755)
+    masked = MASKED.get(host.get("base", DEFAULT_SUITE), ())
+    if masked:
+        (extra / "etc/systemd/system").mkdir(mode=0o755, parents=True, exist_ok=True)
+    for unit in masked:
+        (extra / "etc/systemd/system" / unit).symlink_to("/dev/null")
     known = []
     for key in keys:
         kind, blob = key.split()[:2]
@@ -553,16 +571,21 @@ def plan_hosts(
     odd_skus: dict[str, str],
     hardware: str = layout.DEFAULT_HARDWARE,
     odd_hardware: dict[str, str] | None = None,
+    base: str = DEFAULT_SUITE,
+    odd_base: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The hosts of a lab: names, addresses, hardware, SKU and device count (checked lab
-    settings). An RBLN host (``cr13``) has ``devices`` NPUs of its SKU; a GPU host has its
-    profile's GPUs (``sku``: their name, ``devices``: their count).
+    """The hosts of a lab: names, addresses, hardware, SKU, device count and Debian base
+    (checked lab settings). An RBLN host (``cr13``) has ``devices`` NPUs of its SKU; a GPU host
+    has its profile's GPUs (``sku``: their name, ``devices``: their count). ``base`` is the
+    host's Debian suite, ``glibc`` and ``python`` its versions.
 
     + count: number of hosts (1..40)
     + devices: simulated NPUs per RBLN host
     + odd_skus: host name -> SKU for RBLN hosts that are not RBLN-CR13
     + hardware: the hardware of every host (``cr13`` or ``h200``)
     + odd_hardware: host name -> hardware (``cr13``, ``h100``, ``h200``) for hosts that differ
+    + base: the Debian suite of every host (``bookworm``: glibc 2.36, ``trixie``: glibc 2.41)
+    + odd_base: host name -> suite for hosts that differ
     """
     if not 1 <= count <= 40:
         raise LabError(f"--hosts must be between 1 and 40, not {count}")
@@ -576,6 +599,11 @@ def plan_hosts(
     odd_hardware = odd_hardware or {}
     _check_odd("--odd-hardware", odd_hardware, names, "hardware", list(layout.HARDWARE))
     kinds = {name: odd_hardware.get(name, hardware) for name in names}
+    if base not in SUITES:
+        raise LabError(f"--base {base}: unknown base; allowed: {', '.join(SUITES)}")
+    odd_base = odd_base or {}
+    _check_odd("--odd-base", odd_base, names, "base", list(SUITES))
+    suites = {name: odd_base.get(name, base) for name in names}
     _check_odd("--odd-sku", odd_skus, names, "SKU", sorted(layout.SKU_PCI_DEVICE))
     for name, sku in odd_skus.items():
         if kinds[name] != layout.RBLN_HARDWARE:
@@ -602,6 +630,9 @@ def plan_hosts(
                 "hardware": kind,
                 **card,
                 "netns": layout.NETNS_PREFIX + name,
+                "base": suites[name],
+                "glibc": SUITES[suites[name]][0],
+                "python": SUITES[suites[name]][1],
             }
         )
     return hosts
@@ -667,6 +698,8 @@ def up(
     hardware: str = layout.DEFAULT_HARDWARE,
     odd_hardware: dict[str, str] | None = None,
     offline: Sequence[str] = (),
+    base: str = DEFAULT_SUITE,
+    odd_base: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Clear any earlier lab, then build and start a new one; return its state. The indexes
     serve this lab's own hard-link copy of the build (``servefleet lab republish`` changes it,
@@ -681,8 +714,10 @@ def up(
     + hardware: the hardware of every host (``cr13`` or ``h200``)
     + odd_hardware: host name -> hardware for hosts that differ (``cr13``, ``h100``, ``h200``)
     + offline: hosts whose new connections to the lab's servers are rejected (servefleet.lab.offline)
+    + base: the Debian suite of every host (``bookworm`` or ``trixie``)
+    + odd_base: host name -> suite for hosts that differ
     """
-    plan = plan_hosts(hosts, devices, odd_skus or {}, hardware, odd_hardware)
+    plan = plan_hosts(hosts, devices, odd_skus or {}, hardware, odd_hardware, base, odd_base)
     offline_hosts = check_hosts(offline, [h["name"] for h in plan], "--offline")
     added = check_models(models)
     if compile_seconds < 0:
@@ -711,8 +746,10 @@ def up(
     artifacts, manifest = ensure_artifacts(layout.CACHE_DIR, added)
     make_apt_repo(artifacts / "apt", layout.STATE_APT, layout.APT_KEY_FILE)
     log(f"lab artifacts and signed apt repository ready ({time.monotonic() - t0:.1f} s)")
-    base = ensure_base(layout.CACHE_DIR)
-    log(f"base image ready ({time.monotonic() - t0:.1f} s)")
+    bases = {
+        suite: ensure_base(layout.CACHE_DIR, suite) for suite in sorted({h["base"] for h in plan})
+    }
+    log(f"base image{'s' if len(bases) > 1 else ''} ready ({time.monotonic() - t0:.1f} s)")
 
     _run(["ip", "link", "add", layout.BRIDGE, "type", "bridge"], "creating the bridge")
     _run(
@@ -742,13 +779,14 @@ def up(
                 str(script("host-up.sh")),
                 h["name"],
                 h["address"],
-                str(base),
+                str(bases[h["base"]]),
                 str(hostdir),
                 h["netns"],
                 layout.VETH_PREFIX + h["name"],
                 layout.CGROUP_PREFIX + h["name"],
                 layout.BRIDGE,
                 str(layout.PREFIX),
+                " ".join(INIT_ARGS.get(h["base"], ())),
             ],
             f"booting {h['name']}",
         )
@@ -779,12 +817,8 @@ def up(
         "groups": host_groups(plan),
         "ssh": ssh,
         "servers": servers,
-        "indexes": {
-            k: servers[f"index_{k}"]["url"] for k in ("private", "vllm", "torch", "public")
-        },
-        "index_roots": {
-            k: str(layout.STATE_INDEX / k) for k in ("private", "vllm", "torch", "public")
-        },
+        "indexes": {k: servers[f"index_{k}"]["url"] for k in layout.INDEXES},
+        "index_roots": {k: str(layout.STATE_INDEX / k) for k in layout.INDEXES},
         "republished": [],
         "offline": offline_hosts,
         "secrets": secret_files,
@@ -833,7 +867,7 @@ def status() -> list[str]:
         gpus = host.get("hardware", layout.RBLN_HARDWARE) != layout.RBLN_HARDWARE
         lines.append(
             f"{host['name']:<8} {host['address']:<13} {host['sku']:<10} "
-            f"{host['devices']} {'GPUs' if gpus else 'devices'}  {hstate}"
+            f"{host['devices']} {'GPUs' if gpus else 'devices'}  {hstate}{base_note(host)}"
             + _offline_note(host, host["name"] in state.get("offline", []))
         )
     running = set(server_pids())

@@ -29,11 +29,12 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from servefleet.lab import layout
 from servefleet.lab.groupdata import INDEX_OWNS
 from servefleet.lab.index import fetch, normalize
 from servefleet.lab.state import LabError, write_state
 
-INDEXES = ("private", "vllm", "torch", "public")  # the lab's indexes, in the state's names
+INDEXES = layout.INDEXES  # the lab's indexes, in the state's names
 PUBLIC = "public"
 EXAMPLE = "rebel-compiler==0.12.0"
 MODULE = "_servefleet_republished.py"  # the module a republished distribution gains

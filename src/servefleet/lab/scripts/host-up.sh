@@ -1,12 +1,13 @@
 #!/bin/bash
-# host-up.sh NAME IP BASE HOSTDIR NETNS VETH CGROUP BRIDGE PREFIX   (driven by servefleet.lab.fleet)
+# host-up.sh NAME IP BASE HOSTDIR NETNS VETH CGROUP BRIDGE PREFIX [INIT_ARGS]
+# (driven by servefleet.lab.fleet; INIT_ARGS: extra words for systemd as PID 1)
 # Boot one lab host: its own network namespace (veth on BRIDGE, no default route, no DNS), its
 # own overlayfs root over BASE (upper/work/merged under HOSTDIR), the files of HOSTDIR/extra laid
 # over it (host keys, authorized_keys, the simulation's files), and systemd as PID 1 in new
 # pid/mount/uts/ipc/cgroup/time namespaces. The launcher's pid goes to HOSTDIR/pid, the cgroups
 # made for the host to HOSTDIR/cgroups, the console to HOSTDIR/console.log.
 set -euo pipefail
-NAME=$1 IP=$2 BASE=$3 H=$4 NS=$5 VETH=$6 CG=$7 BR=$8 PREFIX=$9
+NAME=$1 IP=$2 BASE=$3 H=$4 NS=$5 VETH=$6 CG=$7 BR=$8 PREFIX=$9 INIT_ARGS=${10:-}
 M=$H/merged
 
 # --- network: netns + veth on the bridge; hosts reach only the bridge subnet
@@ -40,7 +41,7 @@ echo "$CGS" > "$H/cgroups"
 # (nsenter, not "ip netns exec": the latter remounts /sys and hides the cgroup mounts)
 : > "$H/console.log"
 setsid /bin/bash -c '
-  M=$1 NAME=$2 CGS=$3 NS=$4 H=$5
+  M=$1 NAME=$2 CGS=$3 NS=$4 H=$5 INIT_ARGS=$6
   for c in $CGS; do echo $$ > $c/cgroup.procs; done
   # loop: "reboot" inside makes the kernel kill the PID-ns init with SIGHUP (rc 129)
   # time namespace: /proc/uptime restarts at 0 on every boot (pyinfra server.reboot checks it)
@@ -70,9 +71,9 @@ setsid /bin/bash -c '
     done
     mount -o remount,ro,bind $M/sys/fs/cgroup
     cd $M && mkdir -p .oldroot && pivot_root . .oldroot && umount -l /.oldroot && rmdir /.oldroot
-    exec env -i container=other TERM=dumb /lib/systemd/systemd --log-target=console
+    exec env -i container=other TERM=dumb /lib/systemd/systemd --log-target=console $INIT_ARGS
   "
   rc=$?; echo "[launcher] init exited rc=$rc"; [ $rc = 129 ] || exit $rc
   done
-' _ "$M" "$NAME" "$CGS" "$NS" "$H" >> "$H/console.log" 2>&1 < /dev/null &
+' _ "$M" "$NAME" "$CGS" "$NS" "$H" "$INIT_ARGS" >> "$H/console.log" 2>&1 < /dev/null &
 echo $! > "$H/pid"
