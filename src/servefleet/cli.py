@@ -355,7 +355,14 @@ def rollout_cmd(
 @click.option(
     "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
 )
-def lock_cmd(inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...]) -> None:
+@click.option(
+    "--selection", "selection", multiple=True, metavar="AXIS=VALUE",
+    help="Lock this selection on every host (over the data's serve_selection).",
+)  # fmt: skip
+def lock_cmd(
+    inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...],
+    selection: tuple[str, ...],
+) -> None:  # fmt: skip
     """Resolve every stack the inventory's data selects (every package with its version, index
     and file sha256s; the driver runfile; the models' revisions) into the lock directory.
     With --check, exit 1 naming what no longer matches the data.
@@ -366,7 +373,11 @@ def lock_cmd(inventory: str, check: bool, lock_dir: str | None, data: tuple[str,
     """
     from servefleet.lockfleet import check_lock, fleet_lock, make_lock
 
-    fl = fleet_lock(inventory, _overrides(data), lock_dir)
+    overrides = _overrides(data)
+    if selection:
+        chosen = _overrides(selection, "--selection", parse=False)
+        overrides["serve_selection"] = {**(overrides.get("serve_selection") or {}), **chosen}
+    fl = fleet_lock(inventory, overrides, lock_dir)
     if not check:
         make_lock(fl, click.echo)
         return
@@ -378,16 +389,17 @@ def lock_cmd(inventory: str, check: bool, lock_dir: str | None, data: tuple[str,
     click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
 
 
-def _overrides(data: tuple[str, ...]) -> dict[str, Any]:
-    """``--data KEY=VALUE`` options as pyinfra reads them."""
+def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True) -> dict[str, Any]:
+    """``KEY=VALUE`` options as a dict: ``--data`` values as pyinfra reads them (``parse``),
+    ``--selection`` values as strings."""
     from pyinfra_cli.util import parse_cli_arg
 
     overrides = {}
     for item in data:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.UsageError(f"--data {item!r}: expected KEY=VALUE")
-        overrides[key] = parse_cli_arg(value)
+            raise click.UsageError(f"{option} {item!r}: expected KEY=VALUE")
+        overrides[key] = parse_cli_arg(value) if parse else value
     return overrides
 
 

@@ -7,6 +7,7 @@ The indexes are test_install_release's: ``owner`` (HTTP Basic auth) owns ``sfown
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -305,3 +306,33 @@ def test_models_are_locked_from_the_store_manifest() -> None:
         locked_models(fl, fetch)
     hub = FleetLock(tmp, {}, {}, {"org/a": {"revision": None}}, {"org/a": defaults()})
     assert locked_models(hub, fetch)["org/a"] == {"revision": None, "url": None, "sha256": None}
+
+
+def test_lock_check_with_a_selection_names_the_stack_it_needs(tmp_path: Path) -> None:
+    """The CLI in a subprocess (reading an inventory imports pyinfra's CLI, which patches the
+    process with gevent)."""
+    inventory = tmp_path / "inventories" / "prod.py"
+    inventory.parent.mkdir()
+    inventory.write_text('hosts = ["h1"]\n')  # and no group_data: the defaults
+    settings = defaults()
+    default = plan_release(settings, resolve_for(settings), None).stack
+    assert default is not None
+    model = {"openai/gpt-oss-120b": {"revision": None, "url": None, "sha256": None}}
+    write_lock(tmp_path / "lock", {default: pylock()}, {}, model)
+
+    def check(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "servefleet", "lock", str(inventory), "--lock-dir",
+               str(tmp_path / "lock"), "--check", *extra]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | ENV
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    current = check()
+    assert (current.returncode, current.stdout) == (
+        0, f"{tmp_path / 'lock'}: matches the data (1 stack(s))\n"
+    ), current.stderr  # fmt: skip
+    suffix = check("--selection", "spec_decode=suffix")
+    assert suffix.returncode == 1
+    assert f"servefleet: lock: stack {default.name}-arctic-inference: not locked" in suffix.stderr
+    assert f"servefleet: lock: stack {default.name}: locked but no host uses it" in suffix.stderr
+    bad = check("--selection", "spec_decode")
+    assert bad.returncode == 2 and "--selection 'spec_decode': expected KEY=VALUE" in bad.stderr
