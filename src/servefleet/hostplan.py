@@ -257,7 +257,9 @@ def plan_host(
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
     glibc = host_glibc(probe.get("libc"))
-    release = plan_release(dataclasses.replace(settings, lock_dir=None), spec, NETRC, glibc)
+    release = plan_release(
+        dataclasses.replace(settings, lock_dir=None, source="index"), spec, NETRC, glibc
+    )
     # before any change: an owned package no source has a wheel for on this host's glibc
     owned = {d.name: d.version for d in release.downloads}
     no_wheel = None if refusal else glibc_refusal(settings.indexes, owned, glibc)
