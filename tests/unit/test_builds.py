@@ -128,3 +128,44 @@ def test_a_controller_without_the_hosts_python_says_so() -> None:
     with pytest.raises(BuildError, match="no Python 3.99 on the controller"):
         builds.find_python("3.99")
     assert builds.find_python(PYTHON)
+
+
+def test_an_offline_install_takes_the_built_wheel_in_place_of_the_sdist(
+    public: str, locked: str, tmp_path: Path
+) -> None:
+    """sdk_source wheelhouse: the requirements derived from the lock name the sdist's hash; the
+    installer swaps in the built wheel's and finds it next to the copy, with no index at all."""
+    import json
+
+    from servefleet.release import Download, ReleasePlan
+    from servefleet.uvbin import uv_binary
+    from servefleet.wheelhouse import offline_requirements
+
+    (package,) = sdist_only(locked)
+    wheel = build(package, PYTHON, arctic_stack(public), tmp_path / "cache")
+    copy = tmp_path / "copy"  # the wheelhouse copy on the host: the sdist only
+    copy.mkdir()
+    sdist = package["sdist"]["url"].rsplit("/", 1)[1]
+    plan = ReleasePlan(
+        id="rel-offline", path=str(tmp_path / "release"), python=sys.executable,
+        downloads=[Download("arctic-inference", "0.1.1", "http://127.0.0.1:9/simple", False)],
+        requirements=[], constraints=[], public_index=None, trusted_hosts=[],
+        expect={"arctic-inference": "0.1.1"}, must_have=["arctic-inference"],
+        imports=["arctic_inference.suffix_decoding"], installer="uv", uv=str(uv_binary()),
+        pylock=locked, built=(wheel.to_json(str(wheel.path.parent)),),
+        offline={"find_links": str(copy), "requirements": offline_requirements(locked)},
+    )  # fmt: skip
+    assert (
+        sdist.endswith(".tar.gz")
+        and f"sha256:{package['sdist']['hashes']['sha256']}" in (plan.offline or {})["requirements"]
+    )
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    done = subprocess.run([sys.executable, str(INSTALLER), str(tmp_path / "plan.json")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = subprocess.run(
+        [str(tmp_path / "release" / "bin" / "python"), "-c",
+         "from arctic_inference.suffix_decoding import _C; print(_C.max_tree_depth())"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert got.stdout == "24\n"
