@@ -57,7 +57,7 @@ from servefleet.hostplan import (
     resolve_for,
     wheelhouse_copies,
 )
-from servefleet.lock import Stack, resolve
+from servefleet.lock import LockError, Stack, resolve
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
 from servefleet.release import with_locked_models
 from servefleet.uvbin import uv_binary
@@ -109,7 +109,16 @@ def _with_built_wheels(plan: HostPlan) -> HostPlan:
     rel, s = plan.release, plan.settings
     if plan.release_complete or plan.refusal or rel.stack is None:
         return plan
-    pylock = rel.pylock or _resolved(rel.stack, s.index_user, s.index_password)
+    if rel.pylock:
+        pylock = rel.pylock
+    else:
+        try:
+            pylock = _resolved(rel.stack, s.index_user, s.index_password)
+        except LockError as e:  # the host may reach indexes the controller does not
+            logger.warning(f"{host.print_prefix}cannot resolve release {rel.id} on the "
+                           f"controller ({e}); a package with only an sdist will fail the "
+                           "host's install (hosts never build)")  # fmt: skip
+            return plan
     sdists = sdist_only(pylock)
     if not sdists:
         return plan
