@@ -19,7 +19,7 @@ from packaging.version import Version
 from servefleet.data import Settings, canonical_name
 from servefleet.errors import DataError
 from servefleet.glibc import choose, owners
-from servefleet.lock import Lock, Stack, load_lock, stack
+from servefleet.lock import Lock, Stack, files_of, load_lock, packages, stack
 from servefleet.platforms import platform_for_kind
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
@@ -100,6 +100,17 @@ class ReleasePlan:
             "installer": self.installer,
             "uv": self.uv,
             "pylock": self.pylock,
+            "locked": [  # the pylock's packages, for the pip installer (no TOML parser there)
+                {
+                    "name": p["name"],
+                    "version": p["version"],
+                    "index": p.get("index"),
+                    "sha256": sorted(f["sha256"] for f in files_of(p)),
+                }
+                for p in packages(self.pylock)
+            ]
+            if self.pylock
+            else None,
             "built": list(self.built),
             "offline": self.offline,
         }
@@ -220,11 +231,6 @@ def plan_release(
             raise DataError(
                 f"sdk_lock: {lock.path} does not lock this host's stack ({why}); "
                 "run `servefleet lock` and review the diff"
-            )
-        if settings.installer != "uv":
-            raise DataError(
-                "sdk_installer: pip cannot install from a lock (sdk_lock); allowed: uv, or "
-                "sdk_lock None for an unlocked pip install"
             )
         digest, pylock = locked.release, locked.pylock
     offline = None

@@ -128,6 +128,32 @@ def test_a_file_whose_hash_differs_from_the_lock_fails_in_one_line(
     assert not (tmp_path / "release" / MARKER).exists()
 
 
+def test_pip_installs_a_lock_from_each_locked_index_and_names_a_mismatch(
+    index: dict[str, str], tmp_path: Path
+) -> None:
+    """The pip fallback with a lock: each file from the index the lock names, hash required."""
+    text = resolve(local_stack(index), *OWNER_LOGIN)
+    plan = replace(locked_plan(index, tmp_path, text), installer="pip", uv=None)
+    proc = install(plan, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    python = str(tmp_path / "release" / "bin" / "python")
+    origin = subprocess.run(
+        [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
+    )
+    assert origin.stdout == "owner\n"
+    served = by_name(text)["sfpub"]["wheels"][0]["hashes"]["sha256"]
+    tampered = text.replace(served, "0" * 64)
+    bad = replace(locked_plan(index, tmp_path / "2", tampered), installer="pip", uv=None)
+    (tmp_path / "2").mkdir()
+    proc = install(bad, tmp_path / "2")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"servefleet: hash mismatch: sfpub==1.0: the lock has sha256:{'0' * 64}, the index "
+        f"served sha256:{served}; release {release_id(tampered)} not installed"
+    )
+    assert not (tmp_path / "2" / "release" / MARKER).exists()
+
+
 def test_the_project_uv_resolves_pins_owned_packages_to_explicit_owner_indexes() -> None:
     st = stack(
         name="rbln",
@@ -265,8 +291,12 @@ def test_a_deploy_with_a_lock_installs_the_locked_set_and_refuses_a_stack_it_lac
         plan_release(bumped, spec, None)
     assert str(e.value).startswith(f"sdk_lock: {tmp_path} does not lock this host's stack")
     assert "-vllm-rbln==0.12.0" in str(e.value) and "+vllm-rbln==0.12.1" in str(e.value)
-    with pytest.raises(DataError, match="sdk_installer: pip cannot install from a lock"):
-        plan_release(replace(settings, lock_dir=str(tmp_path), installer="pip"), spec, None)
+    with_pip = plan_release(replace(settings, lock_dir=str(tmp_path), installer="pip"), spec, None)
+    assert with_pip.id == locked.id  # the installer does not change the release
+    assert with_pip.to_json()["locked"] == [
+        {"name": "a", "version": "1.0", "index": "https://i.example/simple", "sha256": ["1" * 64]},
+        {"name": "b", "version": "2.0", "index": "https://i.example/simple", "sha256": ["2" * 64]},
+    ]
 
 
 def test_the_lock_pins_models_the_data_does_not(tmp_path: Path) -> None:

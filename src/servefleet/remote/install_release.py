@@ -48,7 +48,8 @@ for name, version in plan["expect"].items():
         continue
     if have != version:
         errors.append(f"{name} {have} is installed, {version} is pinned")
-for d in plan["downloads"] if plan.get("installer") != "uv" else []:  # uv: checked in locked.txt
+unlocked_pip = plan.get("installer") != "uv" and not plan.get("locked")
+for d in plan["downloads"] if unlocked_pip else []:  # else checked by the lock's hashes
     try:
         url = json.loads(md.distribution(d["name"]).read_text("direct_url.json") or "{}").get("url", "")
     except md.PackageNotFoundError:
@@ -244,10 +245,58 @@ def install_with_uv(plan: dict, release: Path) -> None:
          "--no-build", "--require-hashes", "--no-deps", "-r", str(locked)], env=env)  # fmt: skip
 
 
+def pip_mismatch(output: str) -> str | None:
+    """pip's hash-mismatch report as one line (as :func:`hash_mismatch` for uv)."""
+    m = re.search(r"(\S+==\S+) from [^\n]*\n\s*Expected sha256 (\w+)\s*Got\s+(\w+)", output)
+    if not m:
+        return None
+    return f"{m.group(1)}: the lock has sha256:{m.group(2)}, the index served sha256:{m.group(3)}"
+
+
+def install_locked_with_pip(plan: dict, release: Path, wheelhouse: Path, pip: list) -> None:
+    """pip with a lock: each locked package downloaded from the index the lock names, its hash
+    required (``pip download --require-hashes``, one call per index), then installed from those
+    files alone (``--no-index``). A built wheel stands in for its sdist; nothing is built."""
+    built = {b["name"]: b for b in plan.get("built") or []}
+    env = dict(os.environ, NETRC=plan["netrc"]) if plan["netrc"] else dict(os.environ)
+    wanted: list[str] = []
+    by_index: dict[str, list[str]] = {}
+    for p in plan["locked"]:
+        hashes = [built[p["name"]]["sha256"]] if p["name"] in built else p["sha256"]
+        line = f"{p['name']}=={p['version']}" + "".join(f" --hash=sha256:{h}" for h in hashes)
+        wanted.append(line)
+        if p["name"] not in built:
+            by_index.setdefault(p["index"], []).append(line)
+    for n, (index, lines) in enumerate(sorted(by_index.items())):
+        reqs = release / f"download-{n}.txt"
+        reqs.write_text("".join(line + "\n" for line in lines))
+        cmd = [*pip, "download", "--isolated", "--no-deps", "--require-hashes", "--only-binary",
+               ":all:", "--dest", str(wheelhouse), "--index-url", index, *trusted(plan), "-r",
+               str(reqs)]  # fmt: skip
+        print("+", " ".join(cmd[:4]), "... --index-url", index, flush=True)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        sys.stdout.write(done.stdout)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr)
+            mismatch = pip_mismatch(done.stdout + done.stderr)
+            if mismatch:
+                sys.exit(
+                    f"servefleet: hash mismatch: {mismatch}; release {plan['id']} not installed"
+                )
+            sys.exit(f"servefleet: failed ({done.returncode}): pip download from {index}")
+    hashed = release / "requirements.locked.txt"
+    hashed.write_text("".join(line + "\n" for line in wanted))
+    links = [str(wheelhouse), *sorted({str(Path(b["path"]).parent) for b in built.values()})]
+    run([*pip, "install", "--isolated", "--no-index", *[a for d in links for a in ("--find-links", d)],
+         "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(hashed)])  # fmt: skip
+
+
 def install_with_pip(plan: dict, release: Path, wheelhouse: Path) -> None:
     run([plan["python"], "-m", "venv", str(release)])
     pip = [str(release / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     wheelhouse.mkdir()
+    if plan.get("locked"):
+        return install_locked_with_pip(plan, release, wheelhouse, pip)
     env = dict(os.environ)
     refs = []
     for d in plan["downloads"]:
