@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CHECK = r"""
@@ -196,13 +197,9 @@ def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, a
     cmd = [uv, "pip", "install", "--quiet", "--python", python, "--no-build", *args, "-r",
            str(locked)]  # fmt: skip
     print("+", " ".join(cmd[:4]), "... -r", locked, flush=True)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    sys.stdout.write(done.stdout)
+    served = "the copy has" if offline else "the index served"
+    done = run_install(cmd, env, plan, lambda out: hash_mismatch(out, served))
     if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        mismatch = hash_mismatch(done.stderr, "the copy has" if offline else "the index served")
-        if mismatch:
-            sys.exit(f"servefleet: hash mismatch: {mismatch}; release {plan['id']} not installed")
         unbuilt = re.search(r"Wheels are required for `([^`]+)`", done.stderr)
         if unbuilt:
             sys.exit(f"servefleet: {unbuilt.group(1)} has no wheel here, and hosts build nothing "
@@ -245,6 +242,21 @@ def install_with_uv(plan: dict, release: Path) -> None:
          "--no-build", "--require-hashes", "--no-deps", "-r", str(locked)], env=env)  # fmt: skip
 
 
+def run_install(
+    cmd: list, env: dict, plan: dict, mismatch: Callable[[str], str | None]
+) -> subprocess.CompletedProcess:
+    """Run one install step and echo its output; a file whose hash differs from the lock ends
+    the install in one line naming the package and both hashes."""
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        found = mismatch(done.stdout + done.stderr)
+        if found:
+            sys.exit(f"servefleet: hash mismatch: {found}; release {plan['id']} not installed")
+    return done
+
+
 def pip_mismatch(output: str) -> str | None:
     """pip's hash-mismatch report as one line (as :func:`hash_mismatch` for uv)."""
     m = re.search(r"(\S+==\S+) from [^\n]*\n\s*Expected sha256 (\w+)\s*Got\s+(\w+)", output)
@@ -274,15 +286,8 @@ def install_locked_with_pip(plan: dict, release: Path, wheelhouse: Path, pip: li
                ":all:", "--dest", str(wheelhouse), "--index-url", index, *trusted(plan), "-r",
                str(reqs)]  # fmt: skip
         print("+", " ".join(cmd[:4]), "... --index-url", index, flush=True)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        sys.stdout.write(done.stdout)
+        done = run_install(cmd, env, plan, pip_mismatch)
         if done.returncode != 0:
-            sys.stderr.write(done.stderr)
-            mismatch = pip_mismatch(done.stdout + done.stderr)
-            if mismatch:
-                sys.exit(
-                    f"servefleet: hash mismatch: {mismatch}; release {plan['id']} not installed"
-                )
             sys.exit(f"servefleet: failed ({done.returncode}): pip download from {index}")
     hashed = release / "requirements.locked.txt"
     hashed.write_text("".join(line + "\n" for line in wanted))
