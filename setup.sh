@@ -4,7 +4,9 @@
 #  - always: .venv/ in the repo root with servefleet (editable), pyinfra and the dev tools
 set -euo pipefail
 cd "$(dirname "$0")"
-PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg gpgv openssh-client iproute2 nftables util-linux systemd python3-venv"
+# cmake, g++, python3-dev: the controller builds sdist-only packages (arctic-inference) once for
+# the hosts, which never compile
+PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg gpgv openssh-client iproute2 nftables util-linux systemd python3-venv cmake g++ python3-dev"
 if [ "$(id -u)" = 0 ]; then
   missing=""
   for p in $PKGS; do
