@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.errors import ServefleetError
-from servefleet.lock import Stack, credentials_env, last_error, packages
+from servefleet.lock import Stack, basic_auth, credentials_env, last_error, packages
 from servefleet.prewarm_store import sha256_of
 
 BUILT = "built.json"
@@ -114,24 +114,25 @@ def find_python(version: str) -> str:
 
 
 def _download(url: str, dest: Path, headers: Mapping[str, str]) -> None:
+    """``url`` into ``dest``, credentials never carried by a redirect to another origin."""
     import urllib.error
     import urllib.request
 
+    from servefleet.remote.fetch_model import _Redirects
+
     request = urllib.request.Request(url, headers=dict(headers))
+    opener = urllib.request.build_opener(_Redirects)
     try:
-        with urllib.request.urlopen(request, timeout=60) as response, open(dest, "wb") as out:
+        with opener.open(request, timeout=60) as response, open(dest, "wb") as out:
             shutil.copyfileobj(response, out)
     except (urllib.error.URLError, OSError) as e:
         raise BuildError(f"{url}: cannot download ({e})") from None
 
 
 def _auth_headers(st: Stack, index: str, user: str | None, password: str | None) -> dict[str, str]:
-    import base64
-
     for i in st.inputs["indexes"]:
         if i["auth"] and index.rstrip("/") == i["url"] and user and password:
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            return {"Authorization": f"Basic {token}"}
+            return basic_auth(user, password)
     return {}
 
 

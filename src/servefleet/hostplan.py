@@ -6,7 +6,6 @@ operations depend on is decided here, once, before any operation is added.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -19,7 +18,7 @@ from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.lock import load_lock
 from servefleet.platforms import Hardware, Platform, platform_for, platform_for_kind
 from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
-from servefleet.release import ReleasePlan, plan_release
+from servefleet.release import ReleasePlan, plan_release, unlocked
 from servefleet.render import render_unit
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
@@ -257,9 +256,7 @@ def plan_host(
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
     glibc = host_glibc(probe.get("libc"))
-    release = plan_release(
-        dataclasses.replace(settings, lock_dir=None, source="index"), spec, NETRC, glibc
-    )
+    release = plan_release(unlocked(settings), spec, NETRC, glibc)
     # before any change: an owned package no source has a wheel for on this host's glibc
     owned = {d.name: d.version for d in release.downloads}
     no_wheel = None if refusal else glibc_refusal(settings.indexes, owned, glibc)

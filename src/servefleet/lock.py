@@ -265,11 +265,18 @@ def release_id(pylock: str) -> str:
     return hashlib.sha256(json.dumps(locked).encode()).hexdigest()[:16]
 
 
+def basic_auth(user: str, password: str) -> dict[str, str]:
+    """The HTTP Basic ``Authorization`` header for an index's credentials.
+
+    + user, password: the credentials
+    """
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
 def _get(url: str, auth: tuple[str, str] | None) -> int:
-    request = urllib.request.Request(url, headers={"Accept": "text/html"})
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+    request = urllib.request.Request(url, headers={"Accept": "text/html", **(
+        basic_auth(*auth) if auth else {})})  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return int(response.status)

@@ -7,7 +7,6 @@ the driver runfile of each driver version, and each model's revision and archive
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import urllib.error
@@ -101,6 +100,7 @@ def fleet_lock(
     """
     from servefleet.hostplan import resolve_for
     from servefleet.platforms import platform_for_kind
+    from servefleet.release import unlocked as without_lock
 
     stacks: dict[Stack, Settings] = {}
     driver: dict[str, dict[str, str]] = {}
@@ -109,7 +109,7 @@ def fleet_lock(
     dirs = set()
     for name, settings in _hosts(inventory, overrides):
         dirs.add(settings.lock_dir)
-        unlocked = dataclasses.replace(settings, lock_dir=None, source="index")
+        unlocked = without_lock(settings)
         try:
             spec = resolve_for(unlocked)
         except RecipeError as e:

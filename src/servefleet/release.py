@@ -124,6 +124,14 @@ def _lock_of(settings: Settings) -> Lock | None:
     return load_lock(settings.lock_dir) if settings.lock_dir else None
 
 
+def unlocked(settings: Settings) -> Settings:
+    """The data as if it had no lock: packages from the indexes (what a lock is made from).
+
+    + settings: validated data
+    """
+    return replace(settings, lock_dir=None, source="index")
+
+
 def with_locked_models(settings: Settings) -> Settings:
     """The data with the lock's model revisions and archive sha256s where the data pins none.
 

@@ -26,7 +26,6 @@ Controller-side; imports no pyinfra.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -42,7 +41,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from servefleet.errors import ServefleetError
-from servefleet.lock import Lock, files_of, packages
+from servefleet.lock import Lock, basic_auth, files_of, packages
 from servefleet.prewarm_store import sha256_of as file_sha256
 from servefleet.remote.fetch_model import _origin, _Redirects
 
@@ -200,8 +199,7 @@ def sha256_of(path: Path) -> str | None:
 
 def _headers(f: File, creds: Credentials) -> dict[str, str]:
     if f.auth == "index" and creds.index_user and creds.index_password:
-        token = base64.b64encode(f"{creds.index_user}:{creds.index_password}".encode()).decode()
-        return {"Authorization": f"Basic {token}"}
+        return basic_auth(creds.index_user, creds.index_password)
     if f.auth == "hf" and creds.hf_token:
         return {"Authorization": f"Bearer {creds.hf_token}"}
     return {}

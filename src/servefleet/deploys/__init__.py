@@ -622,14 +622,14 @@ def rollback(settings: Settings, to: str = "previous") -> None:
 def _changed_on_index(plan: HostPlan) -> dict[str, Any]:
     """Unlocked and serving its release: what the indexes now serve under the same versions but
     with other bytes than the release was installed with (resolved on the controller)."""
-    from servefleet.lock import LockError, changed_on_index, resolve
+    from servefleet.lock import LockError, changed_on_index
 
     rel, s = plan.release, plan.settings
     if rel.locked or rel.stack is None or plan.current != rel.id or not plan.current_files:
         return {}
     try:
-        return changed_on_index(plan.current_files, resolve(rel.stack, s.index_user,
-                                                            s.index_password))  # fmt: skip
+        resolved = _resolved(rel.stack, s.index_user, s.index_password)
+        return changed_on_index(plan.current_files, resolved)
     except LockError as e:
         logger.warning(f"{host.print_prefix}plan: cannot compare with the indexes: {e}")
         return {}
