@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from servefleet.recipes import load_card
-from servefleet.resolve import resolve_rbln
+from servefleet.kinds.rbln.card import load_card
+from servefleet.kinds.rbln.resolve import resolve_rbln
 
 SEED = (
     Path(__file__).resolve().parents[1]

@@ -22,8 +22,8 @@ from typing import Any
 from click.testing import CliRunner
 
 from servefleet.cli import main
+from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
 from servefleet.shipped import FILES
-from servefleet.vllm_recipes import load_vllm_recipe, resolve_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "golden"

@@ -74,7 +74,7 @@ def recipes_list(directory: Path | None) -> None:
 
         servefleet recipes list
     """
-    from servefleet.sources import list_recipes
+    from servefleet.kinds import list_recipes
 
     if directory is not None and not directory.is_dir():
         raise RecipeError(f"{directory}: not a directory")
@@ -91,7 +91,7 @@ def recipes_show(recipe: str) -> None:
 
         servefleet recipes show rbln/gpt-oss-120b
     """
-    from servefleet.sources import find
+    from servefleet.kinds import find
 
     source, path = find(recipe)
     click.echo(json.dumps(source.show(path, recipe), indent=2, ensure_ascii=False))
@@ -178,10 +178,10 @@ def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> 
 
         servefleet resolve rbln/gpt-oss-120b --target throughput --set lmcache=cpu --format shell
     """
-    from servefleet.sources import SOURCES, find
+    from servefleet.kinds import KINDS, find
 
     source, path = find(recipe)
-    flags = {flag: key for s in SOURCES for flag, key in s.options.items()}
+    flags = {flag: key for s in KINDS for flag, key in s.options.items()}
     foreign = [f for f, key in flags.items() if f not in source.options and _given(options[key])]
     if foreign:
         raise RecipeError(
@@ -191,7 +191,20 @@ def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> 
         )
     own = {key: options[key] for key in source.options.values()}
     spec = source.resolve(path, recipe, strategy, own)
-    click.echo(_render(spec, fmt, lambda: source.unit(spec, own)))
+    click.echo(_render(spec, fmt, lambda: _unit(spec, own.get("compiler_version"))))
+
+
+def _unit(spec: Any, compiler_version: str | None) -> str:
+    """The unit ``deploys/serve.py`` writes for instance 0 of this selection (devices
+    ``0..n-1``) under the default data with ``serve_recipe`` set to the spec's recipe."""
+    from servefleet.hostplan import NETRC, render_instance
+    from servefleet.release import plan_release
+    from servefleet.settings import default_settings
+
+    settings = default_settings(spec.recipe, compiler_version)
+    devices = ",".join(str(d) for d in range(spec.servers[0].npus))
+    release = plan_release(settings, spec, NETRC)
+    return render_instance(settings, spec, release, 0, devices)[0].rstrip("\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,8 +442,8 @@ def wheelhouse_cmd(
 
         servefleet wheelhouse /srv/wheelhouse --inventory inventories/prod.py
     """
-    from servefleet.defaults import DEFAULTS
     from servefleet.lock import load_lock
+    from servefleet.settings import DEFAULTS
     from servefleet.wheelhouse import Credentials, fill, lock_files
 
     if inventory:

@@ -1,4 +1,4 @@
-"""The README's data table, generated from ``servefleet/defaults.py`` (keys, defaults, comments).
+"""The README's data table, generated from the key table (:class:`servefleet.settings.Settings`).
 
     python -m servefleet.datadoc        # print the table
 A unit test checks that the README holds exactly this table.
@@ -6,34 +6,38 @@ A unit test checks that the README holds exactly this table.
 
 from __future__ import annotations
 
-import ast
-import re
-from importlib.resources import files
+import json
+from typing import Any
 
-from servefleet.defaults import DEFAULTS
+from servefleet.kinds.rbln import defaults as rbln
+from servefleet.settings import DEFAULTS, DOCS
 
 BEGIN = "<!-- data-table: begin (python -m servefleet.datadoc) -->"
 END = "<!-- data-table: end -->"
-SOURCE = "src/servefleet/defaults.py"  # how the table names the file for a long default
+KIND_DEFAULTS = "src/servefleet/kinds/rbln/defaults.py"  # where the RBLN stack's defaults live
+
+
+def _literal(value: Any) -> str:
+    """A default as Python source writes it (``"3.5.1"``, ``None``, ``["--silent"]``)."""
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
 
 
 def data_table() -> str:
-    """A Markdown table: one row per data key, with its default and its comment."""
-    source = (files("servefleet") / "defaults.py").read_text(encoding="utf-8")
-    lines = source.splitlines()
+    """A Markdown table: one row per data key, with its default and its meaning."""
+    kind_values = [v for k, v in vars(rbln).items() if k.isupper()]
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.Assign) or not isinstance(node.targets[0], ast.Name):
-            continue
-        if node.targets[0].id not in DEFAULTS:  # PREFIXES, DEFAULTS
-            continue
-        first = lines[node.lineno - 1]
-        comment = first.split("  # ", 1)[1].strip() if "  # " in first else ""
-        default = ast.get_source_segment(source, node.value) or ""
-        if "\n" in default:
-            default = f"(see {SOURCE})"
-        default = re.sub(r"\|", r"\\|", default)
-        rows.append(f"| `{node.targets[0].id}` | `{default}` | {comment.replace('|', '/')} |")
+    for key, value in DEFAULTS.items():
+        shown = (
+            f"(see {KIND_DEFAULTS})" if any(value is v for v in kind_values) else _literal(value)
+        )
+        shown = shown.replace("|", "\\|")
+        rows.append(f"| `{key}` | `{shown}` | {DOCS[key].replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from packaging.version import Version
 
-from servefleet.data import Index
+from servefleet.settings import Index
 
 _LIBC = re.compile(r"glibc ([0-9]+\.[0-9]+)")
 

@@ -12,14 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from servefleet.data import MAX_PORT, Settings
+from servefleet.checks import MAX_PORT
 from servefleet.errors import DataError, RecipeError
 from servefleet.glibc import glibc_refusal, host_glibc, levels
+from servefleet.kinds import Hardware, Kind, kind_named, kind_of
+from servefleet.kinds.rbln.kind import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.lock import load_lock
-from servefleet.platforms import Hardware, Platform, platform_for, platform_for_kind
-from servefleet.platforms.rbln import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.release import ReleasePlan, plan_release, unlocked
 from servefleet.render import render_unit
+from servefleet.settings import Settings
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import Copy, host_copies
@@ -98,9 +99,9 @@ class HostPlan:
         return next((c for c in self.wheelhouse if (c.kind, c.name) == (kind, name)), None)
 
     @property
-    def platform(self) -> Platform:
+    def platform(self) -> Kind:
         """What differs by hardware, for this host's recipe."""
-        return platform_for_kind(self.spec.kind)
+        return kind_named(self.spec.kind)
 
     def has(
         self, path: str, kind: str, mode: str, user: str = "root", sha256: str | None = None
@@ -120,16 +121,16 @@ class HostPlan:
     def account_ok(self) -> bool:
         """serve_user and its group exist as a deploy makes them."""
         a, s = self.account or {}, self.settings
-        want = {"shell": NOLOGIN, "home": s.home, "group": s.user}
+        want = {"shell": NOLOGIN, "home": s.serve_home, "group": s.serve_user}
         return self.group_exists and all(a.get(k) == v for k, v in want.items())
 
     @property
     def lib(self) -> str:
-        return f"{self.settings.root}/lib"
+        return f"{self.settings.serve_root}/lib"
 
     @property
     def state_dir(self) -> str:
-        return f"{self.settings.root}/state"
+        return f"{self.settings.serve_root}/state"
 
     @property
     def converged(self) -> bool:
@@ -151,13 +152,13 @@ class HostPlan:
         that differs from what it restarts)."""
         s = self.settings
         return {
-            "root": s.root,
+            "root": s.serve_root,
             "release": self.release.id,
             "model": served_name(self.spec.servers[0].argv, self.spec.requirements.models[0]),
-            "host": s.host,
-            "cache_root": s.cache_root,
+            "host": s.serve_host,
+            "cache_root": s.serve_cache_root,
             "devices_env": self.platform.devices_env_for(self.hardware),
-            "health_timeout": s.health_timeout,
+            "health_timeout": s.serve_health_timeout,
             "prewarm_timeout": self.platform.first_start_timeout(s),
             "instances": [i.to_json(self.spec.compile_fingerprint or "-") for i in self.instances],
             "stale": list(self.stale_units),
@@ -170,7 +171,7 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
     + settings: validated data
     + sku: the host's device model, once known (RBLN: the NPU SKU)
     """
-    return platform_for(settings.recipe).resolve(settings, sku)
+    return kind_of(settings.serve_recipe).resolve_data(settings, sku)
 
 
 def render_instance(
@@ -192,16 +193,16 @@ def render_instance(
     + devices_env: the variable that gives them (default: the spec's platform's)
     """
     server = spec.servers[0]
-    port = settings.base_port + index
+    port = settings.serve_base_port + index
     exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
-    if settings.host:
-        exec_argv += ["--host", settings.host]
+    if settings.serve_host:
+        exec_argv += ["--host", settings.serve_host]
     env = dict(server.env)
     env.update(
-        {devices_env or platform_for_kind(spec.kind).devices_env: devices},
-        VLLM_CACHE_ROOT=settings.cache_root,
-        HOME=settings.home,
-        HF_HOME=settings.hf_home,
+        {devices_env or kind_named(spec.kind).devices_env: devices},
+        VLLM_CACHE_ROOT=settings.serve_cache_root,
+        HOME=settings.serve_home,
+        HF_HOME=settings.models_hf_home,
         HF_HUB_OFFLINE="1",
     )
     fields: dict[str, Any] = dict(
@@ -212,8 +213,8 @@ def render_instance(
         index=index,
         port=port,
         devices=devices,
-        user=settings.user,
-        device_word=platform_for_kind(spec.kind).device_word,
+        user=settings.serve_user,
+        device_word=kind_named(spec.kind).device_word,
     )
     sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
     return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
@@ -233,8 +234,8 @@ def plan_host(
     + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
       (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
     """
-    platform = platform_for(settings.recipe)
-    spec = spec or platform.resolve(settings)
+    platform = kind_of(settings.serve_recipe)
+    spec = spec or platform.resolve_data(settings)
     hardware = platform.hardware(probe)
     refusal = None
     if builder:
@@ -243,7 +244,7 @@ def plan_host(
                 f"serve_prewarm_host: {platform.name} hosts do not compile; allowed: unset"
             )
         sku = spec.skus[0]
-        spec = platform.resolve(settings, sku)
+        spec = platform.resolve_data(settings, sku)
         npus = spec.servers[0].npus
         hardware = Hardware(
             "compile only", (sku,) * npus, tuple(range(npus)), settings.driver_version
@@ -252,16 +253,16 @@ def plan_host(
         refusal = platform.refusal(settings, spec, hardware)
         if refusal is None:
             try:
-                spec = platform.resolve(settings, hardware.sku)
+                spec = platform.resolve_data(settings, hardware.sku)
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
     glibc = host_glibc(probe.get("libc"))
     release = plan_release(unlocked(settings), spec, NETRC, glibc)
     # before any change: an owned package no source has a wheel for on this host's glibc
     owned = {d.name: d.version for d in release.downloads}
-    no_wheel = None if refusal else glibc_refusal(settings.indexes, owned, glibc)
+    no_wheel = None if refusal else glibc_refusal(settings.pip_indexes, owned, glibc)
     refusal = refusal or no_wheel
-    if settings.lock_dir and not no_wheel:  # a lock holds no stack that no host installs
+    if settings.sdk_lock and not no_wheel:  # a lock holds no stack that no host installs
         release = plan_release(settings, spec, NETRC, glibc)
     kernel = str(probe.get("kernel", ""))
     driver_needed = not builder and platform.driver_needed(settings, hardware)
@@ -277,18 +278,18 @@ def plan_host(
             "allowed: a host that serves nothing (remove them, or name another build host)"
         )
     account = probe.get("user")
-    if settings.user == "root" or (account and account.get("uid") == 0):
-        raise DataError(f"serve_user: {settings.user!r} is root; allowed: a system user")
+    if settings.serve_user == "root" or (account and account.get("uid") == 0):
+        raise DataError(f"serve_user: {settings.serve_user!r} is root; allowed: a system user")
     if account and account.get("shell") not in LOGIN_SHELLS_EXCLUDED:
         raise DataError(
-            f"serve_user: {settings.user!r} is an existing login user (shell {account.get('shell')}); "
+            f"serve_user: {settings.serve_user!r} is an existing login user (shell {account.get('shell')}); "
             "allowed: a system user servefleet creates (no login shell)"
         )
     groups = platform.groups(settings, spec, hardware)
     devices_env = platform.devices_env_for(hardware)
     instances = []
     for i, devices in enumerate(groups):
-        port = settings.base_port + i
+        port = settings.serve_base_port + i
         text, sha = render_instance(settings, spec, release, i, devices, devices_env)
         unit = f"{UNIT_PREFIX}{i}.service"
         on_host = units.get(unit, {})
@@ -297,7 +298,7 @@ def plan_host(
         instances.append(Instance(i, unit, port, devices, text, sha, written, converged))
     if instances and instances[-1].port > MAX_PORT:
         raise DataError(
-            f"serve_base_port: {settings.base_port} + {len(instances) - 1} instances ends at port "
+            f"serve_base_port: {settings.serve_base_port} + {len(instances) - 1} instances ends at port "
             f"{instances[-1].port}; allowed: the whole range within 1-{MAX_PORT}"
         )
     names = {inst.unit for inst in instances}
@@ -340,12 +341,12 @@ def wheelhouse_copies(plan: HostPlan) -> list[Copy]:
     + plan: the host's plan
     """
     s = plan.settings
-    if s.source != "wheelhouse" or plan.refusal or not s.lock_dir or not s.wheelhouse:
+    if s.sdk_source != "wheelhouse" or plan.refusal or not s.sdk_lock or not s.sdk_wheelhouse:
         return []
     return host_copies(
-        s.wheelhouse,
-        s.root,
-        load_lock(s.lock_dir),
+        s.sdk_wheelhouse,
+        s.serve_root,
+        load_lock(s.sdk_lock),
         None if plan.release_complete else plan.release.pylock,
         s.driver_version if plan.driver_needed else None,
         plan.missing_models,
@@ -369,11 +370,11 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
 
     + release_ids: ids of the releases the host may get (by its glibc): their plan files
     """
-    root = settings.root
+    root = settings.serve_root
     lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
     dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
-    dirs += [SECRETS_DIR, settings.cache_root, settings.hf_home]
-    uv = [host_uv(root)] if settings.installer == "uv" else []
+    dirs += [SECRETS_DIR, settings.serve_cache_root, settings.models_hf_home]
+    uv = [host_uv(root)] if settings.sdk_installer == "uv" else []
     plans = [f"{root}/plans/{i}.json" for i in dict.fromkeys(release_ids)]
     return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE]
 
@@ -386,18 +387,18 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
     # the release depends on the host's glibc, which this probe reads: watch each one's plan
     ids = []
-    for glibc in levels(settings.indexes):
+    for glibc in levels(settings.pip_indexes):
         try:
             ids.append(plan_release(settings, spec, NETRC, glibc).id)
         except DataError:  # not locked (no host can install it) or bad: plan_host says why
             continue
     return json.dumps(
         {
-            "root": settings.root,
-            "hf_home": settings.hf_home,
-            "cache_root": settings.cache_root,
-            "user": settings.user,
-            "platform": platform_for(settings.recipe).name,
+            "root": settings.serve_root,
+            "hf_home": settings.models_hf_home,
+            "cache_root": settings.serve_cache_root,
+            "user": settings.serve_user,
+            "platform": kind_of(settings.serve_recipe).name,
             "models": models,
             "paths": watched_paths(settings, *ids),
             "files": files,

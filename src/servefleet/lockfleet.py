@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servefleet.data import Settings, settings_from
 from servefleet.errors import DataError, RecipeError, ServefleetError
 from servefleet.lock import (
     Lock,
@@ -30,6 +29,7 @@ from servefleet.lock import (
     resolve,
     write_lock,
 )
+from servefleet.settings import Settings, settings_from
 from servefleet.spec import ServeSpec
 
 
@@ -80,11 +80,11 @@ def alternatives(settings: Settings, spec: ServeSpec) -> list[Stack]:
     from servefleet.release import plan_release
 
     out: list[Stack] = []
-    for glibc in levels(settings.indexes):
+    for glibc in levels(settings.pip_indexes):
         rel = plan_release(settings, spec, None, glibc)
         owned = {d.name: d.version for d in rel.downloads}
         if rel.stack is not None and rel.stack not in out:
-            if glibc_refusal(settings.indexes, owned, glibc) is None:
+            if glibc_refusal(settings.pip_indexes, owned, glibc) is None:
                 out.append(rel.stack)
     return out
 
@@ -99,7 +99,7 @@ def fleet_lock(
     + lock_dir: where the lock lives (default: the hosts' ``sdk_lock``)
     """
     from servefleet.hostplan import resolve_for
-    from servefleet.platforms import platform_for_kind
+    from servefleet.kinds import kind_named
     from servefleet.release import unlocked as without_lock
 
     stacks: dict[Stack, Settings] = {}
@@ -108,7 +108,7 @@ def fleet_lock(
     sources: dict[str, Settings] = {}
     dirs = set()
     for name, settings in _hosts(inventory, overrides):
-        dirs.add(settings.lock_dir)
+        dirs.add(settings.sdk_lock)
         unlocked = without_lock(settings)
         try:
             spec = resolve_for(unlocked)
@@ -116,7 +116,7 @@ def fleet_lock(
             raise DataError(f"{name}: serve_recipe/serve_selection: {e}") from None
         for st in alternatives(unlocked, spec):
             stacks.setdefault(st, unlocked)
-        if platform_for_kind(spec.kind).driver_step and settings.driver_runfile_url:
+        if kind_named(spec.kind).driver_step and settings.driver_runfile_url:
             version = settings.driver_version
             driver[version] = {
                 "url": settings.driver_runfile_url.replace("{version}", version),
@@ -153,7 +153,7 @@ def lock_settings(
     + lock_dir: the lock directory, over the data's ``sdk_lock``
     """
     hosts = _hosts(inventory, overrides)
-    return _lock_dir({s.lock_dir for _, s in hosts}, lock_dir), hosts[0][1]
+    return _lock_dir({s.sdk_lock for _, s in hosts}, lock_dir), hosts[0][1]
 
 
 Fetch = Callable[[str, Mapping[str, str]], bytes]

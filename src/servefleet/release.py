@@ -16,11 +16,11 @@ from typing import Any
 
 from packaging.version import Version
 
-from servefleet.data import Settings, canonical_name
 from servefleet.errors import DataError
 from servefleet.glibc import choose, owners
+from servefleet.kinds import kind_named
 from servefleet.lock import Lock, Stack, files_of, load_lock, packages, stack
-from servefleet.platforms import platform_for_kind
+from servefleet.settings import Settings, canonical_name
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
@@ -117,11 +117,11 @@ class ReleasePlan:
 
 
 def _pin(settings: Settings, name: str) -> str:
-    return f"{name}=={settings.pins[name]}"
+    return f"{name}=={settings.sdk_pins[name]}"
 
 
 def _lock_of(settings: Settings) -> Lock | None:
-    return load_lock(settings.lock_dir) if settings.lock_dir else None
+    return load_lock(settings.sdk_lock) if settings.sdk_lock else None
 
 
 def unlocked(settings: Settings) -> Settings:
@@ -129,7 +129,7 @@ def unlocked(settings: Settings) -> Settings:
 
     + settings: validated data
     """
-    return replace(settings, lock_dir=None, source="index")
+    return replace(settings, sdk_lock=None, sdk_source="index")
 
 
 def with_locked_models(settings: Settings) -> Settings:
@@ -167,46 +167,46 @@ def plan_release(
     req = spec.requirements
     skipped = {
         pkg
-        for extra, pkgs in settings.extra_packages.items()
+        for extra, pkgs in settings.sdk_extra_packages.items()
         if extra not in req.vllm_rbln_extras
         for pkg in pkgs
     }
-    chosen = choose(settings.indexes, glibc)
+    chosen = choose(settings.pip_indexes, glibc)
     downloads = [
-        Download(name, settings.pins[name], index.url, index.auth)
-        for index in settings.indexes
+        Download(name, settings.sdk_pins[name], index.url, index.auth)
+        for index in settings.pip_indexes
         for name in index.packages
         if name not in skipped and chosen[name] == index
     ]
     owned = {d.name for d in downloads} | skipped
-    platform = platform_for_kind(spec.kind)
+    platform = kind_named(spec.kind)
     first, top_name = platform.top_requirement(settings, spec)
     top = [first] if top_name not in owned else []
     for package in (canonical_name(p) for p in req.packages):
-        if package not in settings.pins:
+        if package not in settings.sdk_pins:
             raise DataError(
                 f"sdk_pins: the selection needs {package}, which has no pin; "
-                f"pinned: {', '.join(sorted(settings.pins))}"
+                f"pinned: {', '.join(sorted(settings.sdk_pins))}"
             )
         if package not in owned:
             top.append(_pin(settings, package))
-    constraints = [_pin(settings, n) for n in sorted(settings.pins) if n not in owned]
+    constraints = [_pin(settings, n) for n in sorted(settings.sdk_pins) if n not in owned]
     must_have = sorted(
         {d.name for d in downloads} | {top_name} | set(map(canonical_name, req.packages))
     )
     for extra in req.vllm_rbln_extras:
-        must_have = sorted(set(must_have) | set(settings.extra_packages.get(extra, ())))
+        must_have = sorted(set(must_have) | set(settings.sdk_extra_packages.get(extra, ())))
     content = {
         "python": settings.sdk_python,
         "downloads": [d.to_json() for d in downloads],
         "requirements": top,
         "constraints": constraints,
-        "public_index": settings.public_index,
+        "public_index": settings.pip_public_index,
         "imports": platform.imports(spec),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
     name = [platform.name, *req.vllm_rbln_extras, *map(canonical_name, req.packages)]
-    several = [p for p, found in owners(settings.indexes).items() if len(found) > 1]
+    several = [p for p, found in owners(settings.pip_indexes).items() if len(found) > 1]
     if several:  # one stack for each choice of owners: named by the highest glibc it chose
         need = max((chosen[p].glibc or "0" for p in several), key=Version)
         name.append("glibc" + need.replace(".", "_"))
@@ -221,12 +221,12 @@ def plan_release(
                 "auth": i.auth,
                 "packages": tuple(p for p in i.packages if chosen[p] == i),
             }
-            for i in settings.indexes
+            for i in settings.pip_indexes
             if any(chosen[p] == i for p in i.packages)
         ],
-        public_index=settings.public_index,
-        python=settings.lock_python,
-        trusted_hosts=settings.trusted_hosts,
+        public_index=settings.pip_public_index,
+        python=settings.sdk_lock_python,
+        trusted_hosts=settings.pip_trusted_hosts,
     )
     pylock = None
     lock = _lock_of(settings)
@@ -242,28 +242,28 @@ def plan_release(
             )
         digest, pylock = locked.release, locked.pylock
     offline = None
-    if settings.source == "wheelhouse":
+    if settings.sdk_source == "wheelhouse":
         if pylock is None:
             raise DataError("sdk_source: 'wheelhouse' needs a lock; set sdk_lock")
         offline = {
-            "find_links": f"{settings.root}/{HOST_DIR}/{PACKAGES_DIR}",
+            "find_links": f"{settings.serve_root}/{HOST_DIR}/{PACKAGES_DIR}",
             "requirements": offline_requirements(pylock),
         }
     return ReleasePlan(
         id=digest,
-        path=f"{settings.root}/releases/{digest}",
+        path=f"{settings.serve_root}/releases/{digest}",
         python=settings.sdk_python,
         downloads=downloads,
         requirements=top,
         constraints=constraints,
-        public_index=settings.public_index,
-        trusted_hosts=list(settings.trusted_hosts),
-        expect=dict(sorted(settings.pins.items())),
+        public_index=settings.pip_public_index,
+        trusted_hosts=list(settings.pip_trusted_hosts),
+        expect=dict(sorted(settings.sdk_pins.items())),
         must_have=must_have,
         imports=platform.imports(spec),
         netrc=netrc if any(d.auth for d in downloads) and offline is None else None,
-        installer=settings.installer,
-        uv=host_uv(settings.root) if settings.installer == "uv" else None,
+        installer=settings.sdk_installer,
+        uv=host_uv(settings.serve_root) if settings.sdk_installer == "uv" else None,
         stack=st,
         pylock=pylock,
         offline=offline,

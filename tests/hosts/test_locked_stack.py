@@ -16,8 +16,8 @@ import pytest
 from faults import REPO, run, secrets
 from labhelpers import on_host
 
-from servefleet.data import load_defaults
 from servefleet.lab.chat import chat_once
+from servefleet.settings import load_defaults
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 TWO = ["--limit", "lab1", "--limit", "lab2"]

@@ -43,7 +43,7 @@ def test_plan_on_a_converged_fleet_reports_no_change(lab: dict[str, Any]) -> Non
 
 
 def test_plan_shows_an_upgrade_and_a_recompile(lab: dict[str, Any]) -> None:
-    from servefleet.data import load_defaults
+    from servefleet.settings import load_defaults
 
     pins = [p.replace("==0.12.0", "==0.12.1") for p in load_defaults()["sdk_pins"]]
     upgrade = plans(lab, "--data", f"sdk_pins={json.dumps(pins)}")

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-from servefleet.recipes import Card, load_card
+from servefleet.kinds.rbln.card import Card, load_card
 from servefleet.shipped import FILES
 
 REPO = Path(__file__).resolve().parents[2]

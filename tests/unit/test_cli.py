@@ -140,7 +140,7 @@ def test_missing_argument_is_one_line() -> None:
 @pytest.fixture
 def vllm_stub(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     calls: list[dict] = []
-    mod = types.ModuleType("servefleet.vllm_recipes")
+    mod = types.ModuleType("servefleet.kinds.vllm")
 
     def load_vllm_recipe(path: Path) -> object:
         calls.append({"load": path})
@@ -164,7 +164,7 @@ def vllm_stub(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     mod.load_vllm_recipe = load_vllm_recipe  # type: ignore[attr-defined]
     mod.resolve_vllm = resolve_vllm  # type: ignore[attr-defined]
     mod.describe_vllm = describe_vllm  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "servefleet.vllm_recipes", mod)
+    monkeypatch.setitem(sys.modules, "servefleet.kinds.vllm", mod)
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Deploy data (servefleet.data): every key is refused for a wrong type, a wrong value and a
+"""Deploy data (servefleet.settings): every key is refused for a wrong type, a wrong value and a
 misspelling, with one line that starts with the key; the defaults and the lab's data validate.
 
 The cases pyinfra's ``--data key=value`` can express live in bad_data_cases.py (a lab test
@@ -15,9 +15,10 @@ import pytest
 from bad_data_cases import BAD_DATA_CASES, MISSPELLED, WRONG_TYPE, WRONG_VALUE
 from pyinfra_cli.util import parse_cli_arg
 
-from servefleet.data import KEYS, SYSTEM_DIRS, load_defaults, parse_pins, settings_from
+from servefleet.checks import SYSTEM_DIRS, parse_pins
 from servefleet.errors import DataError
 from servefleet.lab import groupdata, layout
+from servefleet.settings import KEYS, load_defaults, settings_from
 
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
 SHA = "0123456789abcdef" * 4
@@ -149,22 +150,22 @@ def test_python_bad_data_is_one_line_naming_the_key(key: str, value: object, exp
 
 def test_defaults_validate() -> None:
     s = validate(keys=True)
-    assert (s.base_port, s.target, s.recommended, s.driver_apt_repo) == (
+    assert (s.serve_base_port, s.serve_target, s.serve_recommended, s.driver_apt_repo) == (
         8000,
         "Latency",
         False,
         None,
     )
-    assert s.pins["rebel-compiler"] == "0.12.0" and s.owner_of("Rebel_Compiler").name == "rbln"
+    assert s.sdk_pins["rebel-compiler"] == "0.12.0" and s.owner_of("Rebel_Compiler").name == "rbln"
     assert (s.models_revisions, s.models_sha256) == ({}, {})
 
 
 def test_lab_data_validates_with_http_on_its_trusted_host() -> None:
     s = validate(keys=True, base="lab")
-    assert s.trusted_hosts == ("10.213.0.1",)
+    assert s.pip_trusted_hosts == ("10.213.0.1",)
     assert s.driver_runfile_url == "http://10.213.0.1:8080/driver/rebellions-x86_64-{version}.run"
     assert s.models_store_url == "http://10.213.0.1:8080/models"
-    assert [i.url for i in s.indexes][0] == "http://10.213.0.1:8101/simple"
+    assert [i.url for i in s.pip_indexes][0] == "http://10.213.0.1:8101/simple"
     assert s.driver_apt_repo == {
         "src": "deb [signed-by=/etc/apt/keyrings/servefleet-lab.gpg] http://10.213.0.1:8090/ ./",
         "key": str(layout.APT_KEY_FILE),
@@ -177,10 +178,10 @@ def test_bool_is_not_an_int_and_an_int_is_not_a_bool() -> None:
     assert "expected a whole number, got False" in refused(serve_prewarm_timeout=False)
     assert "expected true or false, got 1" in refused(serve_recommended=1)
     assert "expected true or false, got 0" in refused(serve_recommended=0)
-    assert validate(serve_base_port="8100").base_port == 8100  # a string of digits
+    assert validate(serve_base_port="8100").serve_base_port == 8100  # a string of digits
     assert "expected a whole number, got ' 8100'" in refused(serve_base_port=" 8100")
     for text, flag in [("yes", True), ("TRUE", True), ("1", True), ("no", False), ("0", False)]:
-        assert validate(serve_recommended=text).recommended is flag
+        assert validate(serve_recommended=text).serve_recommended is flag
 
 
 @pytest.mark.parametrize(
@@ -195,7 +196,7 @@ def test_bool_is_not_an_int_and_an_int_is_not_a_bool() -> None:
 )
 def test_urls_accepted(url: str, trusted: list[str]) -> None:
     s = validate(models_store_url=url, pip_public_index=url, pip_trusted_hosts=trusted)
-    assert s.models_store_url == s.public_index == url
+    assert s.models_store_url == s.pip_public_index == url
 
 
 @pytest.mark.parametrize(
@@ -253,7 +254,7 @@ PATH_KEYS = ("serve_root", "serve_home", "serve_cache_root", "models_hf_home")
 @pytest.mark.parametrize("key", PATH_KEYS)
 def test_paths_accepted(key: str) -> None:
     for path in ("/opt/servefleet", "/srv/models", "/usr/local/servefleet", "/var/lib/sf-1/h_f.d"):
-        assert getattr(validate(**{key: path}), key.split("_", 1)[1]) == path
+        assert getattr(validate(**{key: path}), key) == path
 
 
 @pytest.mark.parametrize("key", PATH_KEYS)
@@ -283,7 +284,7 @@ def test_paths_refused(key: str, path: str, problem: str) -> None:
 
 @pytest.mark.parametrize("host", [None, "127.0.0.1", "::1", "api.internal", "node-1"])
 def test_serve_host_accepted(host: str | None) -> None:
-    assert validate(serve_host=host).host == host
+    assert validate(serve_host=host).serve_host == host
 
 
 @pytest.mark.parametrize("host", ["my_host", "10.0.0.300", "-node", "a..b", "", "host:8000"])
@@ -293,7 +294,7 @@ def test_serve_host_refused(host: str) -> None:
 
 def test_serve_user() -> None:
     for name in ("servefleet", "_svc", "sf-2", "a" * 32):
-        assert validate(serve_user=name).user == name
+        assert validate(serve_user=name).serve_user == name
     for name in ("a" * 33, "1sf", "sf.user", "Servefleet", "root"):
         assert refused(serve_user=name).startswith(f"serve_user: {name!r} ")
 
@@ -309,7 +310,7 @@ def test_versions_pins_and_digests_are_kept() -> None:
     assert (s.driver_version, s.driver_sha256) == ("3.6.0rc1", {"3.6.0rc1": SHA})
     assert s.models_revisions == {"openai/gpt-oss-120b": REV}
     assert s.models_sha256 == {"openai/gpt-oss-120b": SHA}
-    assert s.pins["torch"] == "2.13.0+cpu"
+    assert s.sdk_pins["torch"] == "2.13.0+cpu"
     assert parse_pins(["A_B.c==1.0"]) == {"a-b-c": "1.0"}
     with pytest.raises(DataError, match=r"^pins: expected a list"):
         parse_pins("a==1", key="pins")
@@ -317,9 +318,9 @@ def test_versions_pins_and_digests_are_kept() -> None:
 
 def test_selection_from_the_command_line_or_a_mapping() -> None:
     expected = {"lmcache": "cpu", "spec_decode": "suffix"}
-    assert validate(serve_selection="lmcache=cpu,spec_decode=suffix").selection == expected
-    assert validate(serve_selection=expected).selection == expected
-    assert validate(serve_selection="").selection == {}
+    assert validate(serve_selection="lmcache=cpu,spec_decode=suffix").serve_selection == expected
+    assert validate(serve_selection=expected).serve_selection == expected
+    assert validate(serve_selection="").serve_selection == {}
 
 
 def test_unknown_keys_with_our_prefixes_are_refused_with_did_you_mean() -> None:
@@ -329,7 +330,7 @@ def test_unknown_keys_with_our_prefixes_are_refused_with_did_you_mean() -> None:
     )
     assert refused(keys=True, models_revision={}).endswith("did you mean models_revisions?")
     assert refused(keys=True, serve_frobnicate_quux=1) == (
-        "serve_frobnicate_quux: unknown data key; allowed: the keys of servefleet/defaults.py"
+        "serve_frobnicate_quux: unknown data key; allowed: the keys of servefleet/settings.py"
     )
     validate(keys=True, ssh_user="root", _sudo=True, app_port=1, servers=[])  # not ours
     validate(serve_targte="Throughput")  # keys not given: not checked

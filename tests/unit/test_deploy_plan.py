@@ -10,11 +10,11 @@ from click.testing import CliRunner
 from systemd_parse import parse_unit
 
 from servefleet.cli import main
-from servefleet.data import load_defaults, settings_from
 from servefleet.datadoc import BEGIN, END, data_table
 from servefleet.errors import DataError
 from servefleet.hostplan import hardware_from_probe, plan_host, resolve_for
 from servefleet.release import plan_release
+from servefleet.settings import load_defaults, settings_from
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
@@ -93,7 +93,7 @@ def test_missing_credential_variable_names_it() -> None:
 
 
 def test_target_is_case_insensitive() -> None:
-    assert settings(serve_target="throughput").target == "Throughput"
+    assert settings(serve_target="throughput").serve_target == "Throughput"
 
 
 def test_release_owned_packages_come_only_from_their_index() -> None:

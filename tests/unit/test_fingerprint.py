@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.errors import RecipeError
-from servefleet.fingerprint import (
+from servefleet.kinds.rbln.fingerprint import (
     COMPILE_INPUTS,
     NOT_COUNTED,
     _bool,
@@ -15,7 +15,7 @@ from servefleet.fingerprint import (
     compile_inputs,
     compiler_minor,
 )
-from servefleet.resolve import resolve_rbln
+from servefleet.kinds.rbln.resolve import resolve_rbln
 
 SEED = seed()
 SEED_COMBOS = list(combinations(SEED))

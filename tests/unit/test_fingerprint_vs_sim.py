@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rbln_cases import combinations, seed
 
-from servefleet.resolve import resolve_rbln
+from servefleet.kinds.rbln.resolve import resolve_rbln
 
 SIM = Path(__file__).resolve().parents[2] / "lab" / "packages" / "vllm" / "sim.py"
 

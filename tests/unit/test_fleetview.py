@@ -58,7 +58,7 @@ def test_converged_host_plans_nothing_and_status_is_clean() -> None:
 
 
 def test_upgrade_shows_package_versions() -> None:
-    from servefleet.data import load_defaults
+    from servefleet.settings import load_defaults
 
     pins = [x.replace("==0.12.0", "==0.12.1") for x in load_defaults()["sdk_pins"]]
     p = plan_summary(plan_host(settings(sdk_pins=pins), converged_probe()))

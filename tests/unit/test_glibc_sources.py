@@ -17,13 +17,13 @@ from lab_sim_support import LAB, load
 from test_deploy_plan import probe, settings
 from test_host_state import CR13, run_probe
 
-from servefleet.data import load_defaults
 from servefleet.glibc import choose, glibc_refusal, host_glibc, levels
 from servefleet.hostplan import plan_host, probe_args, resolve_for
 from servefleet.lab.base import base_note, base_paths, ensure_base
 from servefleet.lab.fleet import plan_hosts
 from servefleet.lab.state import LabError
 from servefleet.lockfleet import alternatives
+from servefleet.settings import load_defaults
 from servefleet.uvbin import uv_binary
 
 VLLM = {"url": "https://wheels.example/cpu", "packages": ["vllm"], "glibc": "2.39"}
@@ -71,15 +71,15 @@ def test_the_probe_reads_this_machines_glibc(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_the_source_whose_wheels_fit_is_chosen(glibc: str | None, owner: str) -> None:
     s = settings(pip_indexes=TWO)
-    chosen = choose(s.indexes, glibc)
+    chosen = choose(s.pip_indexes, glibc)
     assert chosen["vllm"].name == owner
     assert chosen["rebel-compiler"].name == "rbln" and chosen["torch"].name == "torch"
-    assert glibc_refusal(s.indexes, {"vllm": "0.30.0+cpu"}, glibc or "2.39") is None
+    assert glibc_refusal(s.pip_indexes, {"vllm": "0.30.0+cpu"}, glibc or "2.39") is None
 
 
 def test_no_source_fits_one_line_naming_both_versions() -> None:
-    two = settings(pip_indexes=TWO).indexes
-    one = settings().indexes  # upstream's vllm index alone
+    two = settings(pip_indexes=TWO).pip_indexes
+    one = settings().pip_indexes  # upstream's vllm index alone
     pins = {"vllm": "0.30.0+cpu", "rebel-compiler": "0.12.0"}
     assert glibc_refusal(one, pins, "2.36") == f"glibc 2.36 here; {NEEDS_239}"
     assert glibc_refusal(one, pins, None) == f"no glibc found here; {NEEDS_239}"
@@ -92,9 +92,9 @@ def test_no_source_fits_one_line_naming_both_versions() -> None:
 
 
 def test_levels_cover_every_choice() -> None:
-    assert levels(settings(pip_indexes=TWO).indexes) == ["2.39", "2.35"]
-    assert levels(settings().indexes) == ["2.39"]
-    assert levels(settings(pip_indexes={}).indexes) == [None]
+    assert levels(settings(pip_indexes=TWO).pip_indexes) == ["2.39", "2.35"]
+    assert levels(settings().pip_indexes) == ["2.39"]
+    assert levels(settings(pip_indexes={}).pip_indexes) == [None]
 
 
 def test_bookworm_and_trixie_hosts_get_different_stacks() -> None:
@@ -120,7 +120,7 @@ def test_one_source_keeps_the_stack_and_release_of_before() -> None:
     plan = plan_host(s, probe(libc="glibc 2.39"))
     assert plan.release.stack is not None and plan.release.stack.name == "rbln"
     no_glibc = dataclasses.replace(
-        s, indexes=tuple(dataclasses.replace(i, glibc=None) for i in s.indexes)
+        s, pip_indexes=tuple(dataclasses.replace(i, glibc=None) for i in s.pip_indexes)
     )
     again = plan_host(no_glibc, probe(libc="glibc 2.39"))
     assert again.release.id == plan.release.id and again.release.stack == plan.release.stack
@@ -249,7 +249,7 @@ def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None
     stacks = alternatives(s, resolve_for(s))
     texts = {st: pylock(a=str(i) * 64) for i, st in enumerate(stacks, start=1)}
     write_lock(tmp_path, texts, {}, {})
-    locked = dataclasses.replace(s, lock_dir=str(tmp_path))
+    locked = dataclasses.replace(s, sdk_lock=str(tmp_path))
     args = probe_args(locked, resolve_for(locked))  # the unlocked 2.35 choice is left out
     for libc, number in (("glibc 2.41", 1), ("glibc 2.38", 2)):
         plan = plan_host(locked, probe(libc=libc))
@@ -274,7 +274,7 @@ def test_a_host_whose_choice_is_not_locked_is_refused_not_failed(tmp_path: Path)
         ("vllm", "torch"), ("vllm", "torch-old"), ("vllm-rbln-assets", "torch-old"),
     ]  # fmt: skip
     write_lock(tmp_path, {st: pylock() for st in stacks}, {}, {})
-    locked = dataclasses.replace(s, lock_dir=str(tmp_path))
+    locked = dataclasses.replace(s, sdk_lock=str(tmp_path))
     plan = plan_host(locked, probe(libc="glibc 2.36"))  # vllm: assets; torch: none
     assert plan.refusal == (
         "glibc 2.36 here; torch==2.13.0+cpu needs glibc >= 2.37 (sources: torch 2.40, "

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from test_deploy_plan import CREDS, probe, settings
 
-from servefleet.data import load_defaults, settings_from
 from servefleet.errors import DataError
 from servefleet.hostplan import PROBE, plan_host, probe_args, resolve_for
+from servefleet.settings import load_defaults, settings_from
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"

@@ -18,7 +18,6 @@ import pytest
 from local_indexes import OWNER_LOGIN
 from test_install_release import install, release_plan, with_uv
 
-from servefleet.data import settings_from
 from servefleet.errors import DataError
 from servefleet.hostplan import resolve_for
 from servefleet.lock import (
@@ -37,6 +36,7 @@ from servefleet.lock import (
 )
 from servefleet.lockfleet import FleetLock, locked_models
 from servefleet.release import MARKER, plan_release, with_locked_models
+from servefleet.settings import settings_from
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -282,16 +282,18 @@ def test_a_deploy_with_a_lock_installs_the_locked_set_and_refuses_a_stack_it_lac
     unlocked = plan_release(settings, spec, None)
     assert not unlocked.locked and unlocked.stack is not None
     write_lock(tmp_path, {unlocked.stack: pylock()}, {}, {})
-    locked = plan_release(replace(settings, lock_dir=str(tmp_path)), spec, None)
+    locked = plan_release(replace(settings, sdk_lock=str(tmp_path)), spec, None)
     assert (locked.id, locked.pylock, locked.locked) == (release_id(pylock()), pylock(), True)
     assert locked.path.endswith(f"/releases/{locked.id}")
-    bumped = replace(settings, lock_dir=str(tmp_path),
-                     pins={**settings.pins, "vllm-rbln": "0.12.1"})  # fmt: skip
+    bumped = replace(settings, sdk_lock=str(tmp_path),
+                     sdk_pins={**settings.sdk_pins, "vllm-rbln": "0.12.1"})  # fmt: skip
     with pytest.raises(DataError) as e:
         plan_release(bumped, spec, None)
     assert str(e.value).startswith(f"sdk_lock: {tmp_path} does not lock this host's stack")
     assert "-vllm-rbln==0.12.0" in str(e.value) and "+vllm-rbln==0.12.1" in str(e.value)
-    with_pip = plan_release(replace(settings, lock_dir=str(tmp_path), installer="pip"), spec, None)
+    with_pip = plan_release(
+        replace(settings, sdk_lock=str(tmp_path), sdk_installer="pip"), spec, None
+    )
     assert with_pip.id == locked.id  # the installer does not change the release
     assert with_pip.to_json()["locked"] == [
         {"name": "a", "version": "1.0", "index": "https://i.example/simple", "sha256": ["1" * 64]},
@@ -304,7 +306,7 @@ def test_the_lock_pins_models_the_data_does_not(tmp_path: Path) -> None:
         "org/a": {"revision": "a" * 40, "url": "x", "sha256": "1" * 64},
         "org/b": {"revision": "b" * 40, "url": None, "sha256": None},
     })  # fmt: skip
-    settings = replace(defaults(), lock_dir=str(tmp_path), models_revisions={"org/b": "c" * 40})
+    settings = replace(defaults(), sdk_lock=str(tmp_path), models_revisions={"org/b": "c" * 40})
     pinned = with_locked_models(settings)
     assert pinned.models_revisions == {"org/a": "a" * 40, "org/b": "c" * 40}  # data wins
     assert pinned.models_sha256 == {"org/a": "1" * 64}

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from servefleet.cli import main
 from servefleet.datadoc import data_table
-from servefleet.sources import list_recipes
+from servefleet.kinds import list_recipes
 
 REPO = Path(__file__).resolve().parents[2]
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
@@ -35,7 +35,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from servefleet import deploys
-from servefleet.defaults import DEFAULTS
+from servefleet.settings import DEFAULTS
 
 
 @deploy("Show the data", data_defaults=DEFAULTS)
@@ -44,7 +44,7 @@ def show() -> None:
 
 
 print(f"outside: serve_base_port={host.data.get('serve_base_port')}")
-print(f"host_settings: base_port={deploys.host_settings().base_port}")
+print(f"host_settings: base_port={deploys.host_settings().serve_base_port}")
 names = ("driver", "stack", "models", "serve", "rollback")
 held = all(getattr(deploys, n)._inner.deploy_data is DEFAULTS for n in names)
 print(f"servefleet deploys hold DEFAULTS: {held}")

@@ -12,12 +12,11 @@ import pytest
 from systemd_parse import parse_unit
 from test_deploy_plan import probe
 
-from servefleet.data import load_defaults, settings_from
 from servefleet.errors import DataError
 from servefleet.hostplan import plan_host
-from servefleet.platforms import platform_for
-from servefleet.platforms.gpu import _nvidia, torch_backend
-from servefleet.sources import find
+from servefleet.kinds import find, kind_of as platform_for
+from servefleet.kinds.vllm.kind import _nvidia, torch_backend
+from servefleet.settings import load_defaults, settings_from
 
 RECIPE = "vllm/openai/gpt-oss-120b"
 H200 = [f"{i}, NVIDIA H200, 143771, 570.133.20" for i in range(8)]
@@ -138,7 +137,7 @@ def test_nvidia_smi_csv_is_read_strictly() -> None:
 
 def test_the_torch_backend_comes_from_the_recipes_install_line() -> None:
     source, path = find(RECIPE)
-    from servefleet.vllm_recipes import load_vllm_recipe
+    from servefleet.kinds.vllm import load_vllm_recipe
 
     assert torch_backend(load_vllm_recipe(path).data) == "auto"
     pinned = {
@@ -171,7 +170,7 @@ def test_amd_hosts_are_read_from_amd_smi_and_get_hip_visible_devices() -> None:
 
 
 def test_serve_features_take_the_command_line_form() -> None:
-    assert gpu_settings(serve_features="spec_decoding=on,tool_calling=off").features == {
+    assert gpu_settings(serve_features="spec_decoding=on,tool_calling=off").serve_features == {
         "spec_decoding": "on",
         "tool_calling": "off",
     }

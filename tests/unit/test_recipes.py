@@ -9,13 +9,10 @@ import pytest
 from rbln_cases import BROKEN, SEED, SEED_PAGE, TINY, seed
 
 from servefleet.errors import RecipeError
-from servefleet.recipes import (
+from servefleet.kinds import detect_kind, find_recipe, list_recipes, load_rbln
+from servefleet.kinds.rbln.card import (
     decode_card_text,
-    detect_kind,
-    find_recipe,
-    list_recipes,
     load_card,
-    load_rbln,
     parse_arg_fragment,
     parse_env_fragment,
 )

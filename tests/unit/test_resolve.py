@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, TINY, combinations, seed
 
 from servefleet.errors import RecipeError
-from servefleet.recipes import load_card
-from servefleet.resolve import resolve_rbln
+from servefleet.kinds.rbln.card import load_card
+from servefleet.kinds.rbln.resolve import resolve_rbln
 
 SEED = seed()
 TINY_CARD = load_card(TINY, name="tiny")

@@ -18,14 +18,14 @@ from lab_sim_support import LAB, REPO, load
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.errors import RecipeError
-from servefleet.resolve import resolve_rbln
-from servefleet.shipped import FILES
-from servefleet.vllm_recipes import (
+from servefleet.kinds.rbln.resolve import resolve_rbln
+from servefleet.kinds.vllm import (
     load_vllm_recipe,
     offered_hardware,
     resolve_vllm,
     single_node_strategies,
 )
+from servefleet.shipped import FILES
 
 SIM = load(LAB / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim_flags")
 FLAGS = LAB / "packages" / "vllm" / "flags"

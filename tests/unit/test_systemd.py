@@ -12,8 +12,8 @@ from rbln_cases import COMPILER, TINY, combinations, seed
 from systemd_parse import ParseError, parse_environment, parse_exec, parse_unit
 
 from servefleet.errors import ServefleetError
-from servefleet.recipes import load_card
-from servefleet.resolve import resolve_rbln
+from servefleet.kinds.rbln.card import load_card
+from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.systemd import environment_line, exec_arg, exec_line, unit_text
 
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"

@@ -13,8 +13,8 @@ from systemd_parse import parse_unit
 from test_systemd import _verify, needs_analyze
 
 from servefleet.errors import RecipeError, ServefleetError
+from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.render import render_unit
-from servefleet.resolve import resolve_rbln
 
 
 def _unit(argv: list[str], env: dict[str, str], **over: object) -> str:
@@ -128,7 +128,7 @@ def _hostile(tmp_path: Path, mutate) -> Path:  # type: ignore[no-untyped-def]
 def test_hostile_card_fields_that_reach_a_unit_are_refused(
     tmp_path: Path, mutate: object, message: str
 ) -> None:
-    from servefleet.recipes import load_card
+    from servefleet.kinds.rbln.card import load_card
 
     with pytest.raises(RecipeError, match=message) as e:
         load_card(_hostile(tmp_path, mutate), name="hostile")

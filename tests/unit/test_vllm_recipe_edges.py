@@ -17,10 +17,7 @@ import pytest
 import yaml
 
 from servefleet.errors import RecipeError
-from servefleet.shipped import FILES
-from servefleet.spec import ServeSpec
-from servefleet.vllm_args import dedupe_args, flag_name, is_flag
-from servefleet.vllm_recipes import (
+from servefleet.kinds.vllm import (
     VllmRecipe,
     describe_vllm,
     load_vllm_recipe,
@@ -28,8 +25,11 @@ from servefleet.vllm_recipes import (
     resolve_vllm,
     single_node_strategies,
 )
-from servefleet.vllm_recipes.hardware import _keys, _variant_runs
-from servefleet.vllm_recipes.words import items, words
+from servefleet.kinds.vllm.hardware import _keys, _variant_runs
+from servefleet.kinds.vllm.words import items, words
+from servefleet.shipped import FILES
+from servefleet.spec import ServeSpec
+from servefleet.vllm_args import dedupe_args, flag_name, is_flag
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = FILES / "recipes" / "vllm"

@@ -16,9 +16,7 @@ from hypothesis import given, strategies as st
 from regen_goldens import vllm_expected
 
 from servefleet.errors import RecipeError
-from servefleet.shipped import FILES
-from servefleet.vllm_args import dedupe_args, flag_name, is_flag
-from servefleet.vllm_recipes import (
+from servefleet.kinds.vllm import (
     VllmRecipe,
     describe_vllm,
     list_vllm_recipes,
@@ -27,6 +25,8 @@ from servefleet.vllm_recipes import (
     resolve_vllm,
     single_node_strategies,
 )
+from servefleet.shipped import FILES
+from servefleet.vllm_args import dedupe_args, flag_name, is_flag
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM = FILES / "recipes" / "vllm"

@@ -28,11 +28,11 @@ from test_fetch_model import REV, TOKEN, Stub, hf_layout, respond, tgz
 from test_install_release import install, release_plan, with_uv
 from test_lock import ENV, defaults
 
-from servefleet.data import settings_from
 from servefleet.errors import DataError
 from servefleet.hostplan import resolve_for
 from servefleet.lock import load_lock, release_id, stack, write_lock
 from servefleet.release import MARKER, plan_release
+from servefleet.settings import settings_from
 from servefleet.wheelhouse import (
     HOST_CHECK,
     MANIFEST,
@@ -317,7 +317,7 @@ def test_the_wheelhouse_source_needs_a_lock_and_hosts_get_no_index_credentials(
                                  "sdk_wheelhouse": str(tmp_path / "wh")}.get(k),
                       environ={}, keys=["sdk_source", "sdk_lock", "sdk_wheelhouse"])  # fmt: skip
     spec = resolve_for(s)
-    unlocked = plan_release(replace(s, lock_dir=None, source="index"), spec, None)
+    unlocked = plan_release(replace(s, sdk_lock=None, sdk_source="index"), spec, None)
     assert unlocked.stack is not None
     pylock = 'lock-version = "1.0"\n[[packages]]\nname = "vllm-rbln"\nversion = "0.12.0"\n' \
              'wheels = [{ url = "https://x.example/v.whl", hashes = { sha256 = "' + "a" * 64 + '" } }]\n'  # fmt: skip
@@ -338,8 +338,8 @@ inventory, data = sys.argv[1], json.loads(sys.argv[2])
 fl = fleet_lock(inventory, data)
 where, s = lock_settings(inventory, data)
 print(json.dumps({"lock_dir": str(fl.lock_dir), "stacks": len(fl.stacks),
-                  "planned": sorted({(x.source, x.lock_dir) for x in fl.stacks.values()}),
-                  "where": str(where), "source": s.source, "wheelhouse": s.wheelhouse}))
+                  "planned": sorted({(x.sdk_source, x.sdk_lock) for x in fl.stacks.values()}),
+                  "where": str(where), "source": s.sdk_source, "wheelhouse": s.sdk_wheelhouse}))
 """
 
 

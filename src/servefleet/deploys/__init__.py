@@ -32,8 +32,6 @@ from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from servefleet.builds import build, cache_dir, sdist_only
-from servefleet.data import Settings, settings_from
-from servefleet.defaults import DEFAULTS
 from servefleet.deploys.operations import (
     HostProbe,
     InstanceHealth,
@@ -60,6 +58,7 @@ from servefleet.hostplan import (
 from servefleet.lock import LockError, Stack, resolve
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
 from servefleet.release import with_locked_models
+from servefleet.settings import DEFAULTS, Settings, settings_from
 from servefleet.uvbin import uv_binary
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
@@ -87,7 +86,7 @@ def host_plan(files: bool = False) -> HostPlan:
         settings = with_locked_models(host_settings())
         spec = resolve_for(settings)
         probe = host.get_fact(HostProbe, args=probe_args(settings, spec, files))
-        plan = plan_host(settings, probe, spec, builder=host.name == settings.prewarm_host)
+        plan = plan_host(settings, probe, spec, builder=host.name == settings.serve_prewarm_host)
         _check_driver_data(plan)
         plan = _with_wheelhouse(_with_built_wheels(plan))
     except RecipeError as e:
@@ -126,7 +125,7 @@ def _with_built_wheels(plan: HostPlan) -> HostPlan:
         raise ServefleetError(f"sdk_python: {s.sdk_python} does not run on the host")
     built = []
     for package in sdists:
-        wheel = build(package, plan.python, rel.stack, Path(s.wheel_cache), s.index_user,
+        wheel = build(package, plan.python, rel.stack, Path(s.sdk_wheel_cache), s.index_user,
                       s.index_password)  # fmt: skip
         how = (
             "built on the controller"
@@ -158,7 +157,7 @@ def _wheelhouse_ops(plan: HostPlan, kinds: Iterable[str]) -> None:
         size = sum(c.size for c in todo)
         wheelhouse_copy(
             name=f"Copy {len(todo)} wheelhouse file(s) ({size} bytes) to "
-            f"{plan.settings.root}/wheelhouse, each checked by sha256",
+            f"{plan.settings.serve_root}/wheelhouse, each checked by sha256",
             copies=todo,
         )
 
@@ -282,7 +281,7 @@ def _netrc_token(value: str) -> str:
 
 
 def _netrc(s: Settings) -> str:
-    hosts = sorted({urlsplit(i.url).hostname or "" for i in s.indexes if i.auth})
+    hosts = sorted({urlsplit(i.url).hostname or "" for i in s.pip_indexes if i.auth})
     user, password = _netrc_token(s.index_user or ""), _netrc_token(s.index_password or "")
     return "".join(f"machine {h} login {user} password {password}\n" for h in hosts)
 
@@ -316,13 +315,13 @@ def _secrets_dir(plan: HostPlan) -> None:
 def _hf_token(plan: HostPlan) -> str | None:
     """The token hosts fetch models with (none from a wheelhouse: the copy is local)."""
     s = plan.settings
-    return s.hf_token if s.source != "wheelhouse" else None
+    return s.hf_token if s.sdk_source != "wheelhouse" else None
 
 
 def _lib_ops(plan: HostPlan) -> None:
     """serve_root's directories and the host-side scripts (root-owned, never the serve user's)."""
     s = plan.settings
-    for path in (s.root, plan.lib, f"{s.root}/plans", f"{s.root}/releases", plan.state_dir):
+    for path in (s.serve_root, plan.lib, f"{s.serve_root}/plans", f"{s.serve_root}/releases", plan.state_dir):
         _directory(plan, path)
     for script in REMOTE_SCRIPTS:
         _put(plan, f"Upload {script}", (REMOTE / script).read_bytes(), f"{plan.lib}/{script}")
@@ -346,7 +345,7 @@ def _stack_ops(plan: HostPlan) -> OperationMeta | None:
             f"{host.print_prefix}release {rel.id} is unlocked (sdk_lock not set): packages "
             "beyond the pins, and every file's hash, are what the indexes serve at install time"
         )
-    plan_file = f"{s.root}/plans/{rel.id}.json"
+    plan_file = f"{s.serve_root}/plans/{rel.id}.json"
     plan_json = json.dumps(rel.to_json(), indent=1, sort_keys=True) + "\n"
     _put(plan, f"Upload the plan of release {rel.id}", plan_json.encode(), plan_file)
     if rel.netrc:
@@ -358,7 +357,7 @@ def _stack_ops(plan: HostPlan) -> OperationMeta | None:
         for wheel in rel.built:
             files.put(
                 name=f"Upload the {wheel['name']} {wheel['version']} wheel the controller built",
-                src=str(cache_dir(s.wheel_cache, wheel["sdist_sha256"], str(plan.python))
+                src=str(cache_dir(s.sdk_wheel_cache, wheel["sdist_sha256"], str(plan.python))
                         / Path(wheel["path"]).name),
                 dest=wheel["path"], user="root", group="root", mode="644",
             )  # fmt: skip
@@ -370,7 +369,7 @@ def _stack_ops(plan: HostPlan) -> OperationMeta | None:
         )
     if plan.current != rel.id:
         current_link(
-            name=f"Point {s.root}/current at release {rel.id}", root=s.root, release_id=rel.id
+            name=f"Point {s.serve_root}/current at release {rel.id}", root=s.serve_root, release_id=rel.id
         )
     return installed
 
@@ -379,13 +378,13 @@ def _user_ops(plan: HostPlan) -> None:
     s = plan.settings
     if plan.account_ok:
         return
-    server.group(name=f"Create group {s.user}", group=s.user, system=True)
+    server.group(name=f"Create group {s.serve_user}", group=s.serve_user, system=True)
     server.user(
-        name=f"Create system user {s.user}",
-        user=s.user,
-        group=s.user,
+        name=f"Create system user {s.serve_user}",
+        user=s.serve_user,
+        group=s.serve_user,
         system=True,
-        home=s.home,
+        home=s.serve_home,
         create_home=True,
         shell=NOLOGIN,
     )
@@ -415,11 +414,11 @@ def _models_ops(plan: HostPlan) -> None:
         if sha256:
             pins += ["--sha256", sha256]
         cmd = _sh(
-            "python3", f"{plan.lib}/fetch_model.py", model, s.hf_home, s.user, *source,
+            "python3", f"{plan.lib}/fetch_model.py", model, s.models_hf_home, s.serve_user, *source,
             *token, "--token-env", str(host.data.get("creds_hf_token_env")), *pins,
         )  # fmt: skip
         server.shell(
-            name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.hf_home}/hub",
+            name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.models_hf_home}/hub",
             commands=[cmd],
             _retries=2,
             _retry_delay=5,
@@ -428,8 +427,8 @@ def _models_ops(plan: HostPlan) -> None:
 
 def _cache_dirs(plan: HostPlan) -> None:
     s = plan.settings
-    for path in (s.cache_root, s.hf_home):
-        _directory(plan, path, user=s.user)
+    for path in (s.serve_cache_root, s.models_hf_home):
+        _directory(plan, path, user=s.serve_user)
 
 
 def _upload_desired(
@@ -478,13 +477,13 @@ _ROLES: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictiona
 
 def warm_entry(plan: HostPlan) -> WarmEntry:
     s, fingerprint = plan.settings, plan.spec.compile_fingerprint
-    fleet = s.prewarm_scope == "fleet" and bool(fingerprint)
+    fleet = s.serve_prewarm_scope == "fleet" and bool(fingerprint)
     return WarmEntry(
         host=host.name,
         fingerprint=fingerprint,
         fleet=fleet,
         warm=plan.warm,
-        kept=fleet and Store(s.prewarm_store).has(fingerprint or ""),
+        kept=fleet and Store(s.serve_prewarm_store).has(fingerprint or ""),
         builder=plan.builder,
     )
 
@@ -509,9 +508,9 @@ def _copy_args(plan: HostPlan) -> dict[str, Any]:
     s = plan.settings
     return dict(
         fingerprint=plan.spec.compile_fingerprint or "",
-        cache_root=s.cache_root,
+        cache_root=s.serve_cache_root,
         lib=plan.lib,
-        store=s.prewarm_store,
+        store=s.serve_prewarm_store,
     )
 
 
@@ -596,7 +595,7 @@ def serve(plan: HostPlan) -> None:
         prewarm_push(
             _if=_role_is("copy"),
             name=f"Copy the fleet's compile cache of {fp} to this host",
-            user=plan.settings.user,
+            user=plan.settings.serve_user,
             **_copy_args(plan),
         )
     if not plan.builder:
@@ -614,8 +613,8 @@ def rollback(settings: Settings, to: str = "previous") -> None:
     command = "rollback" if to == "previous" else "restore"
     server.shell(
         name=f"Roll back to the {to} state",
-        commands=[_sh("python3", f"{settings.root}/lib/instances.py", command,
-                      f"{settings.root}/state")],
+        commands=[_sh("python3", f"{settings.serve_root}/lib/instances.py", command,
+                      f"{settings.serve_root}/state")],
     )  # fmt: skip
 
 

@@ -27,7 +27,7 @@ INDEX_GLIBC = {"vllm": "2.39", "assets": "2.35"}
 
 
 def lab_group_data() -> dict[str, Any]:
-    """Data keys pointing a deploy at the lab's own package sources (see servefleet/defaults.py)."""
+    """Data keys pointing a deploy at the lab's own package sources (see servefleet/settings.py)."""
     try:
         state = load_state()
     except ServefleetError:

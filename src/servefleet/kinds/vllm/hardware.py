@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from servefleet.errors import RecipeError
-from servefleet.vllm_recipes.recipe import VllmRecipe
+from servefleet.kinds.vllm.recipe import VllmRecipe
 
 # Precision -> the hardware it needs, unless the variant sets ``precision_hardware``.
 PRECISION_HARDWARE = {

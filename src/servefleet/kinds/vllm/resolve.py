@@ -41,10 +41,8 @@ import shlex
 from typing import Any
 
 from servefleet.errors import RecipeError
-from servefleet.spec import Requirements, Server, ServeSpec
-from servefleet.vllm_args import dedupe_args, env_map, flag_name, is_flag
-from servefleet.vllm_recipes.features import _feature_block, _parse_features, _select_features
-from servefleet.vllm_recipes.hardware import (
+from servefleet.kinds.vllm.features import _feature_block, _parse_features, _select_features
+from servefleet.kinds.vllm.hardware import (
     _default_hardware,
     _default_strategy,
     _default_variant,
@@ -58,8 +56,10 @@ from servefleet.vllm_recipes.hardware import (
     parallel_size,
     single_node_strategies,
 )
-from servefleet.vllm_recipes.recipe import VllmRecipe
-from servefleet.vllm_recipes.words import Item, items, words
+from servefleet.kinds.vllm.recipe import VllmRecipe
+from servefleet.kinds.vllm.words import Item, items, words
+from servefleet.spec import Requirements, Server, ServeSpec
+from servefleet.vllm_args import dedupe_args, env_map, flag_name, is_flag
 
 # Flags whose values multiply into the GPUs one server takes (aliases as vLLM spells them).
 _PARALLEL = {

@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.vllm import schema
+from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.shipped import RECIPES_DIR
-from servefleet.vllm_recipes import schema
-from servefleet.vllm_recipes.recipe import VllmRecipe
 
 
 def _one_line(text: str) -> str:
@@ -52,7 +52,7 @@ def _shared(
     root: str, stamp: tuple[int, ...]
 ) -> tuple[dict[str, Any], dict[str, Any], list[Any], dict[str, Any]]:
     """Hardware profiles, strategies, platforms and the whole taxonomy of one recipes root
-    (cached per mtime), each checked (:mod:`servefleet.vllm_recipes.schema`)."""
+    (cached per mtime), each checked (:mod:`servefleet.kinds.vllm.schema`)."""
     base = Path(root)
     taxonomy = _read(base / "taxonomy.yaml")
     schema.check_taxonomy(taxonomy, str(base / "taxonomy.yaml"))

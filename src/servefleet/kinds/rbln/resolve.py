@@ -19,15 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from servefleet.errors import RecipeError
-from servefleet.fingerprint import compile_fingerprint, json_flag, scan_argv
-from servefleet.recipes import Card, Grid, Option, Strategy
+from servefleet.kinds.rbln.card import Card, Grid, Option, Strategy
+from servefleet.kinds.rbln.defaults import default_compiler_version as pinned
+from servefleet.kinds.rbln.fingerprint import compile_fingerprint, json_flag, scan_argv
 from servefleet.spec import Requirements, Server, ServeSpec
 
 
 def default_compiler_version() -> str:
-    """The deploy's ``rebel-compiler`` pin (from :mod:`servefleet.data`)."""
-    from servefleet.data import default_compiler_version as pinned
-
+    """The default data's ``rebel-compiler`` pin (the RBLN kind's defaults)."""
     return pinned()
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.vllm.hardware import _generation, _keys
+from servefleet.kinds.vllm.recipe import VllmRecipe
+from servefleet.kinds.vllm.words import Item, items
 from servefleet.vllm_args import env_map
-from servefleet.vllm_recipes.hardware import _generation, _keys
-from servefleet.vllm_recipes.recipe import VllmRecipe
-from servefleet.vllm_recipes.words import Item, items
 
 
 def _parse_features(

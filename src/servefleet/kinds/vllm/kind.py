@@ -1,4 +1,8 @@
-"""GPU hosts (NVIDIA, AMD) serving vLLM's recipes: devices from ``nvidia-smi`` (or ``amd-smi``);
+"""vLLM's recipes on GPU hosts.
+
+Recipes: vllm-project/recipes' YAML (``models/<org>/<name>.yaml``), named ``vllm/<org>/<name>``,
+or the recipes site's JSON form of a model (the YAML's keys plus ``recommended_command``), by its
+path. Hosts (NVIDIA, AMD): devices from ``nvidia-smi`` (or ``amd-smi``);
 servefleet installs no GPU driver, it only checks that the driver and the right GPUs are
 there; a release is upstream ``vllm`` at its pin; servers get ``CUDA_VISIBLE_DEVICES`` (AMD:
 ``HIP_VISIBLE_DEVICES``); there is no compile pre-warm, a first start loads the model within
@@ -8,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from servefleet.data import Settings
-from servefleet.errors import RecipeError
-from servefleet.platforms import Hardware, Platform
+from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.spec import ServeSpec
 
 # What the probe runs (its output lands under "gpus"): one CSV line per GPU
@@ -70,34 +74,81 @@ def _profile_name(
     return gpu, profiles.get(gpu, {})
 
 
-class Gpu(Platform):
+class Vllm(Kind):
+    kind = "vllm"
+    label = "a vLLM recipe"
+    options = {
+        "--hardware": "hardware",
+        "--variant": "variant",
+        "--tp": "tp",
+        "--feature": "features",
+        "--no-feature": "no_features",
+        "--kv-offload": "kv_offload",
+        "--task": "task",
+    }
     name = "gpu"
     device_word = "GPUs"
     devices_env = "CUDA_VISIBLE_DEVICES"
     driver_step = "check"
     compiles = False
 
-    def _recipe(self, settings: Settings) -> Any:
-        from servefleet.sources import find
-        from servefleet.vllm_recipes import load_vllm_recipe
+    # -- recipes
 
-        source, path = find(settings.recipe)
-        if source.kind != "vllm":
-            raise RecipeError(
-                f"{settings.recipe}: not a vLLM recipe (it is a {source.kind} recipe)"
-            )
-        return load_vllm_recipe(path)
+    def detect(self, path: Path, text: str) -> bool:
+        return True  # the last kind tried: its loader says what is wrong with anything else
 
-    def resolve(self, settings: Settings, sku: str | None = None) -> ServeSpec:
-        from servefleet.vllm_recipes import resolve_vllm
+    def locate(self, rest: str, base: Path) -> Path | None:
+        path = base / "vllm" / "models" / f"{rest}.yaml"
+        return path if path.is_file() else None
 
-        on = [n if m == "on" else f"{n}={m}" for n, m in settings.features.items() if m != "off"]
-        off = [n for n, m in settings.features.items() if m == "off"]
+    # The recipe code (servefleet.kinds.vllm) is imported when a recipe is listed, shown or
+    # resolved, not with the registry.
+
+    def names(self, base: Path) -> list[str]:
+        from servefleet.kinds.vllm import list_vllm_recipes
+
+        return list_vllm_recipes(base / "vllm")
+
+    def show(self, path: Path, name: str) -> dict[str, Any]:
+        from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe
+
+        return {"recipe": name, "kind": "vllm", **describe_vllm(load_vllm_recipe(path))}
+
+    def resolve(
+        self, path: Path, name: str, strategy: str | None, options: Mapping[str, Any]
+    ) -> ServeSpec:
+        from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
+
+        return resolve_vllm(
+            load_vllm_recipe(path),
+            hardware=options.get("hardware"),
+            strategy=strategy,
+            variant=options.get("variant"),
+            tp=options.get("tp"),
+            features=list(options.get("features", ())),
+            no_features=list(options.get("no_features", ())),
+            kv_offload=options.get("kv_offload"),
+            task=options.get("task"),
+        )
+
+    # -- hosts
+
+    def _recipe(self, settings: Wants) -> Any:
+        from servefleet.kinds.vllm import load_vllm_recipe
+
+        return load_vllm_recipe(self.path_of(settings.serve_recipe))
+
+    def resolve_data(self, settings: Wants, sku: str | None = None) -> ServeSpec:
+        features = settings.serve_features
+        on = [n if m == "on" else f"{n}={m}" for n, m in features.items() if m != "off"]
+        off = [n for n, m in features.items() if m == "off"]
+        from servefleet.kinds.vllm import resolve_vllm
+
         return resolve_vllm(
             self._recipe(settings),
-            hardware=settings.gpu,
-            strategy=settings.strategy,
-            variant=settings.variant,
+            hardware=settings.serve_hardware,
+            strategy=settings.serve_strategy,
+            variant=settings.serve_variant,
             features=on,
             no_features=off,
         )
@@ -109,7 +160,7 @@ class Gpu(Platform):
     def devices_env_for(self, hardware: Hardware) -> str:
         return "HIP_VISIBLE_DEVICES" if hardware.source == "amd-smi" else "CUDA_VISIBLE_DEVICES"
 
-    def refusal(self, settings: Settings, spec: ServeSpec, hardware: Hardware) -> str | None:
+    def refusal(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> str | None:
         recipe = self._recipe(settings)
         gpu, profile = _profile_name(spec, recipe.profiles)
         want = str(profile.get("display_name") or gpu)
@@ -138,7 +189,7 @@ class Gpu(Platform):
                 "the index that serves that build of torch"
             )
         minimum = str((recipe.data.get("model") or {}).get("min_vllm_version") or "")
-        pinned = settings.pins.get("vllm", "")
+        pinned = settings.sdk_pins.get("vllm", "")
         if minimum and _older(pinned, minimum):
             return f"sdk_pins: vllm=={pinned} is older than the recipe's min_vllm_version {minimum}"
         return None
@@ -146,18 +197,20 @@ class Gpu(Platform):
     def required_pins(self) -> tuple[str, ...]:
         return ("vllm",)
 
-    def top_requirement(self, settings: Settings, spec: ServeSpec) -> tuple[str, str]:
-        return f"vllm=={settings.pins['vllm']}", "vllm"
+    def top_requirement(self, settings: Wants, spec: ServeSpec) -> tuple[str, str]:
+        return f"vllm=={settings.sdk_pins['vllm']}", "vllm"
 
     def imports(self, spec: ServeSpec) -> list[str]:
         return ["vllm", *spec.requirements.imports]
 
-    def groups(self, settings: Settings, spec: ServeSpec, hardware: Hardware) -> list[str]:
+    def groups(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> list[str]:
         groups = super().groups(settings, spec, hardware)
-        return groups[: settings.instances or 1]  # one server per host unless the data splits it
+        return groups[
+            : settings.serve_instances or 1
+        ]  # one server per host unless the data splits it
 
-    def first_start_timeout(self, settings: Settings) -> int:
-        return settings.load_timeout
+    def first_start_timeout(self, settings: Wants) -> int:
+        return settings.serve_load_timeout
 
 
 def torch_backend(data: dict[str, Any]) -> str:
@@ -182,4 +235,4 @@ def _older(version: str, minimum: str) -> bool:
     return bool(version) and key(version) < key(minimum)
 
 
-PLATFORM = Gpu()
+KIND = Vllm()

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from servefleet.errors import RecipeError
-from servefleet.vllm_recipes.hardware import _variant_runs, offered_hardware, single_node_strategies
-from servefleet.vllm_recipes.recipe import VllmRecipe
-from servefleet.vllm_recipes.resolve import kv_offload_offered, resolve_vllm
+from servefleet.kinds.vllm.hardware import _variant_runs, offered_hardware, single_node_strategies
+from servefleet.kinds.vllm.recipe import VllmRecipe
+from servefleet.kinds.vllm.resolve import kv_offload_offered, resolve_vllm
 
 _PROFILE_KEYS = ("display_name", "description", "brand", "generation", "gpu_count", "vram_gb")
 _STRATEGY_KEYS = (

@@ -10,16 +10,16 @@ of every field), ``words`` (argument lists as the site's shell command splits th
 the strategy-less and omni commands, KV offload), ``describe``.
 """
 
-from servefleet.vllm_recipes.describe import describe_vllm
-from servefleet.vllm_recipes.hardware import (
+from servefleet.kinds.vllm.describe import describe_vllm
+from servefleet.kinds.vllm.hardware import (
     PRECISION_HARDWARE,
     offered_hardware,
     parallel_size,
     single_node_strategies,
 )
-from servefleet.vllm_recipes.load import list_vllm_recipes, load_vllm_recipe
-from servefleet.vllm_recipes.recipe import VllmRecipe
-from servefleet.vllm_recipes.resolve import resolve_vllm
+from servefleet.kinds.vllm.load import list_vllm_recipes, load_vllm_recipe
+from servefleet.kinds.vllm.recipe import VllmRecipe
+from servefleet.kinds.vllm.resolve import resolve_vllm
 
 __all__ = [
     "PRECISION_HARDWARE",

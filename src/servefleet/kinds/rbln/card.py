@@ -9,7 +9,7 @@ What a card offers comes only from each grid's ``modes`` and ``options``; the to
 list is kept for display (and for naming what a grid does *not* offer in error messages).
 
 Recipe names are qualified by kind (``rbln/<name>``, ``vllm/<org>/<name>``); the registry of
-recipe sources (:mod:`servefleet.sources`) finds and lists them, the functions at the end of this
+recipe sources (:mod:`servefleet.kinds`) finds and lists them, the functions at the end of this
 module are its names as callers knew them.
 """
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.loader import read_recipe_text
 
 T = TypeVar("T")
 
@@ -511,60 +512,3 @@ def load_card(path: str | Path, *, name: str | None = None) -> Card:
 def _card(text: str, label: str, path: Path) -> Card:
     """A card is validated once per text (a deploy resolves it for every host, twice)."""
     return card_from_dict(decode_card_text(text, label), name=label, path=path)
-
-
-def read_recipe_text(p: Path, label: str) -> str:
-    """A recipe file's text; RecipeError naming ``label`` when it cannot be read."""
-    try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise RecipeError(f"{label}: cannot read recipe: {reason}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Naming: the registry of recipe sources (servefleet.sources) under the names callers know
-
-
-def detect_kind(path: Path) -> str:
-    """``rbln`` for an RBLN card (bare JSON or page text), else ``vllm`` (YAML/JSON recipe).
-
-    + path: the recipe file
-    """
-    from servefleet.sources import detect
-
-    return detect(path).kind
-
-
-def find_recipe(name_or_path: str, recipes_dir: Path | None = None) -> tuple[str, Path]:
-    """Locate a recipe (:func:`servefleet.sources.find`): its kind and its file.
-
-    + name_or_path: a file path or a qualified name
-    + recipes_dir: the recipes directory (default: the shipped recipes)
-    """
-    from servefleet.sources import find
-
-    source, path = find(name_or_path, recipes_dir)
-    return source.kind, path
-
-
-def list_recipes(recipes_dir: Path | None = None) -> list[str]:
-    """Qualified names of the recipes under a directory (:func:`servefleet.sources.list_recipes`).
-
-    + recipes_dir: the recipes directory (default: the shipped recipes)
-    """
-    from servefleet.sources import list_recipes as listed
-
-    return listed(recipes_dir)
-
-
-def load_rbln(name_or_path: str, recipes_dir: Path | None = None) -> Card:
-    """Find and load an RBLN card by qualified name or path.
-
-    + name_or_path: ``rbln/<name>`` or a file path
-    + recipes_dir: the recipes directory (default: the shipped recipes)
-    """
-    kind, path = find_recipe(name_or_path, recipes_dir)
-    if kind != "rbln":
-        raise RecipeError(f"{name_or_path}: not an RBLN recipe card (it is a {kind} recipe)")
-    return load_card(path, name=name_or_path)

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.vllm import words
 from servefleet.vllm_args import env_map
-from servefleet.vllm_recipes import words
 
 DEPLOY_TYPES = ("single_node", "multi_node", "pd_cluster", "kv_store_lb")
 ORIENTATIONS = ("latency", "balanced", "throughput", "production")

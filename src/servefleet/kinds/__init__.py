@@ -1,0 +1,132 @@
+"""The registry of kinds: one package per recipe family and the hardware that serves it.
+
++ :mod:`~servefleet.kinds.rbln`: RBLN recipe cards (bare JSON or the published page text),
+  named ``rbln/<name>`` (``<recipes>/rbln/<name>.json``), served on RBLN NPU hosts
++ :mod:`~servefleet.kinds.vllm`: vLLM's recipes, YAML named ``vllm/<org>/<name>``
+  (``<recipes>/vllm/models/<org>/<name>.yaml``) or the recipes site's JSON form by path, served
+  on GPU hosts
+
+The registry: :func:`detect` (the kind of a file, from its content), :func:`find` (a path or a
+qualified name -> its kind and file), :func:`list_recipes` (every qualified name),
+:func:`kind_named` (a spec's kind) and :func:`kind_of` (the kind of the recipe data names).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servefleet.errors import RecipeError
+from servefleet.kinds.base import Hardware, Kind, Wants
+from servefleet.kinds.loader import read_recipe_text
+from servefleet.kinds.rbln.card import Card, load_card
+from servefleet.kinds.rbln.kind import KIND as RBLN
+from servefleet.kinds.vllm.kind import KIND as VLLM
+from servefleet.shipped import RECIPES_DIR
+
+# In the order files are tried: a card first, then a vLLM recipe (YAML or the site's JSON)
+KINDS: tuple[Kind, ...] = (RBLN, VLLM)
+
+__all__ = [
+    "KINDS",
+    "RECIPES_DIR",
+    "Hardware",
+    "Kind",
+    "Wants",
+    "detect",
+    "find",
+    "detect_kind",
+    "find_recipe",
+    "kind_named",
+    "kind_of",
+    "list_recipes",
+    "load_rbln",
+]
+
+
+def detect(path: Path) -> Kind:
+    """The kind of a recipe file, from its content (a vLLM recipe when nothing else).
+
+    + path: the recipe file
+    """
+    text = read_recipe_text(path, str(path))
+    return next(k for k in KINDS if k.detect(path, text))
+
+
+def find(name_or_path: str, recipes_dir: Path | None = None) -> tuple[Kind, Path]:
+    """Locate a recipe: an existing file path (its kind detected from its content), or a
+    qualified name under the recipes directory.
+
+    + name_or_path: a file path or a qualified name (``rbln/<name>``, ``vllm/<org>/<name>``)
+    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    """
+    base = recipes_dir or RECIPES_DIR
+    p = Path(name_or_path)
+    if p.is_file():
+        return detect(p), p
+    kind, _, rest = name_or_path.partition("/")
+    for k in KINDS:
+        path = k.locate(rest, base) if k.kind == kind and rest else None
+        if path is not None:
+            return k, path
+    known = list_recipes(base)
+    hint = f"known: {', '.join(known)}" if known else f"no recipes under {base}"
+    raise RecipeError(f"no recipe {name_or_path!r} (not a file, not a name under {base}; {hint})")
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[str]:
+    """Qualified names of the recipes under a directory, each kind's sorted, in registry order
+    (``rbln/...`` then ``vllm/...``).
+
+    + recipes_dir: the recipes directory (default :data:`RECIPES_DIR`)
+    """
+    base = Path(recipes_dir or RECIPES_DIR)
+    return [name for k in KINDS for name in k.names(base)]
+
+
+def kind_named(kind: str) -> Kind:
+    """The kind of a spec (``rbln`` cards, ``vllm`` recipes).
+
+    + kind: a spec's ``kind``
+    """
+    by_kind = {k.kind: k for k in KINDS}
+    if kind not in by_kind:
+        raise RecipeError(f"no platform serves {kind} recipes (platforms: {', '.join(by_kind)})")
+    return by_kind[kind]
+
+
+def kind_of(recipe: str) -> Kind:
+    """The kind of the recipe ``serve_recipe`` names.
+
+    + recipe: a recipe name or path
+    """
+    return find(recipe)[0]
+
+
+def detect_kind(path: Path) -> str:
+    """``rbln`` for an RBLN card (bare JSON or page text), else ``vllm`` (YAML/JSON recipe).
+
+    + path: the recipe file
+    """
+    return detect(path).kind
+
+
+def find_recipe(name_or_path: str, recipes_dir: Path | None = None) -> tuple[str, Path]:
+    """Locate a recipe (:func:`find`): the name of its kind and its file.
+
+    + name_or_path: a file path or a qualified name
+    + recipes_dir: the recipes directory (default: the shipped recipes)
+    """
+    kind, path = find(name_or_path, recipes_dir)
+    return kind.kind, path
+
+
+def load_rbln(name_or_path: str, recipes_dir: Path | None = None) -> Card:
+    """Find and load an RBLN card by qualified name or path.
+
+    + name_or_path: ``rbln/<name>`` or a file path
+    + recipes_dir: the recipes directory (default: the shipped recipes)
+    """
+    kind, path = find_recipe(name_or_path, recipes_dir)
+    if kind != "rbln":
+        raise RecipeError(f"{name_or_path}: not an RBLN recipe card (it is a {kind} recipe)")
+    return load_card(path, name=name_or_path)

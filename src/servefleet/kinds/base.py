@@ -1,0 +1,190 @@
+"""The Kind interface: everything that differs by recipe family and hardware, behind one seam.
+
+A kind (:mod:`servefleet.kinds.rbln`: RBLN cards on NPU hosts; :mod:`servefleet.kinds.vllm`:
+vLLM's recipes on GPU hosts) owns its recipes (recognising, naming, showing and resolving them)
+and its hosts: how its devices are found in the host probe and checked against the recipe,
+whether and how a driver is installed, the top package of a release and the pins it needs, the
+device-selection variable of the units, how servers are grouped on devices, and how long a first
+start may take (RBLN compiles; GPU servers load). The host plan, units, health gate, releases,
+rollback and rollouts are shared and ask the spec's kind. A new platform is one package here
+plus data.
+
+A kind reads the deploy's settings through :class:`Wants` (the attributes it uses), so it never
+imports the settings layer above it. Pure: no pyinfra import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from servefleet.errors import RecipeError
+from servefleet.shipped import RECIPES_DIR
+from servefleet.spec import ServeSpec
+
+
+class Wants(Protocol):
+    """What a kind reads of a host's validated settings (:class:`servefleet.settings.Settings`).
+
+    + serve_*: the selection; sdk_pins: name -> version; the timeouts and instance count
+    """
+
+    @property
+    def serve_recipe(self) -> str: ...
+    @property
+    def serve_strategy(self) -> str | None: ...
+    @property
+    def serve_target(self) -> str: ...
+    @property
+    def serve_selection(self) -> dict[str, str]: ...
+    @property
+    def serve_recommended(self) -> bool: ...
+    @property
+    def serve_hardware(self) -> str | None: ...
+    @property
+    def serve_variant(self) -> str | None: ...
+    @property
+    def serve_features(self) -> dict[str, str]: ...
+    @property
+    def serve_instances(self) -> int | None: ...
+    @property
+    def serve_prewarm_timeout(self) -> int: ...
+    @property
+    def serve_load_timeout(self) -> int: ...
+    @property
+    def driver_version(self) -> str: ...
+    @property
+    def sdk_pins(self) -> dict[str, str]: ...
+    def owner_of(self, package: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A host's accelerators, as its platform read them from the probe.
+
+    + source: what told (``rbln-smi``, ``lspci``, ``nvidia-smi``, ``amd-smi``, ``compile only``)
+    + skus: one model name per device (``RBLN-CR13``, ``NVIDIA H200``)
+    + devices: device indexes (the values of the devices variable)
+    + driver_version: the driver's version, None when there is no driver
+    + memory_mib: each device's memory (GPUs), empty when not known
+    """
+
+    source: str
+    skus: tuple[str, ...]
+    devices: tuple[int, ...]
+    driver_version: str | None
+    memory_mib: tuple[int, ...] = ()
+
+    @property
+    def sku(self) -> str | None:
+        return self.skus[0] if len(set(self.skus)) == 1 else None
+
+
+class Kind:
+    """The interface each kind implements (one instance, ``KIND``).
+
+    Recipes:
+    + kind: the first part of its qualified names (``rbln/...``, ``vllm/...``) and the spec's kind
+    + label: how errors name a recipe of this kind (``an RBLN recipe card``)
+    + options: the ``servefleet resolve`` options it takes: CLI flag -> keyword of
+      :meth:`resolve`
+
+    Hosts:
+    + name: the name of its hosts' platform (``rbln``, ``gpu``; a release's stack name)
+    """
+
+    kind = ""
+    label = ""
+    options: Mapping[str, str] = {}
+    name = ""
+    devices_env = ""  # the unit variable that gives a server its devices
+    device_word = "devices"  # how units and messages name them
+    driver_step = ""  # "runfile" (installed by servefleet) or "check" (must be there)
+    compiles = False  # first starts compile a cache worth pre-warming (fingerprint)
+
+    # -- recipes
+
+    def detect(self, path: Path, text: str) -> bool:
+        """Whether a recipe file (its path and text) is of this kind."""
+        raise NotImplementedError
+
+    def locate(self, rest: str, base: Path) -> Path | None:
+        """The file of the qualified name ``<kind>/<rest>`` under ``base``, if there is one."""
+        return None
+
+    def names(self, base: Path) -> list[str]:
+        """Qualified names of this kind's recipes under ``base``, sorted."""
+        return []
+
+    def path_of(self, recipe: str) -> Path:
+        """The file of a recipe of this kind that data names (a path, or ``<kind>/<rest>``
+        under the shipped recipes).
+
+        + recipe: ``serve_recipe``
+        """
+        p = Path(recipe)
+        if p.is_file():
+            return p
+        kind, _, rest = recipe.partition("/")
+        path = self.locate(rest, RECIPES_DIR) if kind == self.kind and rest else None
+        if path is None:
+            raise RecipeError(f"no {self.kind} recipe {recipe!r} under {RECIPES_DIR}")
+        return path
+
+    def show(self, path: Path, name: str) -> dict[str, Any]:
+        """What ``servefleet recipes show`` prints: axes, allowed values, defaults, targets."""
+        raise NotImplementedError
+
+    def resolve(
+        self, path: Path, name: str, strategy: str | None, options: Mapping[str, Any]
+    ) -> ServeSpec:
+        """Resolve a selection; ``options`` maps the keywords of :attr:`options` to values."""
+        raise NotImplementedError
+
+    # -- hosts
+
+    def devices_env_for(self, hardware: Hardware) -> str:
+        """The unit variable that gives a server its devices on this host."""
+        return self.devices_env
+
+    def resolve_data(self, settings: Wants, sku: str | None = None) -> ServeSpec:
+        """The serving spec the data selects (for the host's device model, once known)."""
+        raise NotImplementedError
+
+    def hardware(self, probe: dict[str, Any]) -> Hardware:
+        """The host's devices, from the probe's output."""
+        raise NotImplementedError
+
+    def refusal(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> str | None:
+        """Why this host must not serve the spec (one line), or None."""
+        raise NotImplementedError
+
+    def driver_needed(self, settings: Wants, hardware: Hardware) -> bool:
+        return False
+
+    def required_pins(self) -> tuple[str, ...]:
+        """Distributions the data must pin for this platform."""
+        raise NotImplementedError
+
+    def top_requirement(self, settings: Wants, spec: ServeSpec) -> tuple[str, str]:
+        """The release's top requirement (``vllm-rbln[kv-connectors]==0.12.0``) and its name."""
+        raise NotImplementedError
+
+    def imports(self, spec: ServeSpec) -> list[str]:
+        """Modules that must import in the release before it counts as installed."""
+        return list(spec.requirements.imports)
+
+    def groups(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> list[str]:
+        """The devices of each server on the host (``0,1``), one entry per instance."""
+        per = spec.servers[0].npus
+        devices = hardware.devices
+        groups = [devices[i : i + per] for i in range(0, len(devices) - per + 1, per)]
+        if settings.serve_instances is not None:
+            groups = groups[: settings.serve_instances]
+        return [",".join(str(d) for d in g) for g in groups]
+
+    def first_start_timeout(self, settings: Wants) -> int:
+        """Seconds a start that compiles or loads from scratch may take to pass the gate."""
+        raise NotImplementedError

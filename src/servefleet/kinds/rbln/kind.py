@@ -1,0 +1,218 @@
+"""RBLN recipe cards on RBLN NPU hosts (RBLN-CR13 first).
+
+Recipes: docs.rbln.ai's JSON cards, bare or inside the page text, named ``rbln/<name>``. Hosts:
+devices from ``rbln-smi -j`` once a driver exists, else from PCI ids; the driver is a runfile
+servefleet installs; a release is ``vllm-rbln`` with its pinned SDK; servers get
+``RBLN_VISIBLE_DEVICES``; a cold first start compiles (pre-warm).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servefleet.errors import RecipeError
+from servefleet.kinds.base import Hardware, Kind, Wants
+from servefleet.kinds.rbln.card import Card, load_card
+from servefleet.kinds.rbln.resolve import (
+    default_selection,
+    pick_option,
+    pick_strategy,
+    resolve_rbln,
+)
+from servefleet.spec import ServeSpec
+
+# PCI device ids of vendor 0x1eff (rbln-npu-feature-discovery's rebellions-pci.ids; rbln.md §1.3);
+# the second id of each pair is the SR-IOV virtual function.
+RBLN_VENDOR = "1eff"
+SKU_BY_PCI_DEVICE = {
+    "1020": "RBLN-CA02", "1021": "RBLN-CA02", "1110": "RBLN-CA11", "1111": "RBLN-CA11",
+    "1120": "RBLN-CA12", "1121": "RBLN-CA12", "1150": "RBLN-CA15", "1210": "RBLN-CA21",
+    "1211": "RBLN-CA21", "1220": "RBLN-CA22", "1221": "RBLN-CA22", "1250": "RBLN-CA25",
+    "1251": "RBLN-CA25", "2030": "RBLN-CR03", "2031": "RBLN-CR03", "2130": "RBLN-CR13",
+    "2131": "RBLN-CR13", "2230": "RBLN-CR23", "2231": "RBLN-CR23",
+}  # fmt: skip
+
+
+def hardware_from_probe(probe: dict[str, Any]) -> Hardware:
+    """Read the probe's ``rbln-smi -j`` output, or its ``lspci -n`` lines before a driver."""
+    smi = probe.get("smi")
+    if smi:
+        devices = smi.get("devices") or []
+        return Hardware(
+            source="rbln-smi",
+            skus=tuple(str(d.get("name")) for d in devices),
+            devices=tuple(int(d.get("npu", i)) for i, d in enumerate(devices)),
+            driver_version=smi.get("KMD_version"),
+        )
+    skus = []
+    for line in probe.get("pci") or []:
+        # "03:00.0 1200: 1eff:2130" (slot, class, vendor:device[, (rev xx)])
+        for field in line.split():
+            vendor, _, device = field.partition(":")
+            if vendor.lower() == RBLN_VENDOR and len(device) == 4:
+                skus.append(SKU_BY_PCI_DEVICE.get(device.lower(), f"unknown 1eff:{device}"))
+    return Hardware("lspci", tuple(skus), tuple(range(len(skus))), None)
+
+
+def is_card(obj: Any) -> bool:
+    """An RBLN card has ``strategies`` whose options carry a ``grid``."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("strategies"), list):
+        return False
+    for s in obj["strategies"]:
+        if isinstance(s, dict) and isinstance(s.get("options"), list):
+            if any(isinstance(o, dict) and "grid" in o for o in s["options"]):
+                return True
+    return False
+
+
+def describe(card: Card) -> dict[str, Any]:
+    """What a card offers, per strategy and target: axes, defaults, recommended, excluded."""
+    return {
+        "recipe": card.name,
+        "kind": "rbln",
+        "model": card.model,
+        "display_axes": card.axes,
+        "strategies": [
+            {
+                "slug": s.slug,
+                "label": s.label,
+                "targets": [
+                    {
+                        "target": o.target,
+                        "npus": o.npus,
+                        "skus": o.skus,
+                        "axes": o.grid.offered(),
+                        "defaults": default_selection(o.grid),
+                        "recommended": default_selection(o.grid, recommended=True),
+                        "excluded": o.grid.excluded,
+                    }
+                    for o in s.options
+                ],
+            }
+            for s in card.strategies
+        ],
+    }
+
+
+def parse_sets(
+    sets: tuple[str, ...], card: Card, target: str, strategy: str | None
+) -> dict[str, str]:
+    """``AXIS=VALUE`` items of ``--set`` as a map; one that is not names what is offered."""
+    out: dict[str, str] = {}
+    for item in sets:
+        axis, eq, value = item.partition("=")
+        if not eq or not axis:
+            grid = pick_option(card, pick_strategy(card, strategy), target).grid
+            offered = "; ".join(f"{a}: {', '.join(v)}" for a, v in grid.offered().items())
+            raise RecipeError(f"--set {item!r} is not AXIS=VALUE (offered: {offered})")
+        out[axis] = value
+    return out
+
+
+class Rbln(Kind):
+    kind = "rbln"
+    label = "an RBLN recipe card"
+    options = {
+        "--target": "target",
+        "--set": "sets",
+        "--recommended": "recommended",
+        "--sku": "sku",
+        "--compiler-version": "compiler_version",
+    }
+    name = "rbln"
+    device_word = "NPUs"
+    devices_env = "RBLN_VISIBLE_DEVICES"
+    driver_step = "runfile"
+    compiles = True
+
+    # -- recipes
+
+    def detect(self, path: Path, text: str) -> bool:
+        start = text.find("{")
+        if start >= 0:
+            try:
+                if is_card(json.JSONDecoder().raw_decode(text, start)[0]):
+                    return True
+            except json.JSONDecodeError:
+                pass
+        try:
+            return is_card(yaml.safe_load(text))
+        except yaml.YAMLError:
+            return False
+
+    def locate(self, rest: str, base: Path) -> Path | None:
+        path = base / "rbln" / f"{rest}.json"
+        return path if path.is_file() else None
+
+    def names(self, base: Path) -> list[str]:
+        return [f"rbln/{p.stem}" for p in sorted((base / "rbln").glob("*.json"))]
+
+    def show(self, path: Path, name: str) -> dict[str, Any]:
+        return describe(load_card(path, name=name))
+
+    def resolve(
+        self, path: Path, name: str, strategy: str | None, options: Mapping[str, Any]
+    ) -> ServeSpec:
+        card = load_card(path, name=name)
+        target = options.get("target") or "Latency"
+        return resolve_rbln(
+            card,
+            target=target,
+            strategy=strategy,
+            sets=parse_sets(options.get("sets", ()), card, target, strategy),
+            recommended=bool(options.get("recommended")),
+            sku=options.get("sku"),
+            compiler_version=options.get("compiler_version"),
+        )
+
+    # -- hosts
+
+    def resolve_data(self, settings: Wants, sku: str | None = None) -> ServeSpec:
+        card = load_card(self.path_of(settings.serve_recipe), name=settings.serve_recipe)
+        return resolve_rbln(
+            card,
+            target=settings.serve_target,
+            strategy=settings.serve_strategy,
+            sets=settings.serve_selection,
+            recommended=settings.serve_recommended,
+            sku=sku,
+            compiler_version=settings.sdk_pins["rebel-compiler"],
+        )
+
+    def hardware(self, probe: dict[str, Any]) -> Hardware:
+        return hardware_from_probe(probe)
+
+    def refusal(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> str | None:
+        if not hardware.devices:
+            return (
+                f"no RBLN NPU found (by {hardware.source}); "
+                f"the recipe needs one of {', '.join(spec.skus)}"
+            )
+        if hardware.sku not in spec.skus:
+            found = ", ".join(sorted(set(hardware.skus)))
+            return (
+                f"host SKU {found} is not one {spec.recipe} is verified on ({', '.join(spec.skus)})"
+            )
+        return None
+
+    def driver_needed(self, settings: Wants, hardware: Hardware) -> bool:
+        return hardware.driver_version != settings.driver_version
+
+    def required_pins(self) -> tuple[str, ...]:
+        return ("rebel-compiler", "vllm-rbln")
+
+    def top_requirement(self, settings: Wants, spec: ServeSpec) -> tuple[str, str]:
+        extras = spec.requirements.vllm_rbln_extras
+        shown = f"[{','.join(extras)}]" if extras else ""
+        return f"vllm-rbln{shown}=={settings.sdk_pins['vllm-rbln']}", "vllm-rbln"
+
+    def first_start_timeout(self, settings: Wants) -> int:
+        return settings.serve_prewarm_timeout
+
+
+KIND = Rbln()

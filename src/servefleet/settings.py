@@ -1,0 +1,456 @@
+"""Deploy data: every key, written once, and a host's data validated into :class:`Settings`.
+
+Each field of :class:`Settings` is one data key: its name, type, check (:mod:`servefleet.checks`),
+default and one-line meaning (``key(check, default, doc)``), in the order the README's data table
+lists them (``python -m servefleet.datadoc``). Override a key per group
+(``group_data/<group>.py``), per host (inventory host tuples) or per run (``pyinfra ... --data
+serve_target=Throughput``). Secrets are never data: data names the environment variables that
+hold them.
+
+Pure Python (no pyinfra import): the deploy files call :func:`settings_from` on ``host.data`` at
+the top, before any operation is added; a key the host has no data for takes its default here,
+the one place defaults are applied. The data is validated whole, one check per key in the table's
+order, then across keys; the first bad key stops the run with one line ``<key>: <value> <what is
+wrong>; allowed: <what is>`` and no host changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from servefleet import checks as c
+from servefleet.checks import Check, Index, canonical_name
+from servefleet.errors import DataError, RecipeError
+from servefleet.kinds import kind_of
+from servefleet.kinds.rbln import defaults as rbln
+
+__all__ = [
+    "DEFAULTS",
+    "KEYS",
+    "PREFIXES",
+    "Index",
+    "Settings",
+    "canonical_name",
+    "default_settings",
+    "load_defaults",
+    "settings_from",
+]
+
+# A data key is a name with one of these prefixes, one per area
+PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_")
+
+
+@dataclass(frozen=True)
+class _Trusted:
+    """A check that depends on ``pip_trusted_hosts`` (http is allowed on those hosts only)."""
+
+    make: Callable[[frozenset[str] | None], Check]
+
+
+def key(check: Check | _Trusted, default: Any, doc: str) -> Any:
+    """One data key of :class:`Settings`: its check, its default (as data gives it) and its
+    one-line meaning. The field itself holds the checked value."""
+    return field(metadata={"check": check, "default": default, "doc": doc})
+
+
+def _url(optional: bool = True, placeholder: str = "") -> _Trusted:
+    def make(trusted: frozenset[str] | None) -> Check:
+        check = c.url_check(trusted, placeholder)
+        return c.optional(check) if optional else check
+
+    return _Trusted(make)
+
+
+def _controller_dir(optional: bool = False) -> Check:
+    check = c.one_line("a controller directory", "a directory path on the controller")
+    return c.optional(check) if optional else check
+
+
+_env_name = c.matching(c.ENV_NAME, "an environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
+_sha256 = c.matching(c.SHA256, "a sha256", "64 lowercase hex digits")
+_model = c.matching(c.MODEL_ID, "a model id", c.MODELS_ALLOWED)
+_installer_arg = c.one_line("an argument", "arguments without control characters", empty=True)
+_deb_package = c.matching(c.DEB_PACKAGE, "a Debian package name", c.DEB_PACKAGE_ALLOWED)
+_gpu = c.matching(c.SLUG, "a GPU id", "a GPU id of vLLM's taxonomy (h200, b200, mi300x, ...)")
+_revision = c.matching(c.REVISION, "a commit", "40 lowercase hex digits")
+_host_name = c.one_line("an inventory host name", "a host name of the inventory")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated deploy data for one host: one field per data key (see each key's meaning)."""
+
+    # --- driver: the RBLN kernel driver (KMD), from Rebellions' runfile (RBLN Portal download)
+    driver_version: str = key(
+        c.pep440_version,
+        "3.5.1",
+        "wanted driver version, as `rbln-smi -j` reports it (KMD_version)",
+    )
+    driver_runfile_url: str | None = key(
+        _url(placeholder="{version}"),
+        None,
+        "URL of rebellions-x86_64-{version}.run ({version} is filled in)",
+    )
+    driver_sha256: dict[str, str] = key(
+        c.entries(c.pep440_version, _sha256, "driver version -> sha256 of its runfile"),
+        {},
+        "driver version -> sha256 of its runfile; a runfile that differs is refused",
+    )
+    driver_installer_args: tuple[str, ...] = key(
+        c.listed(_installer_arg, "a list of arguments without control characters"),
+        ["--silent"],
+        "arguments for the runfile: unattended install",
+    )
+    driver_apt_packages: tuple[str, ...] = key(
+        c.listed(_deb_package, c.DEB_PACKAGE_ALLOWED),
+        ["dkms", "linux-headers-{kernel}"],
+        "prerequisites; {kernel} = `uname -r`",
+    )
+    driver_apt_repo: dict[str, str] | None = key(
+        c.optional(c.apt_repo),
+        None,
+        'extra apt source for them: {"src": "deb [signed-by=KEYRING] URL SUITE", "key": local key file}',
+    )
+
+    # --- sdk: the serving stack (RBLN: the SDK, rbln.md §0; GPU hosts: upstream vLLM)
+    sdk_pins: dict[str, str] = key(
+        c.sdk_pins, rbln.SDK_PINS, "exact pins of every SDK package; only `==` is accepted"
+    )
+    sdk_extra_packages: dict[str, tuple[str, ...]] = key(
+        c.entries(
+            c.package_name, c.listed(c.package_name, c.PACKAGES_ALLOWED), "extra -> package names"
+        ),
+        rbln.SDK_EXTRA_PACKAGES,
+        "vllm-rbln extra -> what it brings (installed only when the selection needs it)",
+    )
+    sdk_python: str = key(c.command, "python3", "interpreter the release venvs are made with")
+    sdk_installer: str = key(
+        c.installer,
+        "uv",
+        "uv (its binary shipped from the controller) or pip (where uv cannot run)",
+    )
+    sdk_lock: str | None = key(
+        _controller_dir(optional=True),
+        None,
+        "lock directory `servefleet lock` writes (locks/prod); None = unlocked releases",
+    )
+    sdk_lock_python: str = key(
+        c.python_specifier,
+        ">=3.10",
+        "Python versions a lock resolves for (the hosts' sdk_python among them)",
+    )
+    sdk_wheel_cache: str = key(
+        _controller_dir(),
+        "~/.cache/servefleet/wheels",
+        "wheels built once from sdists; hosts never build",
+    )
+    sdk_source: str = key(
+        c.package_source,
+        "index",
+        "index: hosts fetch packages, models, driver themselves; wheelhouse: copied from sdk_wheelhouse (needs sdk_lock)",
+    )
+    sdk_wheelhouse: str | None = key(
+        _controller_dir(optional=True),
+        None,
+        'controller directory `servefleet wheelhouse DIR` filled from the lock (sdk_source = "wheelhouse")',
+    )
+
+    # --- pip: where packages come from
+    pip_indexes: tuple[Index, ...] = key(
+        _Trusted(lambda trusted: c.indexes(c.url_check(trusted))),
+        rbln.PIP_INDEXES,
+        "index -> url, the packages it owns, the glibc its wheels need; each package comes only from its owner",
+    )
+    pip_public_index: str | None = key(
+        _url(), None, "index for every other package; None = the host's own pip configuration"
+    )
+    pip_trusted_hosts: tuple[str, ...] = key(
+        c.trusted_hosts,
+        [],
+        "hosts reached over plain http (pip, driver runfile, model store): the lab's servers",
+    )
+
+    # --- creds: names of the controller's environment variables holding secrets (never the values)
+    creds_index_user_env: str = key(
+        _env_name, "RBLN_INDEX_USER", 'user name for indexes with "auth": True'
+    )
+    creds_index_password_env: str = key(
+        _env_name, "RBLN_INDEX_PASSWORD", 'password for indexes with "auth": True'
+    )
+    creds_hf_token_env: str = key(
+        _env_name, "HF_TOKEN", "Hugging Face token for gated models (optional)"
+    )
+
+    # --- serve: what to serve, and where it lives on the host
+    serve_recipe: str = key(
+        c.one_line("a recipe", "a recipe name (rbln/<name>) or a recipe file path"),
+        "rbln/gpt-oss-120b",
+        "recipe name under recipes/ or a path to a recipe file",
+    )
+    serve_strategy: str | None = key(
+        c.optional(c.matching(c.SLUG, "a strategy slug", "a slug of [a-z0-9_-]")),
+        None,
+        "strategy slug; None = the recipe's first",
+    )
+    serve_target: str = key(c.serve_target, "Latency", "Latency or Throughput")
+    serve_selection: dict[str, str] = key(
+        c.selection, {}, "axis -> value, over the defaults (like `servefleet resolve --set`)"
+    )
+    serve_recommended: bool = key(
+        c.flag, False, "start from the recipe's recommended selection instead of its base"
+    )
+    serve_base_port: int = key(
+        c.whole(1, c.MAX_PORT), 8000, "instance i listens on serve_base_port + i"
+    )
+    serve_host: str | None = key(
+        c.optional(c.host_name), None, "address for `--host`; None = vLLM's default (all addresses)"
+    )
+    serve_user: str = key(c.user_name, "servefleet", "system user the servers run as")
+    serve_root: str = key(
+        c.directory,
+        "/opt/servefleet",
+        "releases/<id> (one venv each), current -> the serving release",
+    )
+    serve_home: str = key(c.directory, "/var/lib/servefleet", "HOME of serve_user")
+    serve_cache_root: str = key(
+        c.directory, "/var/cache/servefleet/vllm", "VLLM_CACHE_ROOT, shared by every release"
+    )
+    serve_prewarm_timeout: int = key(
+        c.whole(1), 14400, "seconds a cold first start (it compiles) may take to get healthy"
+    )
+    serve_health_timeout: int = key(
+        c.whole(1), 300, "seconds a warm (re)start may take to answer /health and a chat"
+    )
+    serve_hardware: str | None = key(
+        c.optional(_gpu),
+        None,
+        "vLLM recipes: the hosts' GPU id (h200, mi300x, ...); None = the default",
+    )
+    serve_variant: str | None = key(
+        c.optional(c.matching(c.SLUG, "a variant", "a variant name of the recipe")),
+        None,
+        "vLLM recipes: variant (default, fp8, ...); None = the recipe's choice",
+    )
+    serve_features: dict[str, str] = key(
+        c.features,
+        {},
+        "vLLM recipes: feature -> on, off or a mode (opt-in features are off unless named)",
+    )
+    serve_instances: int | None = key(
+        c.optional(c.whole(1, 64)),
+        None,
+        "servers per host; None = RBLN: as many as the NPUs hold, GPU: one",
+    )
+    serve_load_timeout: int = key(
+        c.whole(1), 1800, "GPU: seconds a start may take to load the model and capture CUDA graphs"
+    )
+    serve_prewarm_scope: str = key(
+        c.prewarm_scope, "host", "host: each host compiles; fleet: one compiles, the rest copy it"
+    )
+    serve_prewarm_host: str | None = key(
+        c.optional(_host_name),
+        None,
+        "fleet scope: a host without NPUs that compiles (compile only) instead",
+    )
+    serve_prewarm_store: str = key(
+        _controller_dir(),
+        "~/.cache/servefleet/prewarm",
+        "fleet scope: the copies, on the controller",
+    )
+
+    # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
+    models_hf_home: str = key(
+        c.directory, "/var/lib/servefleet/hf", "HF_HOME of the servers (models in $HF_HOME/hub)"
+    )
+    models_store_url: str | None = key(
+        _url(), None, "None = the Hugging Face hub; else a store serving <org>/<name>.tar.gz"
+    )
+    models_revisions: dict[str, str] = key(
+        c.entries(_model, _revision, c.MODELS_ALLOWED),
+        {},
+        "model id -> 40-hex commit it is pinned to; none = the hub's main / the store's manifest",
+    )
+    models_sha256: dict[str, str] = key(
+        c.entries(_model, _sha256, c.MODELS_ALLOWED),
+        {},
+        "model id -> sha256 of its store archive; none = the store's manifest",
+    )
+
+    # The secrets the creds_* keys name, read from the controller's environment (never data)
+    index_user: str | None = field(default=None, repr=False)
+    index_password: str | None = field(default=None, repr=False)
+    hf_token: str | None = field(default=None, repr=False)
+
+    def owner_of(self, package: str) -> Index | None:
+        """The index that owns ``package``, or None for the public index."""
+        name = canonical_name(package)
+        return next((i for i in self.pip_indexes if name in i.packages), None)
+
+
+KEYS = tuple(f.name for f in fields(Settings) if "check" in f.metadata)  # every data key, in order
+DEFAULTS: dict[str, Any] = {
+    f.name: f.metadata["default"] for f in fields(Settings) if f.name in KEYS
+}
+DOCS: dict[str, str] = {f.name: f.metadata["doc"] for f in fields(Settings) if f.name in KEYS}
+
+
+def load_defaults() -> dict[str, Any]:
+    """Every data key with its default (a copy of :data:`DEFAULTS`)."""
+    return copy.deepcopy(DEFAULTS)
+
+
+def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
+    """One check per data key, in the table's order; http is allowed on ``trusted``."""
+    out = {}
+    for f in fields(Settings):
+        check = f.metadata.get("check")
+        if check is not None:
+            out[f.name] = check.make(trusted) if isinstance(check, _Trusted) else check
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Across keys: run right after the later key of each pair, so the first bad key is reported
+
+
+def _kind_pinned(pins: dict[str, str], recipe: Any) -> None:
+    """The recipe's kind needs its packages pinned (RBLN: rebel-compiler and vllm-rbln; GPU:
+    vllm). A recipe that is not a name of one is left to serve_recipe's own check."""
+    try:
+        required = kind_of(recipe).required_pins() if isinstance(recipe, str) else ()
+    except RecipeError:
+        return
+    for name in required:
+        if name not in pins:
+            raise DataError(
+                f"sdk_pins: {name} must be pinned; allowed: a list that pins {', '.join(required)}"
+            )
+
+
+def _all_pinned(values: dict[str, Any], owners: dict[str, tuple[str, ...]]) -> None:
+    pins = values["sdk_pins"]
+    for where, packages in owners.items():
+        for package in packages:
+            if package not in pins:
+                raise DataError(
+                    f"{where}: {package} has no pin in sdk_pins; "
+                    f"allowed: one of {', '.join(sorted(pins))}"
+                )
+
+
+def _extras_pinned(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    extras = values["sdk_extra_packages"].items()
+    _all_pinned(values, {f"sdk_extra_packages.{name}": packages for name, packages in extras})
+
+
+def _indexes_pinned(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    _all_pinned(values, {f"pip_indexes.{i.name}": i.packages for i in values["pip_indexes"]})
+
+
+def _wheelhouse(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    if values["sdk_source"] != "wheelhouse":
+        return
+    unset = [key for key in ("sdk_lock", "sdk_wheelhouse") if not values[key]]
+    if unset:
+        raise DataError(
+            f"sdk_source: 'wheelhouse' needs {' and '.join(unset)} set; allowed: index, or "
+            "wheelhouse with sdk_lock (`servefleet lock`) and sdk_wheelhouse (`servefleet "
+            "wheelhouse DIR`)"
+        )
+
+
+def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    if values["sdk_source"] == "wheelhouse":  # hosts reach no index; `servefleet wheelhouse` did
+        return
+    for index in values["pip_indexes"]:
+        if index.auth:
+            for key in ("creds_index_user_env", "creds_index_password_env"):
+                if not environ.get(values[key]):
+                    raise DataError(
+                        f"{key}: environment variable {values[key]} is not set "
+                        f"(needed for the {index.name} index)"
+                    )
+
+
+_ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
+    "sdk_extra_packages": _extras_pinned,
+    "sdk_wheelhouse": _wheelhouse,
+    "pip_indexes": _indexes_pinned,
+    "creds_index_password_env": _credentials,
+}
+
+
+def _refuse_unknown(keys: Iterable[str]) -> None:
+    for key in sorted(k for k in keys if isinstance(k, str) and k.startswith(PREFIXES)):
+        if key not in KEYS:
+            close = c.closest(key, KEYS)
+            hint = (
+                f"did you mean {close}?" if close else "allowed: the keys of servefleet/settings.py"
+            )
+            raise DataError(f"{key if key.isprintable() else repr(key)}: unknown data key; {hint}")
+
+
+def settings_from(
+    get: Callable[[str], Any],
+    environ: Mapping[str, str] | None = None,
+    keys: Iterable[str] | None = None,
+) -> Settings:
+    """Validate a host's data (``host.data.get``) whole into Settings; DataError names the key.
+
+    + get: returns the value of a data key (None when unset)
+    + environ: where credential variables are read from (default: this process's environment)
+    + keys: every data key the host has (``host.data.dict().keys()``): ones with our prefixes
+      that the defaults do not define are refused, and a key the host lacks takes its default,
+      as inside the deploys (None: ``get`` answers for every key)
+    """
+    environ = os.environ if environ is None else environ
+    have = None if keys is None else set(keys)
+    if have is not None:
+        _refuse_unknown(have)
+
+    def read(key: str) -> Any:
+        return get(key) if have is None or key in have else copy.deepcopy(DEFAULTS[key])
+
+    values: dict[str, Any] = {}
+    for key, check in _checks(c.trusted_of(read("pip_trusted_hosts"))).items():
+        try:
+            values[key] = check(read(key))
+        except c.Refused as e:
+            raise e.error(key) from None
+        if key == "sdk_pins":
+            _kind_pinned(values[key], read("serve_recipe"))
+        if key in _ACROSS:
+            _ACROSS[key](values, environ)
+
+    def secret(key: str) -> str | None:
+        return environ.get(values[key]) or None
+
+    return Settings(
+        **values,
+        index_user=secret("creds_index_user_env"),
+        index_password=secret("creds_index_password_env"),
+        hf_token=secret("creds_hf_token_env"),
+    )
+
+
+def default_settings(recipe: str | None = None, compiler_version: str | None = None) -> Settings:
+    """The deploy's settings from the default data (``serve_recipe`` and the rebel-compiler pin
+    replaced when given). Credentials are not read: nothing rendered from these holds them.
+
+    + recipe: the recipe to serve instead of the default's
+    + compiler_version: the rebel-compiler version to pin instead of the default's
+    """
+    data = load_defaults()
+    if recipe:
+        data["serve_recipe"] = recipe
+    if compiler_version:
+        data["sdk_pins"] = [
+            f"rebel-compiler=={compiler_version}" if p.startswith("rebel-compiler==") else p
+            for p in data["sdk_pins"]
+        ]
+    unused = {data[key]: "-" for key in ("creds_index_user_env", "creds_index_password_env")}
+    return settings_from(data.get, unused)
