@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from packaging.version import Version
 
-from servefleet.settings import Index
+from servefleet.checks import Index
 
 _LIBC = re.compile(r"glibc ([0-9]+\.[0-9]+)")
 
