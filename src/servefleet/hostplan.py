@@ -16,7 +16,6 @@ from servefleet.checks import MAX_PORT
 from servefleet.errors import DataError, RecipeError
 from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.kinds import Hardware, Kind, kind_named, kind_of
-from servefleet.kinds.rbln.kind import SKU_BY_PCI_DEVICE, hardware_from_probe
 from servefleet.lock import load_lock
 from servefleet.release import ReleasePlan, plan_release, unlocked
 from servefleet.render import render_unit
@@ -25,7 +24,7 @@ from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import Copy, host_copies
 
-__all__ = ["SKU_BY_PCI_DEVICE", "Hardware", "HostPlan", "hardware_from_probe", "plan_host"]
+__all__ = ["Hardware", "HostPlan", "plan_host"]
 
 SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets live on a host
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)

@@ -12,7 +12,8 @@ from systemd_parse import parse_unit
 from servefleet.cli import main
 from servefleet.datadoc import BEGIN, END, data_table
 from servefleet.errors import DataError
-from servefleet.hostplan import hardware_from_probe, plan_host, resolve_for
+from servefleet.hostplan import plan_host, resolve_for
+from servefleet.kinds.rbln.kind import hardware_from_probe
 from servefleet.release import plan_release
 from servefleet.settings import load_defaults, settings_from
 
