@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from servefleet.kinds import KINDS
 from servefleet.kinds.rbln import defaults as rbln
 from servefleet.settings import DEFAULTS, DOCS
 
@@ -36,6 +37,9 @@ def data_table() -> str:
         shown = (
             f"(see {KIND_DEFAULTS})" if any(value is v for v in kind_values) else _literal(value)
         )
+        over = [k.kind for k in KINDS if key in k.defaults]
+        if over:
+            shown += f"; {', '.join(over)} recipes: src/servefleet/kinds/{over[0]}/defaults.py"
         shown = shown.replace("|", "\\|")
         rows.append(f"| `{key}` | `{shown}` | {DOCS[key].replace('|', '/')} |")
     return "\n".join(rows) + "\n"

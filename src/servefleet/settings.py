@@ -317,6 +317,15 @@ def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
 # Across keys: run right after the later key of each pair, so the first bad key is reported
 
 
+def _kind_defaults(recipe: Any) -> Mapping[str, Any]:
+    """The defaults of the kind of the recipe data names, over the table's; none for a recipe
+    that is not found (serve_recipe's own check says what is wrong with it)."""
+    try:
+        return kind_of(recipe).defaults if isinstance(recipe, str) else {}
+    except RecipeError:
+        return {}
+
+
 def _kind_pinned(pins: dict[str, str], recipe: Any) -> None:
     """The recipe's kind needs its packages pinned (RBLN: rebel-compiler and vllm-rbln; GPU:
     vllm). A recipe that is not a name of one is left to serve_recipe's own check."""
@@ -412,8 +421,14 @@ def settings_from(
     if have is not None:
         _refuse_unknown(have)
 
+    kind_defaults = _kind_defaults(
+        get("serve_recipe") if have is None or "serve_recipe" in have else DEFAULTS["serve_recipe"]
+    )
+
     def read(key: str) -> Any:
-        return get(key) if have is None or key in have else copy.deepcopy(DEFAULTS[key])
+        if have is None or key in have:
+            return get(key)
+        return copy.deepcopy(kind_defaults.get(key, DEFAULTS[key]))
 
     values: dict[str, Any] = {}
     for key, check in _checks(c.trusted_of(read("pip_trusted_hosts"))).items():

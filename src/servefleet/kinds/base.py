@@ -93,12 +93,15 @@ class Kind:
 
     Hosts:
     + name: the name of its hosts' platform (``rbln``, ``gpu``; a release's stack name)
+    + defaults: data key -> this kind's default, over the key table's (a host whose data sets
+      the key keeps its own)
     """
 
     kind = ""
     label = ""
     options: Mapping[str, str] = {}
     name = ""
+    defaults: Mapping[str, Any] = {}
     devices_env = ""  # the unit variable that gives a server its devices
     device_word = "devices"  # how units and messages name them
     driver_step = ""  # "runfile" (installed by servefleet) or "check" (must be there)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.kinds.base import Hardware, Kind, Wants
+from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.spec import ServeSpec
 
 # What the probe runs (its output lands under "gpus"): one CSV line per GPU
@@ -87,6 +88,7 @@ class Vllm(Kind):
         "--task": "task",
     }
     name = "gpu"
+    defaults = vllm_defaults.DEFAULTS
     device_word = "GPUs"
     devices_env = "CUDA_VISIBLE_DEVICES"
     driver_step = "check"
