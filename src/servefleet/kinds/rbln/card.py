@@ -16,7 +16,6 @@ module are its names as callers knew them.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import shlex
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.errors import RecipeError
-from servefleet.kinds.loader import read_recipe_text
+from servefleet.kinds.loader import load_json, read_recipe_text
 
 T = TypeVar("T")
 
@@ -164,7 +163,17 @@ def parse_arg_fragment(key: str, fragment: str) -> list[str]:
     tokens = _split_fragment(f"arg {key}", fragment)
     if not tokens or not (tokens[0] == key or tokens[0].startswith(key + "=")):
         raise RecipeError(f"arg {key}: fragment {fragment!r} does not start with {key}")
+    if any(_is_option(v) for v in tokens[1:]):
+        raise RecipeError(
+            f"arg {key}: fragment {fragment!r} is more than one option; allowed: "
+            f"'{key}', '{key} VALUE' or '{key}=VALUE'"
+        )
     return tokens
+
+
+def _is_option(token: str) -> bool:
+    """A word that vLLM's parser reads as an option (``--host``), not a value (``-1``)."""
+    return token.startswith("-") and not re.fullmatch(r"-[0-9.]+([eE][-+]?[0-9]+)?", token)
 
 
 def parse_env_fragment(key: str, fragment: str) -> str:
@@ -194,10 +203,7 @@ def decode_card_text(text: str, source: str) -> dict[str, Any]:
     start = text.find("{")
     if start < 0:
         raise RecipeError(f"{source}: no JSON object found")
-    try:
-        obj, _ = json.JSONDecoder().raw_decode(text, start)
-    except json.JSONDecodeError as exc:
-        raise RecipeError(f"{source}: malformed JSON: {exc}") from None
+    obj, _ = load_json(text, source, start)
     if not isinstance(obj, dict):
         raise RecipeError(f"{source}: the card is not a JSON object")
     return obj
@@ -228,6 +234,9 @@ def _str_map(obj: Any, where: str, errors: _Errors) -> dict[str, Any]:
 
 
 SLUG = re.compile(r"[a-z0-9_-]+\Z")
+BARE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a launcher's words: vllm serve
+MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # ORG/NAME
+MAX_NPUS = 64  # devices one server may take (a CR13 host has 16)
 # what may stand in a unit's comments and Description= (model ids, targets, SKUs): no control
 # characters, no systemd specifier or variable characters
 NAME = re.compile(r"[A-Za-z0-9._/-]+\Z")
@@ -238,6 +247,13 @@ def _check(pattern: re.Pattern[str], value: str, what: str, errors: _Errors) -> 
         return True
     allowed = "[a-z0-9_-]" if pattern is SLUG else "[A-Za-z0-9._/-]"
     errors.add(f"{what} {value!r} has characters outside {allowed}")
+    return False
+
+
+def _model_id(value: str, what: str, errors: _Errors) -> bool:
+    if MODEL_ID.match(value):
+        return True
+    errors.add(f"{what} {value!r} is not a model id; allowed: ORG/NAME of [A-Za-z0-9._-]")
     return False
 
 
@@ -307,6 +323,13 @@ def _parse_role(obj: Any, where: str, errors: _Errors) -> Role | None:
             errors.add(f"{where}.launcher: {exc}")
         if not tokens and isinstance(launcher, str):
             errors.add(f"{where}.launcher is empty")
+        bad = [t for t in tokens if not BARE_WORD.match(t)]
+        if bad:
+            errors.add(
+                f"{where}.launcher {launcher!r}: {bad[0]!r} is not a bare word; allowed: "
+                "command words of [A-Za-z0-9._-] such as 'vllm serve' (no paths, no options)"
+            )
+            tokens = []
     args = _parse_args(obj.get("args"), f"{where}.args", errors)
     envs = _parse_envs(obj.get("envs"), f"{where}.envs", errors)
     return Role(role=role, launcher=tokens, args=args, envs=envs)
@@ -319,6 +342,8 @@ def _parse_grid(obj: Any, where: str, card_model: str, errors: _Errors) -> Grid 
     model = obj.get("model") or card_model
     if not isinstance(model, str) or not model:
         errors.add(f"{where}: no model (grid.model or the card's model)")
+        model = ""
+    elif not _model_id(model, f"{where}.model", errors):
         model = ""
     base_raw = obj.get("base")
     base: list[Role] = []
@@ -422,7 +447,11 @@ def _parse_option(obj: Any, where: str, card_model: str, errors: _Errors) -> Opt
         target = ""
     npus = obj.get("npus")
     if not isinstance(npus, int) or isinstance(npus, bool) or npus < 1:
-        errors.add(f"{where}.npus must be a positive integer, got {npus!r}")
+        errors.add(f"{where}.npus must be a positive integer, got {npus!r}"[:200])
+        npus = 1
+    elif npus > MAX_NPUS:
+        shown = str(npus) if len(str(npus)) <= 24 else str(npus)[:21] + "..."
+        errors.add(f"{where}.npus must be at most {MAX_NPUS}, got {shown}")
         npus = 1
     skus = obj.get("skus")
     if not isinstance(skus, list) or not skus or not all(isinstance(s, str) for s in skus):
@@ -447,16 +476,20 @@ def card_from_dict(obj: dict[str, Any], *, name: str, path: Path | None = None) 
     if not isinstance(model, str) or not model:
         errors.add("the card has no 'model' string")
         model = ""
-    elif not _check(NAME, model, "model", errors):
+    elif not _check(NAME, model, "model", errors) or not _model_id(model, "model", errors):
         model = ""
     axes: dict[str, list[str]] = {}
     axes_raw = obj.get("axes") or []
     if isinstance(axes_raw, list):
         for a in axes_raw:
             if isinstance(a, dict) and isinstance(a.get("axis"), str):
+                options = a.get("options") or []
+                if not isinstance(options, list):
+                    errors.add(f"axes {a['axis']}: 'options' must be a list of {{value: ...}}")
+                    continue
                 axes[a["axis"]] = [
                     o["value"]
-                    for o in a.get("options") or []
+                    for o in options
                     if isinstance(o, dict) and isinstance(o.get("value"), str)
                 ]
     strategies: list[Strategy] = []

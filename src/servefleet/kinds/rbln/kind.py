@@ -8,15 +8,13 @@ servefleet installs; a release is ``vllm-rbln`` with its pinned SDK; servers get
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from servefleet.errors import RecipeError
 from servefleet.kinds.base import Hardware, Kind, Wants
+from servefleet.kinds.loader import load_json, load_yaml
 from servefleet.kinds.rbln.card import Card, load_card
 from servefleet.kinds.rbln.resolve import (
     default_selection,
@@ -136,13 +134,13 @@ class Rbln(Kind):
         start = text.find("{")
         if start >= 0:
             try:
-                if is_card(json.JSONDecoder().raw_decode(text, start)[0]):
+                if is_card(load_json(text, str(path), start)[0]):
                     return True
-            except json.JSONDecodeError:
+            except RecipeError:
                 pass
         try:
-            return is_card(yaml.safe_load(text))
-        except yaml.YAMLError:
+            return is_card(load_yaml(text, str(path)))
+        except RecipeError:
             return False
 
     def locate(self, rest: str, base: Path) -> Path | None:

@@ -3,38 +3,19 @@ of its recipes root (cached per mtime), listing. The checks live in ``schema``."
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from servefleet.errors import RecipeError
+from servefleet.kinds.loader import parse_recipe
 from servefleet.kinds.vllm import schema
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.shipped import RECIPES_DIR
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _parse(path: Path, text: str) -> Any:
-    if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise RecipeError(
-                f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
-            ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise RecipeError(f"{path}: malformed YAML{where}: {_one_line(str(problem))}") from None
+    return parse_recipe(text, str(path), json_form=path.suffix == ".json")
 
 
 def _read(path: Path) -> Any:
