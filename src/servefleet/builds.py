@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servefleet.download import credentials_for, opener
 from servefleet.errors import ServefleetError
-from servefleet.lock import Stack, basic_auth, credentials_env, last_error, packages
+from servefleet.lock import Stack, basic_auth, last_error, packages
 from servefleet.prewarm_store import sha256_of
+from servefleet.subenv import child_env
 
 BUILT = "built.json"
 
@@ -118,22 +120,21 @@ def _download(url: str, dest: Path, headers: Mapping[str, str]) -> None:
     import urllib.error
     import urllib.request
 
-    from servefleet.remote.fetch_model import _Redirects
-
     request = urllib.request.Request(url, headers=dict(headers))
-    opener = urllib.request.build_opener(_Redirects)
     try:
-        with opener.open(request, timeout=60) as response, open(dest, "wb") as out:
+        with opener().open(request, timeout=60) as response, open(dest, "wb") as out:
             shutil.copyfileobj(response, out)
     except (urllib.error.URLError, OSError) as e:
         raise BuildError(f"{url}: cannot download ({e})") from None
 
 
-def _auth_headers(st: Stack, index: str, user: str | None, password: str | None) -> dict[str, str]:
-    for i in st.inputs["indexes"]:
-        if i["auth"] and index.rstrip("/") == i["url"] and user and password:
-            return basic_auth(user, password)
-    return {}
+def _auth_headers(st: Stack, url: str, user: str | None, password: str | None) -> dict[str, str]:
+    """The auth indexes' credentials when ``url`` is on one of their origins (never chosen by
+    the index a lock entry names: a lock whose URL alone was edited gets none)."""
+    if not (user and password):
+        return {}
+    auth = [i["url"] for i in st.inputs["indexes"] if i["auth"]]
+    return credentials_for(url, auth, basic_auth(user, password))
 
 
 def build(
@@ -166,9 +167,7 @@ def build(
         interpreter = find_python(python)
         with tempfile.TemporaryDirectory(prefix="servefleet-build-") as tmp:
             src = Path(tmp) / sdist["url"].rsplit("/", 1)[-1]
-            _download(
-                sdist["url"], src, _auth_headers(st, package.get("index", ""), user, password)
-            )
+            _download(sdist["url"], src, _auth_headers(st, sdist["url"], user, password))
             got = sha256_of(src)
             if got != want:
                 raise BuildError(
@@ -217,9 +216,9 @@ def _uv_build(
     if inp["public_index"]:
         indexes += ["--default-index", inp["public_index"]]
     insecure = [a for h in inp["trusted_hosts"] for a in ("--allow-insecure-host", h)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_INDEX", "UV_DEFAULT"))}
-    env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
-    env.update(credentials_env(st, user, password))
+    # the sdist's build backend runs in this environment: the allow-list, no credentials (a
+    # build dependency on an index with auth fails in one line)
+    env = child_env({"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"})
     cmd = [str(uv_binary()), "build", "--wheel", "--no-config", "--python", python,
            *indexes, *insecure, "--out-dir", str(dist), str(sdist)]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

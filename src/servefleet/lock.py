@@ -25,7 +25,6 @@ import base64
 import functools
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servefleet.download import opener
 from servefleet.errors import ServefleetError
+from servefleet.subenv import child_env
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -215,9 +216,13 @@ def resolve(st: Stack, user: str | None = None, password: str | None = None) -> 
     + st: the stack
     + user, password: credentials for indexes with ``auth``
     """
-    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
-    env = {k: v for k, v in env.items() if not k.startswith(("UV_INDEX", "UV_DEFAULT_INDEX"))}
-    env.update(credentials_env(st, user, password))
+    env = child_env(
+        {
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_PROGRESS": "1",
+            **credentials_env(st, user, password),
+        }
+    )
     with tempfile.TemporaryDirectory(prefix="servefleet-lock-") as tmp:
         Path(tmp, "pyproject.toml").write_text(project_toml(st))
         for cmd in (
@@ -278,7 +283,7 @@ def _get(url: str, auth: tuple[str, str] | None) -> int:
     request = urllib.request.Request(url, headers={"Accept": "text/html", **(
         basic_auth(*auth) if auth else {})})  # fmt: skip
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with opener().open(request, timeout=30) as response:
             return int(response.status)
     except urllib.error.HTTPError as e:
         return e.code

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servefleet.download import opener
 from servefleet.errors import DataError, RecipeError, ServefleetError
 from servefleet.lock import (
     Lock,
@@ -159,11 +160,14 @@ def lock_settings(
 Fetch = Callable[[str, Mapping[str, str]], bytes]
 
 
+MAX_MANIFEST = 16 * 1024 * 1024  # bytes of a store's manifest.json the lock reads
+
+
 def _fetch(url: str, headers: Mapping[str, str]) -> bytes:
     request = urllib.request.Request(url, headers=dict(headers))
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return bytes(response.read())
+        with opener().open(request, timeout=30) as response:
+            return bytes(response.read(MAX_MANIFEST + 1))[: MAX_MANIFEST + 1]
     except (urllib.error.URLError, OSError) as e:
         raise LockError(f"{url}: not readable ({e})") from None
 

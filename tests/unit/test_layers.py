@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kinds", ("servefleet.kinds",)),
     ("spec", ("servefleet.spec",)),
     ("base", ("servefleet.errors", "servefleet.shipped", "servefleet.vllm_args",
-              "servefleet.remote")),
+              "servefleet.download", "servefleet.subenv", "servefleet.remote")),
 ]  # fmt: skip
 
 
@@ -54,7 +54,9 @@ def layer_of(module: str) -> int:
     best, found = -1, None
     for i, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            # the package itself ("servefleet", its __init__) names only itself
+            inside = module.startswith(prefix + ".") and prefix != "servefleet"
+            if (module == prefix or inside) and len(prefix) > best:
                 best, found = len(prefix), i
     assert found is not None, f"{module} is in no layer of LAYERS"
     return found

@@ -1,0 +1,136 @@
+"""Credentials on the controller (issue #18): every download goes through one opener whose
+redirects to another origin carry no Authorization header; an sdist's credentials are chosen by
+its URL's origin; the subprocesses that run code from sdists get an allow-listed environment."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servefleet import builds, lock, lockfleet
+from servefleet.download import credentials_for, origin
+from servefleet.lock import basic_auth, stack
+from servefleet.subenv import child_env
+
+SECRET_ENV = {
+    "HF_TOKEN": "hf_secret",
+    "RBLN_INDEX_USER": "u",
+    "RBLN_INDEX_PASSWORD": "index-secret",
+    "UV_INDEX_RBLN_PASSWORD": "index-secret",
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+}
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[dict[str, str]] = []
+    target = ""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.startswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location", self.target + "/landing")
+            self.end_headers()
+            return
+        type(self).seen.append(dict(self.headers))
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def two_origins() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A server on 127.0.0.1 that redirects to another origin (another port), which records
+    the headers it is sent."""
+    _Recorder.seen = []
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder) for _ in range(2)]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    first, other = (f"http://127.0.0.1:{s.server_address[1]}" for s in servers)
+    _Recorder.target = other
+    try:
+        yield first + "/redirect", _Recorder.seen
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+
+
+def auth_stack() -> Any:
+    """A stack whose one index, with auth, owns its one package."""
+    auth = {"name": "rbln", "url": "https://pypi.example/simple", "packages": ["x"], "auth": True}
+    return stack("s", ["x==1"], [], [auth], None, ">=3.10", [])
+
+
+def test_the_lock_owner_check_drops_basic_auth_on_a_redirect_to_another_origin(
+    two_origins: tuple[str, list[dict[str, str]]],
+) -> None:
+    url, seen = two_origins
+    assert lock._get(url, ("u", "index-secret")) == 200
+    assert seen and all("Authorization" not in h for h in seen)
+
+
+def test_the_store_manifest_fetch_drops_the_token_on_a_redirect_to_another_origin(
+    two_origins: tuple[str, list[dict[str, str]]],
+) -> None:
+    url, seen = two_origins
+    assert lockfleet._fetch(url, {"Authorization": "Bearer hf_secret"}) == b"{}"
+    assert seen and all("Authorization" not in h for h in seen)
+
+
+def test_an_sdist_download_drops_credentials_on_a_redirect_to_another_origin(
+    two_origins: tuple[str, list[dict[str, str]]], tmp_path: Path
+) -> None:
+    url, seen = two_origins
+    builds._download(url, tmp_path / "x.tar.gz", basic_auth("u", "index-secret"))
+    assert seen and all("Authorization" not in h for h in seen)
+
+
+def test_sdist_credentials_follow_the_url_origin_not_the_index_a_lock_names() -> None:
+    st = auth_stack()
+    own = builds._auth_headers(st, "https://pypi.example/packages/x-1.tar.gz", "u", "p")
+    assert own == basic_auth("u", "p")
+    # a lock whose URL alone was edited (its entry still names the rbln index) gets none
+    assert builds._auth_headers(st, "https://evil.example/x-1.tar.gz", "u", "p") == {}
+    assert builds._auth_headers(st, "http://pypi.example/x-1.tar.gz", "u", "p") == {}
+    assert origin("https://A.example/x") == origin("https://a.example:443/y")
+    assert (
+        credentials_for("https://a.example:8443/x", ["https://a.example/simple"], {"k": "v"}) == {}
+    )
+
+
+def test_the_build_environment_is_an_allow_list_without_secrets() -> None:
+    env = child_env({"UV_NO_PROGRESS": "1"}, secrets=["LANG"], environ=SECRET_ENV)
+    assert env == {"PATH": "/usr/bin:/bin", "UV_NO_PROGRESS": "1"}
+
+
+def test_uv_build_and_its_build_backend_see_no_credential(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for k, v in SECRET_ENV.items():
+        monkeypatch.setenv(k, v)
+    seen: list[dict[str, str]] = []
+
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(kw["env"])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(builds.subprocess, "run", run)
+    st = auth_stack()
+    builds._uv_build(st, tmp_path / "x-1.tar.gz", "python3", tmp_path, "u", "index-secret")
+    assert seen, "uv build was not run"
+    for env in seen:
+        assert not {"HF_TOKEN", "RBLN_INDEX_PASSWORD", "RBLN_INDEX_USER"} & set(env)
+        assert not any(k.startswith("UV_INDEX") for k in env)
+        assert "index-secret" not in env.values() and "hf_secret" not in env.values()
