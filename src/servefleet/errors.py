@@ -13,3 +13,7 @@ class RecipeError(ServefleetError):
 
 class DataError(ServefleetError):
     """Invalid deploy data (group_data / --data), named by its key."""
+
+
+class ProbeError(ServefleetError):
+    """A host's probe output that a kind cannot read (an odd ``rbln-smi`` or ``amd-smi``)."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.errors import ProbeError, RecipeError
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.loader import load_json, load_yaml
 from servefleet.kinds.rbln.card import Card, load_card
@@ -36,19 +36,39 @@ SKU_BY_PCI_DEVICE = {
 }  # fmt: skip
 
 
+def _from_smi(smi: Any) -> Hardware:
+    """``rbln-smi -j``: ``{"KMD_version": "3.5.1", "devices": [{"npu": 0, "name": ...}]}``."""
+    devices = smi.get("devices") if isinstance(smi, dict) else None
+    driver = smi.get("KMD_version") if isinstance(smi, dict) else None
+    ok = isinstance(smi, dict) and isinstance(devices or [], list)
+    ok = ok and isinstance(driver, (str, type(None)))
+    ok = ok and all(isinstance(d, dict) for d in devices or [])
+    names, indexes = [], []
+    for i, d in enumerate(devices or [] if ok else []):
+        npu = d.get("npu", i)
+        if isinstance(npu, bool) or not isinstance(npu, int) or not 0 <= npu < 1024:
+            ok = False
+            break
+        names.append(str(d.get("name")))
+        indexes.append(npu)
+    if not ok:
+        raise ProbeError(
+            f"rbln-smi -j: unexpected output {str(smi)[:80]!r}; allowed: KMD_version and "
+            "devices, each with an npu index 0-1023 and a name"
+        )
+    return Hardware("rbln-smi", tuple(names), tuple(indexes), driver)
+
+
 def hardware_from_probe(probe: dict[str, Any]) -> Hardware:
     """Read the probe's ``rbln-smi -j`` output, or its ``lspci -n`` lines before a driver."""
     smi = probe.get("smi")
     if smi:
-        devices = smi.get("devices") or []
-        return Hardware(
-            source="rbln-smi",
-            skus=tuple(str(d.get("name")) for d in devices),
-            devices=tuple(int(d.get("npu", i)) for i, d in enumerate(devices)),
-            driver_version=smi.get("KMD_version"),
-        )
+        return _from_smi(smi)
     skus = []
-    for line in probe.get("pci") or []:
+    pci = probe.get("pci") or []
+    if not isinstance(pci, list) or not all(isinstance(line, str) for line in pci):
+        raise ProbeError(f"lspci -n: unexpected output {str(pci)[:80]!r}; allowed: lines of text")
+    for line in pci:
         # "03:00.0 1200: 1eff:2130" (slot, class, vendor:device[, (rev xx)])
         for field in line.split():
             vendor, _, device = field.partition(":")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from servefleet.errors import ProbeError
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.spec import ServeSpec
@@ -29,9 +30,15 @@ NVIDIA_QUERY = [
 AMD_QUERY = ["amd-smi", "static", "--asic", "--vram", "--driver", "--json"]
 
 
+def _number(text: str) -> bool:
+    return text.isdigit() and len(text) < 10
+
+
 def _nvidia(lines: list[str]) -> Hardware | None:
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        return None
     rows = [[f.strip() for f in line.split(",")] for line in lines if line.strip()]
-    if not rows or any(len(r) != 4 or not r[0].isdigit() or not r[2].isdigit() for r in rows):
+    if not rows or any(len(r) != 4 or not _number(r[0]) or not _number(r[2]) for r in rows):
         return None
     return Hardware(
         source="nvidia-smi",
@@ -56,16 +63,25 @@ def _amd(text: str) -> Hardware | None:
     )
     names, devices, memory, driver = [], [], [], None
     for i, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
-        asic, vram = gpu.get("asic") or {}, gpu.get("vram") or {}
+        asic, vram, drv = (_section(gpu, k) for k in ("asic", "vram", "driver"))
         size = vram.get("size") or {}
         value = size.get("value") if isinstance(size, dict) else size
+        index = gpu.get("gpu", i)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 1024:
+            raise ProbeError(f"amd-smi: unexpected gpu index {str(index)[:40]!r}; allowed: 0-1023")
         names.append(str(asic.get("market_name") or "AMD GPU"))
-        devices.append(int(gpu.get("gpu", i)))
-        memory.append(int(str(value)) if str(value).isdigit() else 0)
-        driver = driver or str((gpu.get("driver") or {}).get("version") or "") or None
+        devices.append(index)
+        memory.append(int(str(value)) if str(value).isdigit() and len(str(value)) < 10 else 0)
+        driver = driver or str(drv.get("version") or "") or None
     if not devices:
         return None
     return Hardware("amd-smi", tuple(names), tuple(devices), driver, tuple(memory))
+
+
+def _section(gpu: dict[str, Any], key: str) -> dict[str, Any]:
+    """A section of one GPU in amd-smi's JSON; amd-smi prints ``"N/A"`` for one it cannot read."""
+    value = gpu.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _profile_name(
@@ -156,7 +172,11 @@ class Vllm(Kind):
         )
 
     def hardware(self, probe: dict[str, Any]) -> Hardware:
-        found = _nvidia(probe.get("gpus") or []) or _amd("\n".join(probe.get("amd") or []))
+        amd = probe.get("amd") or []
+        amd_text = (
+            "\n".join(amd) if isinstance(amd, list) and all(isinstance(x, str) for x in amd) else ""
+        )
+        found = _nvidia(probe.get("gpus") or []) or _amd(amd_text)
         return found or Hardware("nvidia-smi", (), (), None)
 
     def devices_env_for(self, hardware: Hardware) -> str:
