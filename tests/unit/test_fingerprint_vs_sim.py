@@ -13,7 +13,7 @@ from rbln_cases import combinations, seed
 
 from servefleet.resolve import resolve_rbln
 
-SIM = Path(__file__).resolve().parents[2] / "lab" / "packages" / "vllm" / "sim.py"
+SIM = Path(__file__).resolve().parents[2] / "src/servefleet/lab/simulator/packages/vllm/sim.py"
 
 
 def _sim():

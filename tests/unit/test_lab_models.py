@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from lab_sim_support import LAB, load
+from lab_sim_support import SIMULATOR, load
 from test_fetch_model import fetch, write_token
 
 from servefleet.lab import fleet
@@ -27,14 +27,13 @@ from servefleet.lab.index import Config, make_server
 from servefleet.lab.state import LabError
 from servefleet.remote import fetch_model
 
-REPO = LAB.parent
 ADDED = ["acme/extra-1", "Zeta.org/model_v2.1"]
 TOKEN = "hf_lab-unit-token"
 
 
 @pytest.fixture(scope="module")
 def builder() -> Any:
-    return load(LAB / "build.py", "servefleet_lab_build_models")
+    return load(SIMULATOR / "build.py", "servefleet_lab_build_models")
 
 
 @pytest.fixture(scope="module")

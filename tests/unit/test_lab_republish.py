@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fake_host import serving
-from lab_sim_support import LAB, PIP_ENV, load
+from lab_sim_support import PIP_ENV, SIMULATOR, load
 from packaging.version import Version
 
 from servefleet.cli import main as cli_main
@@ -42,7 +42,7 @@ from servefleet.lab.republish import (
 )
 from servefleet.lab.state import LabError
 
-build = load(LAB / "build.py", "servefleet_lab_build_republish")
+build = load(SIMULATOR / "build.py", "servefleet_lab_build_republish")
 
 
 @pytest.mark.parametrize(
