@@ -40,6 +40,20 @@ def load(path: Path, name: str) -> ModuleType:
     return module
 
 
+def load_sim(name: str) -> ModuleType:
+    """The simulated server's entry module ``vllm.sim``, its package (the simulated vllm, whose
+    modules import each other relatively) imported under the private name ``name``."""
+    package = SIMULATOR / "packages" / "vllm"
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.sim")
+
+
 def metadata(wheel: Path) -> list[tuple[str, str]]:
     """The METADATA headers of a wheel, in order."""
     with zipfile.ZipFile(wheel) as zf:

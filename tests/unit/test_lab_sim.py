@@ -28,6 +28,7 @@ from lab_sim_support import (
     free_port,
     http,
     load,
+    load_sim,
     metadata,
     pip,
 )
@@ -45,7 +46,7 @@ def builder() -> Any:
 
 @pytest.fixture(scope="session")
 def sim() -> Any:
-    return load(SIMULATOR / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim")
+    return load_sim("servefleet_lab_vllm_sim")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import event, given, settings, strategies as st
-from lab_sim_support import REPO, SIMULATOR, load
+from lab_sim_support import REPO, SIMULATOR, load_sim
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.errors import RecipeError
@@ -27,7 +27,7 @@ from servefleet.vllm_recipes import (
     single_node_strategies,
 )
 
-SIM = load(SIMULATOR / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim_flags")
+SIM = load_sim("servefleet_lab_vllm_sim_flags")
 FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
 REFERENCE = REPO.parent / "shared" / "reference" / "vllm-serve-flags"  # shared/ beside the repo
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}

@@ -29,10 +29,11 @@ sources next to this file (``servefleet/lab/simulator/``, shipped in the servefl
 Wheels and sdist are written directly (no build backend). Their content is pure Python, but the
 wheels of packages that are platform wheels in reality carry the real platform tags (WHEEL's
 ``Tag:`` lines and ``Root-Is-Purelib: false`` match the file name), so a host's installer refuses
-them where the real ones would not install (glibc too old, another Python). Nothing is downloaded except, once,
-the setuptools wheel the sdist builds with (``pip download`` with the machine's own pip
-config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by a hash of the
-simulator sources, the recipes, the kernel release and the MODELs: an unchanged build returns at once.
+them where the real ones would not install (glibc too old, another Python). Nothing is
+downloaded except, once, the setuptools wheel the sdist builds with (``pip download`` with the
+machine's own pip config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by
+a hash of the simulator sources, the recipes, the kernel release and the MODELs: an unchanged
+build returns at once.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def build_wheels(index: Path) -> None:
         vllm_files: dict[str, str | bytes] = {**package_files("vllm", version)}
         for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
             vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
-        vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.sim
+        vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.common
         if build["device"] == "cuda":
             vllm_files["vllm/__init__.py"] = str(vllm_files["vllm/__init__.py"]).replace(
                 "(CPU build)", "(CUDA build, as on PyPI)"
