@@ -1,7 +1,7 @@
-"""The lab's model store without a lab: what lab/build.py puts in it (the recipes' models, drafts
-included, and ``lab up --models`` ids), its manifest, the artifact cache keyed by the added models,
-and a store served by the lab's file server that the fetcher fetches from and ``servefleet lab
-models`` lists."""
+"""The lab's model store without a lab: what lab/simulator/build.py puts in it (the recipes'
+models, drafts included, and ``lab up --models`` ids), its manifest, the artifact cache keyed by
+the added models, and a store served by the lab's file server that the fetcher fetches from and
+``servefleet lab models`` lists."""
 
 from __future__ import annotations
 

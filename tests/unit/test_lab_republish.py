@@ -94,7 +94,7 @@ def test_the_cli_refuses_a_bad_spec_or_index_in_one_line_before_reading_the_lab(
     assert "allowed: private, vllm, torch, public" in lines[0]
 
 
-# the lab's indexes, as lab/build.py fills them (squatters and all)
+# the lab's indexes, as lab/simulator/build.py fills them (squatters and all)
 SERVING: dict[str, dict[Version, list[str]]] = {
     "private": {
         Version("0.12.0"): ["rebel_compiler-0.12.0-py3-none-any.whl"],

@@ -1,7 +1,8 @@
-"""The lab's simulated ``vllm serve`` flag table against the dumps of the real parser's argparse
-actions (lab/packages/vllm/flags, verbatim copies of the reference dumps): every spelling and no
-invented one, the same action kinds, dests, nargs and choices, on both platforms; values accepted
-and refused as vLLM 0.30.0's value parsers do; every command line the product renders parses."""
+"""The simulator's ``vllm serve`` flag table against the dumps of the real parser's argparse
+actions (lab/simulator/packages/vllm/flags, verbatim copies of the reference dumps): every
+spelling and no invented one, the same action kinds, dests, nargs and choices, on both
+platforms; values accepted and refused as vLLM 0.30.0's value parsers do; every command line the
+product renders parses."""
 
 from __future__ import annotations
 

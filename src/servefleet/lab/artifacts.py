@@ -65,8 +65,8 @@ def artifacts_key(sources: Path, models: Sequence[str] = ()) -> str:
 def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path, dict[str, Any]]:
     """Build the lab artifacts (or reuse the cached build); return their directory and manifest.
 
-    Builds of other simulator sources are removed; builds of these sources with other models stay, so
-    a lab up with or without ``--models`` after the other starts warm.
+    Builds of other simulator sources are removed; builds of these sources with other models
+    stay, so a lab up with or without ``--models`` after the other starts warm.
 
     + cache_dir: the lab cache; builds live in ``cache_dir/artifacts/<key>``
     + models: org/name ids the store holds besides the recipes' models
