@@ -1,4 +1,4 @@
-"""The lab's simulated RBLN stack (lab/): artifacts, wheel metadata, the driver runfile,
+"""The simulator's RBLN stack (lab/simulator/): artifacts, wheel metadata, the driver runfile,
 rbln-smi/lspci and the simulated ``vllm serve``. Runs on this machine, no namespaces: every
 simulation path goes under $RBLN_SIM_ROOT, pip runs isolated against the built directories."""
 
