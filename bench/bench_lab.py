@@ -1,7 +1,7 @@
 """Bench (not a test): wall time of `servefleet lab up` cold (no cache: base image built with
-mmdebstrap, lab artifacts built) and warm (everything cached), for 1, 3 and 8 hosts, and of
-`servefleet lab down`. Needs root; removes the lab cache for the cold runs and leaves the
-machine with the lab down.
+mmdebstrap, the simulator's artifacts built) and warm (everything cached), for 1, 3 and 8
+hosts, and of `servefleet lab down`. Needs root; removes the lab cache for the cold runs and
+leaves the machine with the lab down.
 
     sudo .venv/bin/python bench/bench_lab.py [--hosts 1,3,8] [--warm-runs 2]
 """

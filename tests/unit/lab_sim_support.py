@@ -1,5 +1,6 @@
-"""Helpers for tests/unit/test_lab_sim.py: load the lab builder and the simulated server's
-module from lab/ (outside the servefleet package), make throwaway venvs, run the simulation."""
+"""Helpers for tests/unit/test_lab_sim.py: load the simulator's builder and the simulated server's
+modules from src/servefleet/lab/simulator/ (sources, not servefleet modules), make throwaway
+venvs, run the simulation."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-LAB = REPO / "lab"
+SIMULATOR = REPO / "src" / "servefleet" / "lab" / "simulator"
 SQUATTERS = {
     "rebel_compiler-0.12.0-py3-none-any.whl",
     "lmcache_rbln-0.12.0.post1-py3-none-any.whl",
@@ -30,13 +31,27 @@ PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def load(path: Path, name: str) -> ModuleType:
-    """Import a file from lab/ under a private module name."""
+    """Import a file of the simulator under a private module name."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_sim(name: str) -> ModuleType:
+    """The simulated server's entry module ``vllm.sim``, its package (the simulated vllm, whose
+    modules import each other relatively) imported under the private name ``name``."""
+    package = SIMULATOR / "packages" / "vllm"
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.sim")
 
 
 def metadata(wheel: Path) -> list[tuple[str, str]]:

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from fake_host import serving
-from lab_sim_support import LAB, REPO, load
+from lab_sim_support import REPO, SIMULATOR, load
 
 from servefleet import builds
 from servefleet.builds import BuildError, build, sdist_only
 from servefleet.lab.index import Config, make_server
 from servefleet.lock import packages, resolve, stack
 
-lab_build = load(LAB / "build.py", "servefleet_lab_build")
+lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 PYTHON = "{}.{}".format(*sys.version_info[:2])
 INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
 installer = load(INSTALLER, "servefleet_remote_install_release")

@@ -5,23 +5,15 @@ two selections share a fingerprint exactly when they share the simulator's cache
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from lab_sim_support import load_sim
 from rbln_cases import combinations, seed
 
 from servefleet.kinds.rbln.resolve import resolve_rbln
 
-SIM = Path(__file__).resolve().parents[2] / "lab" / "packages" / "vllm" / "sim.py"
-
 
 def _sim():
-    spec = importlib.util.spec_from_file_location("servefleet_lab_vllm_sim", SIM)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_sim("servefleet_lab_vllm_sim_fingerprint")
 
 
 @pytest.mark.parametrize("compilers", [("0.12.0",), ("0.12.0", "0.12.1", "0.13.0")])

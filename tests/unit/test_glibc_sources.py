@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import LAB, load
+from lab_sim_support import SIMULATOR, load
 from test_deploy_plan import probe, settings
 from test_host_state import CR13, run_probe
 
@@ -151,7 +151,7 @@ def test_the_lock_holds_every_choice_no_host_is_refused() -> None:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     index = tmp_path_factory.mktemp("glibc") / "index"
-    load(LAB / "build.py", "servefleet_lab_build_glibc").build_wheels(index)
+    load(SIMULATOR / "build.py", "servefleet_lab_build_glibc").build_wheels(index)
     return index
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_sim_support import SIMULATOR
 from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.errors import DataError
@@ -27,10 +28,10 @@ def run_probe(tmp: Path, hardware: dict[str, Any] | None, *, driver: bool, **ove
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     if driver:
-        smi = (REPO / "lab" / "driver" / "rbln_smi.py").read_text().replace("@VERSION@", "3.5.1")
+        smi = (SIMULATOR / "driver" / "rbln_smi.py").read_text().replace("@VERSION@", "3.5.1")
         (bin_dir / "rbln-smi").write_text(smi.replace("#!/usr/bin/python3", f"#!{sys.executable}"))
         (bin_dir / "rbln-smi").chmod(0o755)
-    lspci = (REPO / "lab" / "sim" / "lspci").read_text()
+    lspci = (SIMULATOR / "sim" / "lspci").read_text()
     (bin_dir / "lspci").write_text(lspci.replace("#!/usr/bin/python3", f"#!{sys.executable}"))
     (bin_dir / "lspci").chmod(0o755)
     if hardware is not None:

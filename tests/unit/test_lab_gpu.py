@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from lab_sim_support import (
-    LAB,
     REPO,
+    SIMULATOR,
     Server,
     derived_venv,
     extract_model,
@@ -41,7 +41,7 @@ from servefleet.lab.state import LabError, write_state
 MODEL = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
 H200_MIB = 143771
-NVIDIA_SMI = LAB / "sim" / "nvidia-smi"
+NVIDIA_SMI = SIMULATOR / "sim" / "nvidia-smi"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_lspci_lists_the_gpus(tmp_path: Path) -> None:
     env = dict(os.environ, RBLN_SIM_ROOT=str(gpu_root(tmp_path)))
 
     def lspci(*args: str) -> list[str]:
-        proc = subprocess.run([str(LAB / "sim/lspci"), *args], capture_output=True, text=True,
+        proc = subprocess.run([str(SIMULATOR / "sim/lspci"), *args], capture_output=True, text=True,
                               env=env, check=True)  # fmt: skip
         return proc.stdout.splitlines()
 
@@ -248,7 +248,7 @@ def test_lspci_lists_the_gpus(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    builder = load(LAB / "build.py", "servefleet_lab_build_gpu")
+    builder = load(SIMULATOR / "build.py", "servefleet_lab_build_gpu")
     path = tmp_path_factory.mktemp("labgpu") / "out"
     builder.build(path)
     return path

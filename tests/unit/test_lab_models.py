@@ -1,7 +1,7 @@
-"""The lab's model store without a lab: what lab/build.py puts in it (the recipes' models, drafts
-included, and ``lab up --models`` ids), its manifest, the artifact cache keyed by the added models,
-and a store served by the lab's file server that the fetcher fetches from and ``servefleet lab
-models`` lists."""
+"""The lab's model store without a lab: what lab/simulator/build.py puts in it (the recipes'
+models, drafts included, and ``lab up --models`` ids), its manifest, the artifact cache keyed by
+the added models, and a store served by the lab's file server that the fetcher fetches from and
+``servefleet lab models`` lists."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from lab_sim_support import LAB, load
+from lab_sim_support import SIMULATOR, load
 from test_fetch_model import fetch, write_token
 
 from servefleet.lab import fleet
@@ -27,14 +27,13 @@ from servefleet.lab.index import Config, make_server
 from servefleet.lab.state import LabError
 from servefleet.remote import fetch_model
 
-REPO = LAB.parent
 ADDED = ["acme/extra-1", "Zeta.org/model_v2.1"]
 TOKEN = "hf_lab-unit-token"
 
 
 @pytest.fixture(scope="module")
 def builder() -> Any:
-    return load(LAB / "build.py", "servefleet_lab_build_models")
+    return load(SIMULATOR / "build.py", "servefleet_lab_build_models")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fake_host import serving
-from lab_sim_support import LAB, PIP_ENV, load
+from lab_sim_support import PIP_ENV, SIMULATOR, load
 from packaging.version import Version
 
 from servefleet.cli import main as cli_main
@@ -42,7 +42,7 @@ from servefleet.lab.republish import (
 )
 from servefleet.lab.state import LabError
 
-build = load(LAB / "build.py", "servefleet_lab_build_republish")
+build = load(SIMULATOR / "build.py", "servefleet_lab_build_republish")
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_the_cli_refuses_a_bad_spec_or_index_in_one_line_before_reading_the_lab(
     assert "allowed: private, vllm, torch, public" in lines[0]
 
 
-# the lab's indexes, as lab/build.py fills them (squatters and all)
+# the lab's indexes, as lab/simulator/build.py fills them (squatters and all)
 SERVING: dict[str, dict[Version, list[str]]] = {
     "private": {
         Version("0.12.0"): ["rebel_compiler-0.12.0-py3-none-any.whl"],

@@ -1,4 +1,4 @@
-"""The lab's simulated RBLN stack (lab/): artifacts, wheel metadata, the driver runfile,
+"""The simulator's RBLN stack (lab/simulator/): artifacts, wheel metadata, the driver runfile,
 rbln-smi/lspci and the simulated ``vllm serve``. Runs on this machine, no namespaces: every
 simulation path goes under $RBLN_SIM_ROOT, pip runs isolated against the built directories."""
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from lab_sim_support import (
-    LAB,
+    SIMULATOR,
     SQUATTERS,
     Server,
     derived_venv,
@@ -28,6 +28,7 @@ from lab_sim_support import (
     free_port,
     http,
     load,
+    load_sim,
     metadata,
     pip,
 )
@@ -40,12 +41,12 @@ SUFFIX = '{"method": "suffix", "num_speculative_tokens": 3}'
 
 @pytest.fixture(scope="session")
 def builder() -> Any:
-    return load(LAB / "build.py", "servefleet_lab_build")
+    return load(SIMULATOR / "build.py", "servefleet_lab_build")
 
 
 @pytest.fixture(scope="session")
 def sim() -> Any:
-    return load(LAB / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim")
+    return load_sim("servefleet_lab_vllm_sim")
 
 
 @pytest.fixture(scope="session")
@@ -301,7 +302,7 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
 
 
 def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
-    flags = LAB / "packages" / "vllm" / "flags"
+    flags = SIMULATOR / "packages" / "vllm" / "flags"
     with zipfile.ZipFile(_wheel(out / "index/vllm", "vllm-0.30.0+cpu")) as zf:
         carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
     assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.glob("*.json")}
@@ -449,7 +450,7 @@ def test_lspci_stand_in(simroot: Path) -> None:
 
     def lspci(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(LAB / "sim/lspci"), *args], capture_output=True, text=True, env=env
+            [str(SIMULATOR / "sim/lspci"), *args], capture_output=True, text=True, env=env
         )
 
     lines = lspci("-n").stdout.splitlines()

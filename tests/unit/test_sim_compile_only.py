@@ -1,6 +1,6 @@
-"""The simulated ``vllm serve`` (lab/packages/vllm/sim.py) in vllm-rbln's compile-only mode
-(``VLLM_RBLN_COMPILE_ONLY=1``: compile and cache on a dummy device, no NPU; rbln.md §3.5-3.6)
-and with a corrupt mega-cache bundle (logged, then compiled again). No namespaces: every
+"""The simulated ``vllm serve`` (src/servefleet/lab/simulator/packages/vllm/) in vllm-rbln's
+compile-only mode (``VLLM_RBLN_COMPILE_ONLY=1``: compile and cache on a dummy device, no NPU;
+rbln.md §3.5-3.6) and with a corrupt mega-cache bundle (logged, then compiled again). No namespaces: every
 simulation path goes under $RBLN_SIM_ROOT, as in test_lab_sim.py, whose fixtures this reuses."""
 
 # The fixtures of test_lab_sim.py are imported by name, and test arguments name them again:

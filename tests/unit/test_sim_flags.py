@@ -1,7 +1,8 @@
-"""The lab's simulated ``vllm serve`` flag table against the dumps of the real parser's argparse
-actions (lab/packages/vllm/flags, verbatim copies of the reference dumps): every spelling and no
-invented one, the same action kinds, dests, nargs and choices, on both platforms; values accepted
-and refused as vLLM 0.30.0's value parsers do; every command line the product renders parses."""
+"""The simulator's ``vllm serve`` flag table against the dumps of the real parser's argparse
+actions (lab/simulator/packages/vllm/flags, verbatim copies of the reference dumps): every
+spelling and no invented one, the same action kinds, dests, nargs and choices, on both
+platforms; values accepted and refused as vLLM 0.30.0's value parsers do; every command line the
+product renders parses."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from hypothesis import event, given, settings, strategies as st
-from lab_sim_support import LAB, REPO, load
+from lab_sim_support import REPO, SIMULATOR, load_sim
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.errors import RecipeError
@@ -27,8 +28,8 @@ from servefleet.kinds.vllm import (
 )
 from servefleet.shipped import FILES
 
-SIM = load(LAB / "packages" / "vllm" / "sim.py", "servefleet_lab_vllm_sim_flags")
-FLAGS = LAB / "packages" / "vllm" / "flags"
+SIM = load_sim("servefleet_lab_vllm_sim_flags")
+FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
 REFERENCE = REPO.parent / "shared" / "reference" / "vllm-serve-flags"  # shared/ beside the repo
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
 VLLM_RECIPES = FILES / "recipes" / "vllm"

@@ -1,6 +1,7 @@
-"""The lab's package sources: the simulated packages and model store built from the lab sources
-(top-level ``lab/``, outside the package, by its ``build.py``), cached by a hash of those sources
-and the models added to the store, and the per-lab signed apt repository made from their .debs."""
+"""The lab's package sources: the simulated packages and model store that the simulator
+(``servefleet/lab/simulator/``, shipped in the package, by its ``build.py``) builds, cached by a
+hash of the simulator sources and the models added to the store, and the per-lab signed apt
+repository made from their .debs."""
 
 from __future__ import annotations
 
@@ -12,31 +13,33 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from servefleet.lab.state import LabError
 
-SOURCES_ENV = "SERVEFLEET_LAB_SOURCES"  # another lab sources directory (tests, development)
-REPO_SOURCES = Path(__file__).resolve().parents[3] / "lab"
+SOURCES_ENV = "SERVEFLEET_LAB_SOURCES"  # another simulator sources directory (tests, development)
+PACKAGE_SOURCES = Path(str(resources.files("servefleet.lab") / "simulator"))
 APT_KEY_NAME = "servefleet lab archive (simulation)"
 
 
-def lab_sources() -> Path:
-    """The lab sources directory: ``$SERVEFLEET_LAB_SOURCES`` or the checkout's ``lab/``."""
-    path = Path(os.environ.get(SOURCES_ENV) or REPO_SOURCES)
+def simulator_sources() -> Path:
+    """The simulator sources directory: ``$SERVEFLEET_LAB_SOURCES`` or the package's
+    ``servefleet/lab/simulator/``."""
+    path = Path(os.environ.get(SOURCES_ENV) or PACKAGE_SOURCES)
     if not (path / "build.py").is_file():
         raise LabError(
-            f"no lab sources at {path} (expected {path / 'build.py'}); the lab runs from a "
-            f"servefleet checkout, or set {SOURCES_ENV}"
+            f"no simulator sources at {path} (expected {path / 'build.py'}); reinstall "
+            f"servefleet, or set {SOURCES_ENV}"
         )
     return path
 
 
 def sources_key(sources: Path) -> str:
-    """Hash of every file under the lab sources (names and contents).
+    """Hash of every file under the simulator sources (names and contents).
 
-    + sources: the lab sources directory
+    + sources: the simulator sources directory
     """
     digest = hashlib.sha256()
     for path in sorted(sources.rglob("*")):
@@ -49,7 +52,7 @@ def sources_key(sources: Path) -> str:
 def artifacts_key(sources: Path, models: Sequence[str] = ()) -> str:
     """The name of a build: the sources' key, then a hash of the models added to the store.
 
-    + sources: the lab sources directory
+    + sources: the simulator sources directory
     + models: org/name ids the store holds besides the recipes' models
     """
     key = sources_key(sources)
@@ -62,13 +65,13 @@ def artifacts_key(sources: Path, models: Sequence[str] = ()) -> str:
 def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path, dict[str, Any]]:
     """Build the lab artifacts (or reuse the cached build); return their directory and manifest.
 
-    Builds of other lab sources are removed; builds of these sources with other models stay, so
-    a lab up with or without ``--models`` after the other starts warm.
+    Builds of other simulator sources are removed; builds of these sources with other models
+    stay, so a lab up with or without ``--models`` after the other starts warm.
 
     + cache_dir: the lab cache; builds live in ``cache_dir/artifacts/<key>``
     + models: org/name ids the store holds besides the recipes' models
     """
-    sources = lab_sources()
+    sources = simulator_sources()
     root = cache_dir / "artifacts"
     out = root / artifacts_key(sources, models)
     if not (out / "manifest.json").is_file():
@@ -78,15 +81,8 @@ def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path,
                 shutil.rmtree(old, ignore_errors=True)
         tmp = Path(str(out) + ".tmp")
         tmp.mkdir(parents=True)
-        code = (
-            "import sys; from pathlib import Path\n"
-            f"sys.path[:0] = [{str(sources.parent)!r}, {str(sources)!r}]\n"
-            "from importlib import import_module\n"
-            f"build = import_module({sources.name + '.build'!r})\n"
-            "build.build(Path(sys.argv[1]), sys.argv[2:])\n"
-        )
         proc = subprocess.run(
-            [sys.executable, "-c", code, str(tmp), *sorted(set(models))],
+            [sys.executable, str(sources / "build.py"), str(tmp), *sorted(set(models))],
             capture_output=True,
             text=True,
             cwd=tmp,

@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.lab import layout
-from servefleet.lab.artifacts import ensure_artifacts, lab_sources, make_apt_repo, serving_copy
+from servefleet.lab.artifacts import (
+    ensure_artifacts,
+    make_apt_repo,
+    serving_copy,
+    simulator_sources,
+)
 from servefleet.lab.base import DEFAULT_SUITE, SUITES, base_note, ensure_base, script
 from servefleet.lab.index import fetch
 from servefleet.lab.offline import check_hosts, is_offline, set_offline
@@ -725,11 +730,11 @@ def up(
     check_can_run()
     if offline_hosts and shutil.which("nft") is None:
         raise LabError("--offline needs nft (apt-get install nftables; ./setup.sh does)")
-    sim = lab_sources() / "sim"
+    sim = simulator_sources() / "sim"
     gpu_hosts = any(h["hardware"] != layout.RBLN_HARDWARE for h in plan)
     for tool in ("lspci", "nvidia-smi") if gpu_hosts else ("lspci",):
         if not (sim / tool).is_file():
-            raise LabError(f"the lab sources have no {sim / tool}")
+            raise LabError(f"the simulator sources have no {sim / tool}")
     t0 = time.monotonic()
     clear()
     for d in (

@@ -22,7 +22,8 @@ INDEX_OWNS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),  # the lab's fakes need no companions
     "assets": ("vllm",),  # RBLN's glibc workaround: the same vllm for older glibc
 }
-# the lowest glibc the wheels of a lab index need, where it is not any glibc (see lab/build.py)
+# the lowest glibc the wheels of a lab index need, where it is not any glibc (see
+# lab/simulator/build.py)
 INDEX_GLIBC = {"vllm": "2.39", "assets": "2.35"}
 
 

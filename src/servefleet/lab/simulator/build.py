@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Builder of the servefleet lab's package artifacts: a SIMULATION of the RBLN stack.
+"""Builder of the simulator's package artifacts for the servefleet lab: a SIMULATION of the RBLN
+stack.
 
-``python3 lab/build.py OUT [MODEL...]`` (or ``build(Path(OUT), models)``) writes, from the sources
-under lab/:
+``python3 build.py OUT [MODEL...]`` (or ``build(Path(OUT), models)``) writes, from the simulator
+sources next to this file (``servefleet/lab/simulator/``, shipped in the servefleet wheel):
 
     OUT/index/private/   rebel-compiler, lmcache-rbln, nixl-rbln 0.12.0 + 0.12.1 (wheels)
     OUT/index/vllm/      vllm 0.30.0+cpu (the simulated server: console script ``vllm``), as
@@ -28,10 +29,11 @@ under lab/:
 Wheels and sdist are written directly (no build backend). Their content is pure Python, but the
 wheels of packages that are platform wheels in reality carry the real platform tags (WHEEL's
 ``Tag:`` lines and ``Root-Is-Purelib: false`` match the file name), so a host's installer refuses
-them where the real ones would not install (glibc too old, another Python). Nothing is downloaded except, once,
-the setuptools wheel the sdist builds with (``pip download`` with the machine's own pip
-config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by a hash of the
-lab sources, the kernel release and the MODELs: an unchanged build returns at once.
+them where the real ones would not install (glibc too old, another Python). Nothing is
+downloaded except, once, the setuptools wheel the sdist builds with (``pip download`` with the
+machine's own pip config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by
+a hash of the simulator sources, the recipes, the kernel release and the MODELs: an unchanged
+build returns at once.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-LAB = Path(__file__).resolve().parent
-REPO = LAB.parent
-PACKAGES = LAB / "packages"
-RECIPES = REPO / "src" / "servefleet" / "_files" / "recipes"  # the package ships them
+SIMULATOR = Path(__file__).resolve().parent
+SERVEFLEET = SIMULATOR.parents[1]  # the servefleet package directory
+PACKAGES = SIMULATOR / "packages"
+RECIPES = SERVEFLEET / "_files" / "recipes"  # the package ships them
 WHEEL_CACHE = Path(os.environ.get("SERVEFLEET_LAB_WHEEL_CACHE", "/var/cache/servefleet-lab/wheels"))
 FORMAT = 2  # bump when the output layout changes
 EPOCH = 315532800  # 1980-01-01: fixed timestamps make the artifacts reproducible
@@ -170,9 +172,9 @@ def wheel_text(tag: str) -> str:
 def package_files(
     top: str, version: str, squatter: bool = False, exclude: tuple[str, ...] = ()
 ) -> dict[str, str]:
-    """The sources of package ``top`` (a dir under lab/packages) with the version filled in.
+    """The sources of package ``top`` (a dir under packages/) with the version filled in.
 
-    + top: a path under lab/packages, e.g. ``rebel`` or ``optimum/rbln``
+    + top: a path under packages/, e.g. ``rebel`` or ``optimum/rbln``
     + version: replaces ``@VERSION@``
     + squatter: flip ``__servefleet_squatter__`` to True
     + exclude: file names to leave out
@@ -279,7 +281,7 @@ def build_wheels(index: Path) -> None:
         vllm_files: dict[str, str | bytes] = {**package_files("vllm", version)}
         for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
             vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
-        vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.sim
+        vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.common
         if build["device"] == "cuda":
             vllm_files["vllm/__init__.py"] = str(vllm_files["vllm/__init__.py"]).replace(
                 "(CPU build)", "(CUDA build, as on PyPI)"
@@ -405,7 +407,10 @@ def build_sdist(public: Path) -> Path:
         (f"{base}/pyproject.toml", ARCTIC_PYPROJECT.format(version=ARCTIC_VERSION).encode()),
         (f"{base}/setup.py", ARCTIC_SETUP.encode()),
         (f"{base}/csrc", None),
-        (f"{base}/csrc/suffix.cpp", (PACKAGES / "arctic_inference" / "csrc" / "suffix.cpp").read_bytes()),
+        (
+            f"{base}/csrc/suffix.cpp",
+            (PACKAGES / "arctic_inference" / "csrc" / "suffix.cpp").read_bytes(),
+        ),
     ]
     for arc, text in package_files("arctic_inference", ARCTIC_VERSION).items():
         members.append((f"{base}/{arc}", text.encode()))
@@ -504,8 +509,8 @@ def build_debs(apt: Path) -> str:
 
 def build_runfiles(driver_dir: Path) -> dict[str, Path]:
     """rebellions-x86_64-<ver>.run for every driver version."""
-    template = (LAB / "driver" / "runfile.sh").read_text()
-    smi = (LAB / "driver" / "rbln_smi.py").read_text()
+    template = (SIMULATOR / "driver" / "runfile.sh").read_text()
+    smi = (SIMULATOR / "driver" / "rbln_smi.py").read_text()
     driver_dir.mkdir(parents=True, exist_ok=True)
     out = {}
     for version in DRIVER_VERSIONS:
@@ -643,14 +648,14 @@ def _sha256(path: Path) -> str:
 
 
 def source_key(models: Sequence[str] = ()) -> str:
-    """Hash of everything the output depends on: lab sources, recipes, kernel release, the
+    """Hash of everything the output depends on: simulator sources, recipes, kernel release, the
     models added to the store."""
     added = ",".join(sorted(set(models)))
     h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()} models={added}".encode())
-    paths = [p for p in LAB.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    paths = [p for p in SIMULATOR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     paths += [p for p in RECIPES.rglob("*") if p.is_file()]
     for path in sorted(paths):
-        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(str(path.relative_to(SERVEFLEET)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -686,7 +691,7 @@ def _build_into(out: Path, key: str, models: Sequence[str]) -> dict[str, Any]:
 
 
 def build(out: Path, models: Sequence[str] = ()) -> dict[str, Any]:
-    """Build the lab artifacts into ``out`` unless they are current; returns the manifest.
+    """Build the simulator's artifacts into ``out`` unless they are current; returns the manifest.
 
     + out: the output directory (replaced as a whole when the sources changed)
     + models: org/name ids the store holds besides the recipes' models
@@ -721,7 +726,7 @@ def build(out: Path, models: Sequence[str] = ()) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: python3 lab/build.py OUT [MODEL...]\n")
+        sys.stderr.write("usage: python3 build.py OUT [MODEL...]\n")
         return 2
     manifest = build(Path(argv[0]), argv[1:])
     print(f"{argv[0]}: {len(manifest['models'])} models, {len(manifest['driver'])} runfiles")

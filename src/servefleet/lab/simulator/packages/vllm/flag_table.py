@@ -1,0 +1,342 @@
+"""The ``vllm serve`` flag table, generated from the dumps of the real parser (flags/*.json):
+vLLM's value parsers and argparse actions by the names the dumps give them, FlexibleArgumentParser's
+habits, and the ``VLLM_*`` variables vLLM knows. A SIMULATION for the servefleet lab."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .common import DEFAULT_PLATFORM, ENVS_FILE, FLAGS_DIR, PLATFORM_DEFAULTS, PLATFORMS, PROG
+
+# vLLM's value parsers, by the names the dumps give them. Their __name__ is what argparse shows
+# in "argument --x: invalid <name> value: 'v'", as vLLM's functions of the same name would.
+
+
+def human_readable_int(value: str) -> int:
+    """``25.6k`` = 25600 and ``1m`` = 10**6 (k/m/g/t: powers of 1000); ``2K`` = 2048 (K/M/G/T:
+    powers of 1024, whole numbers only); anything else goes to ``int()``."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        number, suffix = match.groups()
+        if suffix.islower():
+            return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+        if "." in number:
+            raise argparse.ArgumentTypeError(
+                f"Decimals are not allowed with binary suffixes like {suffix}. "
+                f"Did you mean to use {number}{suffix.lower()} instead?"
+            )
+        return int(number) * 1024 ** ("KMGT".index(suffix) + 1)
+    return int(value)
+
+
+def human_readable_int_or_auto(value: str) -> int:
+    """:func:`human_readable_int`, or ``auto`` / ``-1`` (-1: let vLLM decide)."""
+    value = value.strip()
+    if value in ("auto", "-1"):
+        return -1
+    return human_readable_int(value)
+
+
+def parse_dataclass(val: str) -> dict[str, Any]:
+    """A config dataclass from JSON: a JSON object. The dumps do not list each config class's
+    fields, so unknown keys pass here (real vLLM's pydantic check refuses them)."""
+    try:
+        value = json.loads(val)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"Invalid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"Input should be a JSON object: {val!r}")
+    return value
+
+
+def union_dict_and_str(val: str) -> Any:
+    """A JSON object when the text is braced (``{...}``), else the text itself."""
+    if not re.match(r"(?s)^\s*{.*}\s*$", val):
+        return str(val)
+    return json.loads(val)
+
+
+def _optional_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
+    def _optional_type(val: str) -> Any:  # vLLM's optional_type: "" and "None" are None
+        return None if val in ("", "None") else inner(val)
+
+    return _optional_type
+
+
+def _parse_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
+    def _parse_type(val: str) -> Any:  # vLLM's parse_type: a ValueError becomes the message
+        try:
+            return inner(val)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"Failed to parse '{val}' as <function {inner.__name__}>: {exc}"
+            ) from exc
+
+    return _parse_type
+
+
+def _kernel_backend(val: str) -> str:  # --moe-backend and friends: lower case, "-" as "_"
+    return val.lower().replace("-", "_")
+
+
+def _device_ids(val: str) -> list[int]:  # --device-ids 0,1
+    return [int(x) for x in val.split(",")]
+
+
+_kernel_backend.__name__ = _device_ids.__name__ = "<lambda>"
+_VALUE_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "loads": json.loads,
+    "human_readable_int": human_readable_int,
+    "human_readable_int_or_auto": human_readable_int_or_auto,
+    "parse_dataclass": parse_dataclass,
+    "union_dict_and_str": union_dict_and_str,
+}
+_WRAPPERS = {"_optional_type": _optional_type, "_parse_type": _parse_type}
+_LAMBDAS = {"device_ids": _device_ids}
+
+
+def value_type(name: str | None, dest: str) -> Callable[[str], Any] | None:
+    """The value parser a dump names, e.g. ``_optional_type(human_readable_int)``.
+
+    + name: the dump's ``type`` (None: the text as is)
+    + dest: the argument, for the dump's anonymous ``<lambda>`` parsers
+    """
+    if name is None:
+        return None
+    if name == "<lambda>":
+        return _LAMBDAS.get(dest, _kernel_backend)
+    wrapped = re.fullmatch(r"(\w+)\((.*)\)", name)
+    if wrapped:
+        inner = value_type(wrapped.group(2), dest)
+        assert inner is not None
+        return _WRAPPERS[wrapped.group(1)](inner)
+    return _VALUE_TYPES[name]
+
+
+def _update(into: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``extra`` into ``into`` the way vLLM merges dotted sub-keys: dicts recursively,
+    lists appended, anything else replaced."""
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _update(into[key], value)
+        elif isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] = into[key] + value
+        else:
+            into[key] = value
+    return into
+
+
+class _StoreRbln(argparse._StoreAction):
+    """vllm-rbln's store of an RBLNConfig field (``--rbln-<field>``)."""
+
+
+class _StoreRblnBool(argparse.BooleanOptionalAction):
+    """vllm-rbln's ``--rbln-<field>`` / ``--no-rbln-<field>``."""
+
+
+class _MergeAdditionalConfig(argparse._StoreAction):
+    """vllm-rbln's ``--additional-config``: a repeated JSON object merges into the earlier one."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        current = getattr(namespace, self.dest, None)
+        if isinstance(current, dict) and isinstance(values, dict):
+            values = _update(copy.deepcopy(current), values)
+        setattr(namespace, self.dest, values)
+
+
+class LoRAParserAction(argparse.Action):
+    """vLLM's ``--lora-modules``: items ``name=path`` or JSON ``{"name", "path"[, "base_model_name"]}``."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        modules: list[dict[str, Any]] = []
+        for item in values or []:
+            if item in (None, ""):
+                continue
+            if "=" in item and "," not in item:
+                name, path = item.split("=")  # as vLLM: a second "=" is a ValueError
+                modules.append({"name": name, "path": path})
+                continue
+            try:
+                module = json.loads(item)
+            except json.JSONDecodeError:
+                parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            fields = set(module) if isinstance(module, dict) else set()
+            if not {"name", "path"} <= fields <= {"name", "path", "base_model_name"}:
+                parser.error(f"Invalid fields for --lora-modules: {item}")
+            modules.append(module)
+        setattr(namespace, self.dest, modules)
+
+
+_ACTIONS: dict[str, Any] = {
+    "_StoreAction": "store",
+    "_StoreTrueAction": "store_true",
+    "_AppendAction": "append",
+    "_HelpAction": "help",
+    "BooleanOptionalAction": argparse.BooleanOptionalAction,
+    "_StoreRbln": _StoreRbln,
+    "_StoreRblnBool": _StoreRblnBool,
+    "_MergeAdditionalConfig": _MergeAdditionalConfig,
+    "LoRAParserAction": LoRAParserAction,
+}
+_BOOL_ACTIONS = ("BooleanOptionalAction", "_StoreRblnBool")
+# A default the dump could only write as a Python repr ("set()", "<Enum.X: 'x'>", "Cls(...)",
+# "{'k': ...}") is None here; so is the default of an --rbln-* field, so that a given flag can be
+# told from an unset one (RBLNConfig then takes the env var, then its own default).
+_REPR_DEFAULT = re.compile(r"<.*>|\w+\(.*\)|\{.*\}", re.S)
+
+
+def _default(entry: Mapping[str, Any]) -> Any:
+    value = entry["default"]
+    if entry["action"] in ("_StoreRbln", "_StoreRblnBool"):
+        return None
+    if isinstance(value, str) and _REPR_DEFAULT.fullmatch(value):
+        return None
+    return value
+
+
+@functools.cache
+def flag_table(platform: str = DEFAULT_PLATFORM) -> tuple[dict[str, Any], ...]:
+    """The real parser's actions for ``platform`` (``rbln`` or ``upstream``), from flags/."""
+    with open(os.path.join(FLAGS_DIR, PLATFORMS[platform])) as fh:
+        return tuple(json.load(fh)["flags"])
+
+
+@functools.cache
+def known_env_vars(platform: str = DEFAULT_PLATFORM) -> frozenset[str]:
+    """The ``VLLM_*`` variables vLLM 0.30.0 knows (and vllm-rbln's, on the rbln platform)."""
+    with open(os.path.join(FLAGS_DIR, ENVS_FILE)) as fh:
+        data = json.load(fh)
+    return frozenset(data["vllm"] + (data["vllm_rbln"] if platform == "rbln" else []))
+
+
+def unknown_env_vars(env: Mapping[str, str], platform: str = DEFAULT_PLATFORM) -> list[str]:
+    """The ``VLLM_*`` names in ``env`` that real vLLM would warn about, sorted."""
+    known = known_env_vars(platform)
+    return sorted(k for k in env if k.startswith("VLLM_") and k not in known)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's format, exit 2
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    @functools.cache  # noqa: B019 (parsers are built once per platform and kept)
+    def format_usage(self) -> str:  # some 440 spellings: wrapped once, not on every error
+        return super().format_usage()
+
+
+@functools.cache
+def build_parser(platform: str = DEFAULT_PLATFORM) -> argparse.ArgumentParser:
+    """The ``vllm serve`` parser of ``platform``: every action of the dump, argparse errors."""
+    parser = _Parser(prog=PROG, allow_abbrev=False, add_help=False)
+    parser.add_argument("model_tag", nargs="?", default=None, help="model id or path")
+    for entry in flag_table(platform):
+        flags, kind = entry["flags"], entry["action"]
+        kwargs: dict[str, Any] = {"action": _ACTIONS[kind]}
+        if kind != "_HelpAction":
+            kwargs.update(dest=entry["dest"], default=_default(entry))
+        if kind in _BOOL_ACTIONS:  # argparse makes the --no- spellings itself
+            flags = [f for f in flags if not (f.startswith("--no-") and "--" + f[5:] in flags)]
+        elif kind not in ("_HelpAction", "_StoreTrueAction"):
+            kwargs.update(type=value_type(entry["type"], entry["dest"]), choices=entry["choices"])
+            if entry["nargs"] is not None:
+                kwargs["nargs"] = entry["nargs"]
+            if entry["nargs"] == "?":  # --hf-token alone: use the stored token
+                kwargs["const"] = True
+        parser.add_argument(*flags, **kwargs)
+    return parser
+
+
+def _dotted_value(text: str) -> Any:
+    if text in ("True", "False"):  # as pydantic reads them for a bool field
+        return text == "True"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """vLLM's FlexibleArgumentParser before argparse: ``--model X`` becomes the positional,
+    ``_`` counts as ``-`` in a ``--flag`` name up to its first ``.``, and dotted sub-keys
+    (``--a.b.c v``, ``-cc.x=v``, ``--a.b+ x,y`` for a list) are taken out and collected into one
+    object per flag. Returns (the remaining arguments, flag -> object)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg.startswith("--model="):
+            args = [arg[len("--model=") :], *args[:i], *args[i + 1 :]]
+            break
+        if arg == "--model" and i + 1 < len(args):
+            args = [args[i + 1], *args[:i], *args[i + 2 :]]
+            break
+    named = []
+    for arg in args:
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            head, dot, tail = key[2:].partition(".")
+            arg = "--" + head.replace("_", "-") + dot + tail + eq + value
+        named.append(arg)
+    rest: list[str] = []
+    dotted: dict[str, dict[str, Any]] = {}
+    items = iter(named)
+    for arg in items:
+        key, eq, value = arg.partition("=")
+        if not arg.startswith("-") or "." not in key:
+            rest.append(arg)
+            continue
+        if not eq:
+            following = next(items, None)
+            if following is None:
+                _Parser(prog=PROG).error(f"argument {key}: expected one argument")
+            value = str(following)
+        if key.endswith("+"):
+            key, value = key[:-1], json.dumps(value.split(","))
+        flag, *path = key.split(".")
+        nested: Any = _dotted_value(value)
+        for part in reversed(path):
+            nested = {part: nested}
+        _update(dotted.setdefault(flag, {}), nested)
+    return rest, dotted
+
+
+def parse_serve_args(argv: Sequence[str], platform: str = DEFAULT_PLATFORM) -> argparse.Namespace:
+    """Parse the arguments after ``vllm serve`` (exits 2 on an unknown flag or bad value).
+
+    + argv: the arguments after ``serve``
+    + platform: the flag table, ``rbln`` or ``upstream``
+    """
+    parser = build_parser(platform)
+    args, dotted = _flexible(argv)
+    # as vLLM: each collected object goes back in as the flag's JSON text, for its value parser
+    tail = [item for flag, obj in dotted.items() for item in (flag, json.dumps(obj))]
+    ns = parser.parse_args(args + tail)
+    if dotted:  # ... merged here into the object the flag itself gives (any spelling of it)
+        given = vars(parser.parse_args(args))
+        for flag, extra in dotted.items():
+            dest = parser._option_string_actions[flag].dest
+            if isinstance(getattr(ns, dest), dict):
+                base = given[dest] if isinstance(given[dest], dict) else {}
+                given[dest] = _update(copy.deepcopy(base), extra)
+                setattr(ns, dest, given[dest])
+    ns.model = ns.model_tag or ns.model  # vllm serve: the positional model wins
+    for dest, value in PLATFORM_DEFAULTS[platform].items():
+        if getattr(ns, dest) is None:
+            setattr(ns, dest, value)
+    return ns
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON argument's object, or {} (unset, None, or a non-object JSON value)."""
+    return value if isinstance(value, dict) else {}

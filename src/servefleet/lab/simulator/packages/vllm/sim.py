@@ -1,0 +1,256 @@
+"""Simulated ``vllm serve``: a SIMULATION for the servefleet lab, shipped in the simulator's fake
+``vllm 0.30.0+cpu`` wheel (console script ``vllm``). It is not vLLM and serves no model.
+
+The same code is also the simulator's fake CUDA build, ``vllm 0.30.0`` (PyPI's, on the public
+index): ``build.json`` next to this file, written into each wheel by the simulator's build.py,
+says which build this is (no file: the CPU build). Everything below describes the CPU build with
+vllm-rbln; the CUDA build is described at :func:`vllm.cuda.start_cuda`.
+
+This module is the entry point (``serve``, ``main``) and names the simulated server's API in one
+namespace; the server is split by concern into the package's modules: :mod:`vllm.common`
+(build, simulation paths, config fields, SimError), :mod:`vllm.flag_table` (the parser),
+:mod:`vllm.compile_cache` (the cache key), :mod:`vllm.checks` (start-up checks, warm-up, fault
+switches), :mod:`vllm.cuda` (the CUDA build) and :mod:`vllm.http_api` (the HTTP API).
+
+It behaves like a vLLM 0.30 + vllm-rbln 0.12 server from the outside: the real ``vllm serve``
+flag set (exit 2 on anything else), import checks of the RBLN packages, a Hugging Face cache
+check, NPU selection through ``RBLN_VISIBLE_DEVICES`` and ``rbln-smi -j``, a simulated compile
+keyed like vllm-rbln's mega-cache, and an OpenAI-style HTTP API. Standard library only.
+
+Flags: the parser is generated at run time from dumps of the real parser's argparse actions,
+kept verbatim in ``flags/`` next to this file: ``vllm-0.30.0-rbln-0.12.0.json`` (vllm-rbln's
+RBLN platform, what CR13 hosts run) and ``vllm-0.30.0-upstream.json`` (upstream vLLM, what GPU
+hosts run). The file /etc/rbln-sim/platform picks the table: ``rbln`` (also when the file is
+missing or empty) or ``upstream``; any other word refuses to start. Values are checked by
+vLLM's own value parsers (int, float, ``32k``/``1M``, ``auto``, JSON, ``None`` for optional
+values, choices) and FlexibleArgumentParser's habits are kept: ``--flag=value``, ``_`` for
+``-`` in a flag name, ``--model X`` as the positional model, dotted sub-keys of JSON arguments
+(``--speculative-config.method eagle3``, merged into the object the flag itself gives).
+
+Environment: a ``VLLM_*`` variable vLLM 0.30.0 does not know (``flags/vllm-0.30.0-envs.json``;
+on the rbln platform also vllm-rbln's ``VLLM_RBLN_*``) logs vLLM's start-up warning
+``Unknown vLLM environment variable detected: NAME``, so a typo shows in the journal.
+
+Compile-only (``VLLM_RBLN_COMPILE_ONLY=1``, rbln.md §3.6): every graph is compiled and cached on
+a dummy device, no NPU claimed. The target NPU is ``RBLN_FORCE_NPU_NAME`` (legacy
+``RBLN_TARGET_SOC``), else rbln-smi's name of the first NPU; with neither the start fails. The
+variable is not part of the cache key (a CPU-compiled bundle must hit on the NPU host), it
+refuses ``VLLM_DISABLE_COMPILE_CACHE=1``, and after warm-up the server serves as usual (on the
+dummy device). Without compile-only a forced name is ignored (with a warning) for rbln-smi's.
+
+The mega-cache bundle holds the signature, a simulated payload derived from model and signature
+(byte-identical wherever the same signature compiles) and the payload's sha256. A bundle that
+does not parse, names another signature or model, or fails its hash is logged
+(``failed to load rbln mega-cache bundle from PATH: WHY; recompiling``) and compiled again.
+
+Fault switches, files under /etc/rbln-sim: ``fail-start`` makes the server exit 1 before it
+claims NPUs; ``fail-health`` makes ``GET /health`` answer 500 (read on every request). An EMPTY
+switch file fails every server; a switch file holding lines of text fails only the servers
+whose command line (their argv joined by single spaces) contains every line, e.g. the two lines
+``--max-num-seqs 8`` and ``--port 8001``.
+
+Every path under /etc/rbln-sim, /run/rbln-sim and /var/log/rbln-sim is prefixed by
+``$RBLN_SIM_ROOT`` when that is set (tests only; a deploy never sets it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .checks import (
+    _write_atomic,
+    bundle_bytes,
+    bundle_fault,
+    check_packages,
+    claim_devices,
+    compile_only,
+    compile_only_target,
+    fault_switch,
+    find_snapshot,
+    ignored_npu_name,
+    rbln_smi,
+    warm_up,
+)
+from .common import (
+    BUILD,
+    COMPILE_ENV,
+    COMPILE_ONLY_ENV,
+    CONFIG_FIELDS,
+    DEFAULT_PLATFORM,
+    PLATFORMS,
+    RBLN_FIELDS,
+    SIM_RUN,
+    VERSION,
+    SimError,
+    _log,
+    sim_path,
+    sim_platform,
+)
+from .compile_cache import _signature, bundle_path, cache_key
+from .cuda import start_cuda
+from .flag_table import _object, _Parser, build_parser, parse_serve_args, unknown_env_vars
+from .http_api import _make_handler, _State
+
+# The console script's entry, and the simulated server's API in one namespace
+__all__ = [
+    "COMPILE_ENV",
+    "COMPILE_ONLY_ENV",
+    "CONFIG_FIELDS",
+    "DEFAULT_PLATFORM",
+    "PLATFORMS",
+    "RBLN_FIELDS",
+    "SimError",
+    "build_parser",
+    "bundle_bytes",
+    "bundle_fault",
+    "bundle_path",
+    "cache_key",
+    "compile_only",
+    "compile_only_target",
+    "fault_switch",
+    "ignored_npu_name",
+    "main",
+    "parse_serve_args",
+    "serve",
+    "sim_platform",
+    "unknown_env_vars",
+    "warm_up",
+]
+
+
+def _record(ns: argparse.Namespace, env: Mapping[str, str]) -> None:
+    run_dir = sim_path(env, SIM_RUN)
+    os.makedirs(run_dir, exist_ok=True)
+    record = {
+        "argv": list(sys.argv),
+        "env": dict(os.environ),
+        "pid": os.getpid(),
+        "uid": os.getuid(),
+        "cwd": os.getcwd(),
+        "time": time.time(),
+    }
+    path = os.path.join(run_dir, f"vllm-{ns.port}.json")
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    _write_atomic(path, json.dumps(record, indent=1, sort_keys=True).encode())
+
+
+def _target(
+    ns: argparse.Namespace, env: Mapping[str, str], rebel: str, dummy: bool
+) -> tuple[str, str, list[int]]:
+    """The NPU name and signature this server compiles for, and its NPU lock fds: in
+    compile-only mode a dummy device (no rbln-smi check, no claim; the devices in the key are
+    RBLN_VISIBLE_DEVICES' entries, else 1), else the claimed NPUs.
+
+    + ns: the parsed arguments
+    + env: the server's environment
+    + rebel: the installed rebel-compiler version
+    + dummy: compile-only mode
+    """
+    if dummy:
+        npu, source = compile_only_target(env)
+        sig = _signature(ns, env, npu, rebel, None)
+        _log(
+            f"compile-only target {npu} ({source}), no NPU claimed, rebel {rebel}, signature {sig}"
+        )
+        return npu, sig, []
+    smi = rbln_smi(env)
+    devices, fds = claim_devices(env, smi)
+    npu = next(d["name"] for d in smi["devices"] if int(d["npu"]) == devices[0])
+    warning = ignored_npu_name(env, npu)
+    if warning is not None:
+        _log(warning, "WARNING")
+    sig = _signature(ns, env, npu, rebel, len(devices))
+    _log(f"NPUs {devices} ({npu}), rebel {rebel}, signature {sig}")
+    return npu, sig, fds
+
+
+def _start_rbln(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[dict[str, Any], list[int]]:
+    """The CPU build's start with vllm-rbln: packages, model, NPUs, compile (or the cached
+    bundle); returns the server's info and its NPU lock fds."""
+    dummy = compile_only(env)
+    mods = check_packages(ns)
+    find_snapshot(env, ns.model)
+    draft = _object(ns.speculative_config).get("model")
+    if draft:
+        find_snapshot(env, str(draft))
+    switch = fault_switch(env, "fail-start", sys.argv)
+    if switch is not None:
+        raise SimError(f"simulated start failure: {switch}")
+    npu, sig, fds = _target(ns, env, mods["rebel"].__version__, dummy)
+    bundle, compiled = warm_up(ns, env, sig, _log, npu=npu, compile_only=dummy)
+    if dummy:
+        _log(f"compile-only mode ({COMPILE_ONLY_ENV}=1): running on a dummy device for {npu}")
+    return {"compiled": compiled, "bundle": bundle, "sig": sig}, fds
+
+
+def serve(argv: Sequence[str]) -> int:
+    """``vllm serve ARGS``: checks, warm-up, then the HTTP API until SIGTERM.
+
+    + argv: the arguments after ``serve``
+    """
+    env = dict(os.environ)
+    # the CUDA build is upstream vLLM whatever the host says; the CPU build asks the host
+    platform = "upstream" if BUILD["device"] == "cuda" else sim_platform(env)
+    ns = parse_serve_args(argv, platform)
+    host = ns.host or "0.0.0.0"  # no --host: every interface, as vLLM
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+    _log(f"vLLM API server version {VERSION} (simulated for the servefleet lab)")
+    _log(f"non-default args: model={ns.model!r} port={ns.port} host={ns.host!r}")
+    _log(f"platform {platform}: the flag table of {PLATFORMS[platform]}")
+    for name in unknown_env_vars(env, platform):
+        _log(f"Unknown vLLM environment variable detected: {name}", "WARNING")
+    _record(ns, env)
+    if BUILD["device"] == "cuda":
+        info, fds = start_cuda(ns, env)
+    else:
+        info, fds = _start_rbln(ns, env)
+    state = _State(ns, env, info)
+    httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
+    httpd.daemon_threads = True
+    _log(f"Starting vLLM API server on http://{host}:{ns.port}")
+    try:
+        httpd.serve_forever()
+    finally:
+        httpd.server_close()
+        for fd in fds:
+            os.close(fd)
+        _log("Shutting down")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script ``vllm``: only ``serve`` and ``--version`` are simulated."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--version"], ["-v"]):
+        print(VERSION)
+        return 0
+    if not args or args[0] != "serve":
+        top = _Parser(prog="vllm")
+        top.add_argument("subcommand", choices=["serve"])
+        top.parse_args(args[:1])
+        return 2
+    try:
+        return serve(args[1:])
+    except SimError as exc:
+        sys.stderr.write(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [sim] {exc}\n")
+        return exc.code
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
