@@ -17,6 +17,7 @@ from servefleet.cli import main
 from servefleet.errors import RecipeError
 from servefleet.kinds.loader import MAX_DEPTH, load_json, load_yaml
 from servefleet.kinds.rbln.card import card_from_dict, decode_card_text
+from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe
 from servefleet.shipped import FILES
 
@@ -156,3 +157,22 @@ def test_negative_numbers_are_values_not_options() -> None:
     card = mutated(lambda c: base_role(c)["args"].__setitem__("--seed", "--seed -1"))
     role = card_from_dict(card, name="ok").strategies[0].options[0].grid.base[0]
     assert role.args["--seed"] == ["--seed", "-1"]
+
+
+@pytest.mark.parametrize(
+    "value", ["[1,", "[1, [2]]", "{}", "[" + "9" * 40 + "]", "[" * 5000 + "]" * 5000]
+)
+def test_a_malformed_bucket_list_in_an_env_value_is_one_line(value: str) -> None:
+    card = mutated(
+        lambda c: base_role(c)["envs"].__setitem__(
+            "VLLM_RBLN_DECODE_BATCH_BUCKET_MANUAL_BUCKETS",
+            f"VLLM_RBLN_DECODE_BATCH_BUCKET_MANUAL_BUCKETS='{value}'",
+        )
+    )
+    parsed = card_from_dict(card, name="hostile")
+    st = parsed.strategies[0]
+    with pytest.raises(RecipeError) as e:
+        resolve_rbln(
+            parsed, strategy=st.slug, target=st.options[0].target, compiler_version="0.12.0"
+        )
+    assert "not" in one_line(e)

@@ -32,8 +32,11 @@ def _bool(v: Any) -> bool:
 
 
 def _int(v: Any) -> int:
+    text = str(v).strip()
+    if isinstance(v, (dict, list)) or len(text) > 18:
+        raise RecipeError(f"not an integer: {text[:40]!r}")
     try:
-        return int(str(v).strip())
+        return int(text)
     except ValueError:
         raise RecipeError(f"not an integer: {v!r}") from None
 
@@ -70,7 +73,10 @@ def _int_list(v: Any) -> list[int]:
         return [_int(x) for x in v]
     s = str(v).strip()
     if s.startswith("["):
-        return [_int(x) for x in json.loads(s)]
+        loaded = _json(s)
+        if not isinstance(loaded, list):
+            raise RecipeError(f"not a list of integers: {v!r}")
+        return [_int(x) for x in loaded]
     return [_int(x) for x in s.split(",") if x.strip()]
 
 
@@ -79,8 +85,8 @@ def _json(v: Any) -> Any:
         return v
     try:
         return json.loads(v)
-    except json.JSONDecodeError:
-        raise RecipeError(f"not valid JSON: {v!r}") from None
+    except (json.JSONDecodeError, RecursionError):
+        raise RecipeError(f"not valid JSON: {v[:80]!r}") from None
 
 
 def _scalar(v: Any) -> Any:
