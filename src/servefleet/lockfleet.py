@@ -18,6 +18,7 @@ from typing import Any
 
 from servefleet.download import opener
 from servefleet.errors import DataError, RecipeError, ServefleetError
+from servefleet.inventory import inventory_error
 from servefleet.lock import (
     Lock,
     LockError,
@@ -47,7 +48,6 @@ class FleetLock:
 
 def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Settings]]:
     from pyinfra.api import State
-    from pyinfra.api.exceptions import PyinfraError
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
 
@@ -56,8 +56,8 @@ def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Sett
     try:
         with ctx_state.use(State(check_for_changes=False)):
             inv = make_inventory(inventory, override_data=dict(overrides), cwd=os.getcwd())
-    except (PyinfraError, SystemExit, OSError, SyntaxError) as e:
-        raise ServefleetError(f"{inventory}: cannot read the inventory: {e}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 (the operator's file: any error is one line)
+        raise inventory_error(inventory, e) from None
     out = []
     for host in inv:
         try:

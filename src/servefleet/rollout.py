@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.errors import ServefleetError
+from servefleet.inventory import inventory_error
 
 TICK = 15.0  # seconds between the live lines of a running batch
 
@@ -33,10 +34,8 @@ def inventory_hosts(path: str) -> tuple[list[str], dict[str, list[str]]]:
     order they are defined), and each group's hosts."""
     try:
         names = runpy.run_path(path)
-    except (OSError, SyntaxError) as e:
-        raise ServefleetError(f"{path}: cannot read the inventory: {e}") from None
-    except SystemExit as e:
-        raise ServefleetError(str(e.code)) from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 (the operator's file: any error is one line)
+        raise inventory_error(path, e) from None
     order: list[str] = []
     groups: dict[str, list[str]] = {}
     for group, value in names.items():

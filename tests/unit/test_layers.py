@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry", ("servefleet", "servefleet.__main__", "servefleet.cli", "servefleet.deploys",
                "servefleet.steps")),
     ("fleet", ("servefleet.rollout", "servefleet.fleetview", "servefleet.lockfleet",
-               "servefleet.datadoc", "servefleet.lab")),
+               "servefleet.datadoc", "servefleet.inventory", "servefleet.lab")),
     ("host plan", ("servefleet.hostplan",)),
     ("release", ("servefleet.release", "servefleet.glibc", "servefleet.builds",
                  "servefleet.wheelhouse", "servefleet.lock", "servefleet.prewarm_store",

@@ -50,3 +50,18 @@ def test_an_inventory_that_exits_gives_one_line(tmp_path: Path) -> None:
     path.write_text("raise SystemExit('inv.py: the lab is not up')\n")
     with pytest.raises(ServefleetError, match="the lab is not up"):
         inventory_hosts(str(path))
+
+
+@pytest.mark.parametrize("body", ["hosts = [undefined_name]\n", "1/0\n", "def (:\n"])
+def test_an_inventory_that_raises_gives_one_line_to_rollout_and_lock(
+    tmp_path: Path, body: str
+) -> None:
+    from servefleet.lockfleet import fleet_lock
+
+    path = tmp_path / "inv.py"
+    path.write_text(body)
+    for read in (lambda: inventory_hosts(str(path)), lambda: fleet_lock(str(path), {})):
+        with pytest.raises(ServefleetError) as e:
+            read()
+        assert str(e.value).startswith(f"{path}: cannot read the inventory: ")
+        assert "\n" not in str(e.value)
