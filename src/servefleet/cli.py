@@ -50,7 +50,7 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="servefleet")
 def main() -> None:
     """Recipes to warm, health-checked vllm serve instances on a fleet."""

@@ -17,6 +17,7 @@ wrong>; allowed: <what is>`` and no host changes.
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -393,8 +394,15 @@ _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
 }
 
 
+def _misspelt(key: str) -> bool:
+    """A key without our prefixes that is one slip from one of ours (``sevre_target``): pyinfra's
+    own keys (``ssh_user``, ``_sudo``) are nowhere near one."""
+    return difflib.get_close_matches(key, KEYS, n=1, cutoff=0.85) != []
+
+
 def _refuse_unknown(keys: Iterable[str]) -> None:
-    for key in sorted(k for k in keys if isinstance(k, str) and k.startswith(PREFIXES)):
+    ours = [k for k in keys if isinstance(k, str) and (k.startswith(PREFIXES) or _misspelt(k))]
+    for key in sorted(ours):
         if key not in KEYS:
             close = c.closest(key, KEYS)
             hint = (

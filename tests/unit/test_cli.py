@@ -214,3 +214,22 @@ def test_vllm_refuses_rbln_options_and_reports_errors(vllm_stub: list[dict]) -> 
     result = CliRunner().invoke(main, ["resolve", "vllm/openai/gpt-oss-120b", "--hardware", "bad"])
     assert result.exit_code == 2
     assert result.stderr == "servefleet: error: unknown hardware 'bad' (allowed: h200)\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["resolve"],
+        ["recipes", "show"],
+        ["lab", "up"],
+        ["plan"],
+        ["status"],
+        ["rollout"],
+        ["lock"],
+    ],
+)
+def test_dash_h_is_help_everywhere(args: list[str]) -> None:
+    result = CliRunner().invoke(main, [*args, "-h"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("Usage: ")

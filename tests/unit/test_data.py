@@ -353,3 +353,19 @@ def test_missing_credential_variables_are_named() -> None:
     no_auth = {name: {**index, "auth": False} for name, index in data["pip_indexes"].items()}
     assert validate(pip_indexes=no_auth).index_user == "u"
     settings_from({**data, "pip_indexes": no_auth}.get, {})
+
+
+@pytest.mark.parametrize(
+    ("key", "close"),
+    [("sevre_target", "serve_target"), ("sdk_pin", "sdk_pins"), ("serve_tagret", "serve_target")],
+)
+def test_a_misspelt_prefix_is_refused_with_a_did_you_mean(key: str, close: str) -> None:
+    with pytest.raises(DataError, match=f"^{key}: unknown data key; did you mean {close}\\?$"):
+        settings_from({key: "x"}.get, keys=[key])
+
+
+def test_pyinfra_keys_are_not_taken_for_misspelt_ones() -> None:
+    keys = ["ssh_user", "ssh_key", "ssh_hostname", "ssh_port", "_sudo", "ssh_known_hosts_file"]
+    settings_from(
+        {k: None for k in keys}.get, {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}, keys
+    )
