@@ -68,7 +68,9 @@ def recipes_group() -> None:
 @recipes_group.command("list")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
 def recipes_list(directory: Path | None) -> None:
-    """Print the qualified names of the recipes under DIRECTORY (default: the shipped ones).
+    """Print the qualified names of the recipes under DIRECTORY (default: the shipped ones, or
+    SERVEFLEET_RECIPES). DIRECTORY holds rbln/ and vllm/, or is a checkout of vllm-project/recipes
+    (models/, strategies/, taxonomy.yaml at its root); one that holds no recipe is an error.
 
     Example:
 
@@ -78,7 +80,16 @@ def recipes_list(directory: Path | None) -> None:
 
     if directory is not None and not directory.is_dir():
         raise RecipeError(f"{directory}: not a directory")
-    for name in list_recipes(directory):
+    names = list_recipes(directory)
+    if not names:
+        from servefleet.kinds import RECIPES_DIR
+
+        raise RecipeError(
+            f"{directory or RECIPES_DIR}: holds no recipe (looked for rbln/<name>.json, "
+            "vllm/models/<org>/<name>.yaml, and models/<org>/<name>.yaml as in a checkout of "
+            "vllm-project/recipes)"
+        )
+    for name in names:
         click.echo(name)
 
 

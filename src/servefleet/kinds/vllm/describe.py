@@ -26,6 +26,17 @@ def _pick(mapping: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: mapping[k] for k in keys if mapping.get(k) is not None}
 
 
+def _platforms(entries: list[Any], known: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """``meta.platforms`` against ``platforms.yaml``, as the site resolves them: a bare id is the
+    catalog entry, an object ``{id, ...}`` overrides its fields; unknown ids are dropped."""
+    out = []
+    for entry in entries:
+        pid = entry if isinstance(entry, str) else entry.get("id")
+        if pid in known:
+            out.append(known[pid] if isinstance(entry, str) else {**known[pid], **entry})
+    return out
+
+
 def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
     """What a recipe offers, for ``servefleet recipes show``.
 
@@ -46,6 +57,11 @@ def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
             feats[name]["label"] = f["label"]
         if f.get("strategies"):
             feats[name]["strategies"] = list(f["strategies"])
+        opt_in_here = [
+            g for g in offered if name in r.opt_in_on(g) and name not in r.opt_in_features
+        ]
+        if opt_in_here:
+            feats[name]["opt_in_on"] = opt_in_here
         if (f.get("companion") or {}).get("command"):
             feats[name]["companion"] = f["companion"].get("label") or name
     variants = {}
@@ -56,6 +72,8 @@ def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
             "vram_minimum_gb": v.get("vram_minimum_gb"),
             "hardware": [g for g in offered if _variant_runs(r, name, g)],
         }
+        if v.get("default_modes"):
+            variants[name]["forces_features"] = [f for f in v["default_modes"] if f in r.features]
         for key in ("label", "description", "min_vllm_version", "nightly_required"):
             if v.get(key) is not None:
                 variants[name][key] = v[key]
@@ -113,7 +131,7 @@ def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
         "min_vllm_version": model.get("min_vllm_version"),
         "docker_image": model.get("docker_image"),
         "dependencies": list(r.data.get("dependencies") or []),
-        "platforms": [known[p] for p in r.meta.get("platforms") or [] if p in known],
+        "platforms": _platforms(r.meta.get("platforms") or [], known),
     }
     if r.is_omni:
         info["omni_tasks"] = {

@@ -54,14 +54,19 @@ def _select_features(
 ) -> dict[str, str | None]:
     """Enabled features (recipe order) -> selected mode (None for a plain feature).
 
+    Without ``features`` / ``no_features`` these are the site's defaults
+    (:meth:`VllmRecipe.default_features`: not opt-in on this GPU, or forced on by the variant's
+    ``default_modes``); a name in ``features`` turns an opt-in one on, ``no_features`` any off.
+
     ``strategy`` is None for a recipe without strategies: a feature limited to some strategies
     (``strategies``) is then not offered."""
     wanted = _parse_features(r, features, no_features)
     prof, variant = r.profiles[gpu], r.variants[vname]
+    defaults = r.default_features(vname, gpu)
     on: dict[str, str | None] = {}
     for name, feat in r.features.items():
         explicit = name in wanted
-        if name in no_features or (not explicit and name in r.opt_in_features):
+        if name in no_features or (not explicit and name not in defaults):
             continue
         allow = feat.get("strategies")
         if isinstance(allow, list) and allow and strategy not in allow:

@@ -3,10 +3,14 @@ lands on, and the parallel size of a strategy on one host."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from servefleet.errors import RecipeError
 from servefleet.kinds.vllm.recipe import VllmRecipe
+
+# Most nodes the site offers for one deployment (its MAX_NODES).
+MAX_NODES = 16
 
 # Precision -> the hardware it needs, unless the variant sets ``precision_hardware``.
 PRECISION_HARDWARE = {
@@ -24,6 +28,12 @@ def _generation(profile: dict[str, Any]) -> str | None:
     """The generation that keys overrides (the first of a list, as the site normalizes it)."""
     gens = _generations(profile)
     return gens[0] if gens else None
+
+
+def is_cpu(profile: dict[str, Any]) -> bool:
+    """CPU hardware (``generation: cpu``): its ``gpu_count`` is kept for the schema only and is no
+    physical limit (NUMA nodes, not devices), so parallel sizes are not capped by it."""
+    return profile.get("generation") == "cpu"
 
 
 def _brand(profile: dict[str, Any]) -> str | None:
@@ -206,6 +216,77 @@ def gpu_shortfall(r: VllmRecipe, strategy: str, gpu: str) -> str:
     )
 
 
+def fits_one_node(r: VllmRecipe, vname: str, gpu: str) -> bool:
+    """Whether the variant's weights fit one node: ``vram_minimum_gb`` <= the profile's
+    ``vram_gb`` (either missing: it fits, as the site does not block on missing sizes).
+
+    + r: the recipe
+    + vname: the variant
+    + gpu: the GPU id
+    """
+    need, have = r.variants[vname].get("vram_minimum_gb") or 0, r.profiles[gpu].get("vram_gb") or 0
+    return need <= 0 or have <= 0 or need <= have
+
+
+def nodes_needed(r: VllmRecipe, vname: str, strategy: str, gpu: str) -> int:
+    """Nodes of this GPU a multi-node strategy takes for the variant: enough for its
+    ``vram_minimum_gb`` and the recipe's ``strategy_min_gpus`` floor, at least 2.
+
+    + r: the recipe
+    + vname: the variant
+    + strategy: a multi-node strategy
+    + gpu: the GPU id
+    """
+    prof = r.profiles[gpu]
+    need, have = r.variants[vname].get("vram_minimum_gb") or 0, prof.get("vram_gb") or 0
+    by_vram = math.ceil(need / have) if need > 0 and have > 0 else 1
+    by_floor = math.ceil(min_gpus(r, strategy, gpu) / (int(prof["gpu_count"]) or 8))
+    return max(2, by_vram, by_floor)
+
+
+def multi_node_fits(r: VllmRecipe, vname: str, gpu: str) -> list[tuple[str, int]]:
+    """The multi-node strategies of the recipe on this GPU that would hold the variant within the
+    site's node limit (:data:`MAX_NODES`), each with the nodes it takes; none on hardware that
+    does not scale out (``scalable: false``).
+
+    + r: the recipe
+    + vname: the variant
+    + gpu: the GPU id
+    """
+    if r.profiles[gpu].get("scalable") is False:
+        return []
+    out = []
+    for s in r.compatible_strategies:
+        if not _strategy_on(r, s, gpu) or r.strategies[s].get("deploy_type") != "multi_node":
+            continue
+        nodes = nodes_needed(r, vname, s, gpu)
+        if nodes <= MAX_NODES:
+            out.append((s, nodes))
+    return out
+
+
+def too_big_for_one_node(r: VllmRecipe, vname: str, gpu: str) -> str:
+    """Why a single-node command is refused for a variant that does not fit one node (one line).
+
+    + r: the recipe
+    + vname: the variant
+    + gpu: the GPU id
+    """
+    need = r.variants[vname].get("vram_minimum_gb") or 0
+    have = r.profiles[gpu].get("vram_gb") or 0
+    fits = multi_node_fits(r, vname, gpu)
+    where = (
+        "multi-node strategies that fit: " + ", ".join(f"{s} ({n} nodes)" for s, n in fits)
+        if fits
+        else "no multi-node strategy of the recipe fits it"
+    )
+    return (
+        f"{r.name}: variant {vname} needs {need:g} GB (vram_minimum_gb) but one {gpu} node has "
+        f"{have:g} GB (vram_gb), so no single-node command; {where}. servefleet renders one "
+        "host per server and cannot deploy a model spanning several hosts yet"
+    )
+
+
 def single_node_strategies(r: VllmRecipe, gpu: str) -> list[str]:
     """Compatible strategies that render as one ``vllm serve`` on one host of this GPU.
 
@@ -247,8 +328,9 @@ def parallel_size(r: VllmRecipe, vname: str, strategy: str, gpu: str) -> int:
 
     ``single_node_tp``: the variant's ``tp``, else ``strategy_overrides.single_node_tp.tp``
     (a number or a map keyed by GPU id > generation > brand > ``default``), capped at the
-    profile's ``gpu_count``; else 1 when ``vram_minimum_gb`` fits one GPU, else ``gpu_count``.
-    Other strategies: ``gpu_count``.
+    profile's ``gpu_count`` except on CPU hardware (``generation: cpu``, whose ``gpu_count`` is
+    no physical limit: the site does not cap it); else 1 when ``vram_minimum_gb`` fits one GPU,
+    else ``gpu_count``. Other strategies: ``gpu_count``.
 
     + r: the recipe
     + vname: the variant
@@ -264,7 +346,7 @@ def parallel_size(r: VllmRecipe, vname: str, strategy: str, gpu: str) -> int:
     for raw in (variant.get("tp"), so):
         declared = raw if isinstance(raw, int) else _keyed(raw, gpu, prof)
         if isinstance(declared, int) and not isinstance(declared, bool) and declared > 0:
-            return min(declared, count)
+            return declared if is_cpu(prof) else min(declared, count)
     need = variant.get("vram_minimum_gb") or 0
     per_gpu = (prof.get("vram_gb") or 0) / count if count else 0
     if not need or per_gpu <= 0:

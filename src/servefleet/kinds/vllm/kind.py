@@ -1,6 +1,7 @@
 """vLLM's recipes on GPU hosts.
 
-Recipes: vllm-project/recipes' YAML (``models/<org>/<name>.yaml``), named ``vllm/<org>/<name>``,
+Recipes: vllm-project/recipes' YAML (``models/<org>/<name>.yaml``), named ``vllm/<org>/<name>``
+(under ``<recipes>/vllm/``, or a recipes directory laid out as the upstream collection),
 or the recipes site's JSON form of a model (the YAML's keys plus ``recommended_command``), by its
 path. Hosts (NVIDIA, AMD): devices from ``nvidia-smi`` (or ``amd-smi``);
 servefleet installs no GPU driver, it only checks that the driver and the right GPUs are
@@ -116,7 +117,9 @@ class Vllm(Kind):
         return True  # the last kind tried: its loader says what is wrong with anything else
 
     def locate(self, rest: str, base: Path) -> Path | None:
-        path = base / "vllm" / "models" / f"{rest}.yaml"
+        from servefleet.kinds.vllm.load import vllm_root
+
+        path = vllm_root(base) / "models" / f"{rest}.yaml"
         return path if path.is_file() else None
 
     # The recipe code (servefleet.kinds.vllm) is imported when a recipe is listed, shown or
@@ -125,7 +128,7 @@ class Vllm(Kind):
     def names(self, base: Path) -> list[str]:
         from servefleet.kinds.vllm import list_vllm_recipes
 
-        return list_vllm_recipes(base / "vllm")
+        return list_vllm_recipes(base)  # recipes/vllm/models or an upstream checkout's models/
 
     def show(self, path: Path, name: str) -> dict[str, Any]:
         from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe

@@ -55,11 +55,24 @@ def _stamp(root: Path) -> tuple[int, ...]:
     return tuple(f.stat().st_mtime_ns for f in sorted(files) if f.is_file())
 
 
+def vllm_root(base: Path) -> Path:
+    """The vLLM recipes root of a recipes directory: the directory itself when it is laid out as
+    the upstream collection (vllm-project/recipes: ``models/``, ``strategies/`` and
+    ``taxonomy.yaml`` at its root), else its ``vllm/`` (servefleet's ``recipes/vllm``).
+
+    + base: a recipes directory (``SERVEFLEET_RECIPES``, ``recipes list DIR``) or a vLLM root
+    """
+    base = Path(base)
+    if (base / "taxonomy.yaml").is_file() or (base / "models").is_dir():
+        return base
+    return base / "vllm"
+
+
 def _find_root(path: Path) -> Path:
     for parent in path.resolve().parents:
         if (parent / "taxonomy.yaml").is_file():
             return parent
-    return RECIPES_DIR / "vllm"
+    return vllm_root(RECIPES_DIR)
 
 
 def _qualified_name(path: Path, root: Path) -> str:
@@ -109,10 +122,10 @@ def load_vllm_recipe(path: Path) -> VllmRecipe:
 def list_vllm_recipes(root: Path) -> list[str]:
     """Qualified names ``vllm/<org>/<name>`` of every model YAML under a recipes directory.
 
-    + root: ``recipes/`` or ``recipes/vllm`` (the directory holding ``models/``)
+    + root: ``recipes/``, ``recipes/vllm`` or a checkout of the upstream collection (the
+      directory holding ``models/``, or the one above it)
     """
-    root = Path(root)
-    models = root / "models" if (root / "models").is_dir() else root / "vllm" / "models"
+    models = vllm_root(root) / "models"
     return [
         "vllm/" + p.relative_to(models).with_suffix("").as_posix()
         for p in sorted(models.glob("*/*.yaml"))

@@ -53,6 +53,21 @@ class VllmRecipe:
         """``opt_in_features`` that name a feature of the recipe (others are ignored)."""
         return [f for f in self.data.get("opt_in_features") or [] if f in self.features]
 
+    def opt_in_on(self, gpu: str) -> list[str]:
+        """Features opt-in on this GPU: ``opt_in_features`` plus ``hardware_opt_in_features.<gpu>``
+        (exact GPU id), each naming a feature of the recipe (others are ignored)."""
+        per_hw = (self.data.get("hardware_opt_in_features") or {}).get(gpu) or []
+        return list(
+            dict.fromkeys([*self.opt_in_features, *(f for f in per_hw if f in self.features)])
+        )
+
+    def default_features(self, vname: str, gpu: str) -> list[str]:
+        """The site's default features for a variant on a GPU, in recipe order: every feature not
+        opt-in here, plus every feature the variant's ``default_modes`` names (forced on)."""
+        forced = (self.variants[vname].get("default_modes") or {}).keys()
+        opt_in = self.opt_in_on(gpu)
+        return [f for f in self.features if f in forced or f not in opt_in]
+
     @property
     def declared_hardware(self) -> dict[str, str]:
         return self.meta.get("hardware") or {}

@@ -1,36 +1,33 @@
 """Resolve a selection of a vLLM recipe to one host's ``vllm serve`` argv and env.
 
-Layering (the site's ``buildArgs``), each layer appended to one argument list:
+The layers and the order they apply in are data: :data:`ARG_ORDER` and :data:`ENV_ORDER` (the
+site's ``buildArgs`` / ``buildEnv``), :data:`OMNI_ARG_ORDER` and :data:`OMNI_ENV_ORDER` (its
+``resolveOmniCommand``). In short: base, variant, strategy, strategy overrides, hardware class
+(generation, else brand), exact hardware, features, the composing KV-offload option; for env
+the strategy's and the KV option's env, then the strategy overrides before every hardware layer.
+A strategy's generation override replaces the recipe's and the variant's generation blocks.
 
-1. ``model.base_args``
-2. the variant's ``extra_args``, then its exact-GPU ``hardware_overrides.<gpu>.extra_args``
-3. the strategy's ``vllm_args``, then its parallel flag with the parallel size
-4. ``strategy_overrides.<strategy>`` ``extra_args`` / ``vllm_args``
-5. hardware overrides: the recipe's block for the profile's generation (brand as fallback),
-   then the variant's generation block, then the recipe's exact-GPU block; a
-   ``strategy_overrides.<strategy>.hardware_overrides.<generation>`` block replaces the recipe
-   and variant generation blocks; its exact-GPU block is added last
-6. (advanced args: none, the CLI offers no such axis)
-7. enabled features in the recipe's order (a feature's hardware override replaces its args; a
-   feature with ``modes`` contributes its selected mode's args)
-8. the composing KV-offload option (``taxonomy.kv_offload.<key>.args``), when one is chosen
+The argument list becomes argv words as the site's shell command splits it (``words``: an item
+holding a flag and its value, ``"--max-model-len 32768"``, gives two words), then
+``dedupe_args``: the last occurrence of each flag wins.
 
-The list becomes argv words as the site's shell command splits it (``words``: an item holding a
-flag and its value, ``"--max-model-len 32768"``, gives two words), then ``dedupe_args``: the last
-occurrence of each flag wins. Env: ``base_env`` -> variant ``extra_env`` (non-default variants)
--> strategy env -> KV-offload env -> hardware overrides (same order as the args) ->
-``strategy_overrides`` env -> features' env.
+Features: without ``features`` / ``no_features`` the site's defaults are on (every feature not
+opt-in, ``opt_in_features`` plus ``hardware_opt_in_features.<gpu>``, and every feature the
+variant's ``default_modes`` names). A feature's hardware override replaces its args; a feature
+with ``modes`` contributes its selected mode's args.
 
-A recipe without strategies renders its base command: the layers above without 3 and 4 (the
-GPUs it takes come from its own arguments, 1 when they name none). An omni recipe
-(``meta.tasks`` has ``omni``) renders as the site's ``resolveOmniCommand``: ``base_args``, the
-non-default variant's ``extra_args``, the omni task's ``extra_args``, the recipe's and the
-variant's generation overrides and the variant's exact-GPU override, ``--port`` from
-``omni.port``, then ``--omni``; the served model is the task's ``model_id``, else the
-variant's; no strategy, no features.
+A recipe without strategies renders its base command: the layers above without the strategy
+ones (the GPUs it takes come from its own arguments, 1 when they name none). An omni recipe
+(``meta.tasks`` has ``omni``) renders as the site's ``resolveOmniCommand``: the served model is
+the task's exact-GPU override's ``model_id``, else the task's, else the variant's; no strategy,
+no features.
 
-The server takes as many GPUs as its final argv asks for (tensor x data x pipeline parallel
-size). A feature's or the KV-offload option's ``companion`` runs as a second server beside it.
+Refused on purpose (the site prints a command that cannot start there): a variant whose
+``vram_minimum_gb`` exceeds the node's ``vram_gb`` (no single-node command; the message names
+the multi-node strategies that would fit), a strategy whose ``hardware_match`` GPU range or
+``strategy_min_gpus`` floor excludes the hardware, and a command asking for more GPUs than the
+host has (tensor x data x pipeline parallel size; CPU hardware is not capped). A feature's or
+the KV-offload option's ``companion`` runs as a second server beside it.
 """
 
 from __future__ import annotations
@@ -51,10 +48,12 @@ from servefleet.kinds.vllm.hardware import (
     _single_node,
     _strategy_on,
     _variant_runs,
+    fits_one_node,
     gpu_shortfall,
     offered_hardware,
     parallel_size,
     single_node_strategies,
+    too_big_for_one_node,
 )
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.words import Item, items, words
@@ -72,24 +71,126 @@ _PARALLEL = {
 }
 
 
-def _layers(r: VllmRecipe, vname: str, strategy: str | None, gpu: str) -> list[tuple[str, Any]]:
-    """The override blocks of steps 2, 4 and 5, in order: (label, block with extra_args/env)."""
+# The order the layers of a selection apply in, as the site's builder applies them
+# (``buildArgs`` / ``buildEnv``): each appends its arguments to one list (the last occurrence of
+# a flag wins) and updates one env mapping (the last value of a variable wins).
+#
+# + base: ``model.base_args`` / ``base_env``
+# + variant: ``variants.<v>.extra_args`` / ``extra_env`` (the ``default`` variant too)
+# + variant_gpu: ``variants.<v>.hardware_overrides.<gpu>`` (exact GPU id)
+# + strategy: ``strategies/<s>.yaml`` ``vllm_args``, then its parallel flag with the size / ``env``
+# + strategy_overrides: ``strategy_overrides.<s>`` ``extra_args`` + ``vllm_args`` /
+#   ``env`` + ``extra_env``
+# + strategy_generation: ``strategy_overrides.<s>.hardware_overrides.<generation>`` (brand as
+#   fallback); when present it replaces recipe_generation and variant_generation
+# + recipe_generation / variant_generation: ``hardware_overrides.<generation>`` of the recipe,
+#   then of the variant (hardware class: generation, else brand)
+# + recipe_gpu / strategy_gpu: ``hardware_overrides.<gpu>`` of the recipe, then of
+#   ``strategy_overrides.<s>`` (exact hardware)
+# (HARDWARE_ORDER: the hardware layers, the hardware class before the exact hardware)
+# + features: the enabled features in recipe order
+# + kv_offload: the composing KV-offload option (``taxonomy.kv_offload.<key>``)
+HARDWARE_ORDER = (
+    "strategy_generation",
+    "recipe_generation",
+    "variant_generation",
+    "recipe_gpu",
+    "strategy_gpu",
+)
+ARG_ORDER = (
+    "base",
+    "variant",
+    "variant_gpu",
+    "strategy",
+    "strategy_overrides",
+    *HARDWARE_ORDER,
+    "features",
+    "kv_offload",
+)
+# Env: the strategy's own env, the KV-offload option's, then the recipe's strategy overrides
+# before every hardware layer.
+ENV_ORDER = (
+    "base",
+    "variant",
+    "variant_gpu",
+    "strategy",
+    "kv_offload",
+    "strategy_overrides",
+    *HARDWARE_ORDER,
+    "features",
+)
+# An omni recipe (the site's ``resolveOmniCommand``): no strategy, no features; the variant's
+# own args and env apply to non-default variants only; ``--port`` and ``--omni`` close it.
+OMNI_ARG_ORDER = (
+    "base",
+    "variant",
+    "task",
+    "recipe_generation",
+    "variant_generation",
+    "variant_gpu",
+    "port",
+    "omni",
+)
+OMNI_ENV_ORDER = ("base", "variant", "recipe_generation", "variant_generation", "variant_gpu")
+
+# One layer: its argument items and env (empty when it does not apply).
+Layer = tuple[list[Item], dict[str, str]]
+
+
+def _block_layer(block: Any, where: str, args: tuple[str, ...], envs: tuple[str, ...]) -> Layer:
+    b = block or {}
+    seq = [t for k in args for t in items(b.get(k), f"{where}.{k}")]
+    env: dict[str, str] = {}
+    for k in envs:
+        env.update(env_map(b.get(k), f"{where}.{k}"))
+    return seq, env
+
+
+def _override_layers(r: VllmRecipe, vname: str, strategy: str | None, gpu: str) -> dict[str, Layer]:
+    """The override layers: variant_gpu, strategy_overrides and the hardware ones."""
+    n = r.name
     prof = r.profiles[gpu]
     variant = r.variants[vname]
     so = ((r.data.get("strategy_overrides") or {}).get(strategy) or {}) if strategy else {}
     v_ho = variant.get("hardware_overrides") or {}
     r_ho = r.data.get("hardware_overrides") or {}
     s_ho = so.get("hardware_overrides") or {}
-    hw: list[tuple[str, Any]] = []
+    sw = f"{n}: strategy_overrides.{strategy}"
+    extra = (("extra_args",), ("extra_env",))
+    out = {
+        "variant_gpu": _block_layer(
+            v_ho.get(gpu), f"{n}: variants.{vname}.hardware_overrides.{gpu}", *extra
+        ),
+        "strategy_overrides": _block_layer(
+            so, sw, ("extra_args", "vllm_args"), ("env", "extra_env")
+        ),
+        "recipe_gpu": _block_layer(r_ho.get(gpu), f"{n}: hardware_overrides.{gpu}", *extra),
+        "strategy_gpu": _block_layer(s_ho.get(gpu), f"{sw}.hardware_overrides.{gpu}", *extra),
+    }
     strategy_gen = _generation_block(s_ho, prof)
     if strategy_gen is not None:
-        hw.append(("strategy_generation", strategy_gen))
+        out["strategy_generation"] = _block_layer(strategy_gen, f"{sw}.hardware_overrides", *extra)
     else:
-        hw.append(("recipe_generation", _generation_block(r_ho, prof)))
-        hw.append(("variant_generation", _generation_block(v_ho, prof)))
-    hw.append(("recipe_gpu", r_ho.get(gpu)))
-    hw.append(("strategy_gpu", s_ho.get(gpu)))
-    return [("variant_gpu", v_ho.get(gpu)), ("strategy_overrides", so), *hw]
+        out["recipe_generation"] = _block_layer(
+            _generation_block(r_ho, prof), f"{n}: hardware_overrides", *extra
+        )
+        out["variant_generation"] = _block_layer(
+            _generation_block(v_ho, prof), f"{n}: variants.{vname}.hardware_overrides", *extra
+        )
+    return out
+
+
+def _apply(
+    layers: dict[str, Layer], arg_order: tuple[str, ...], env_order: tuple[str, ...]
+) -> tuple[list[str], dict[str, str]]:
+    """The deduplicated argv words and the env of the layers, each in its order."""
+    seq: list[Item] = []
+    for label in arg_order:
+        seq += layers.get(label, ([], {}))[0]
+    env: dict[str, str] = {}
+    for label in env_order:
+        env.update(layers.get(label, ([], {}))[1])
+    return dedupe_args(words(seq)), env
 
 
 def resolve_vllm(
@@ -175,6 +276,8 @@ def resolve_vllm(
             f"{r.name}: strategy {strategy} is {r.strategies[strategy].get('deploy_type')} and "
             f"cannot be rendered for one host (single-node strategies: {', '.join(usable) or 'none'})"
         )
+    if not fits_one_node(r, variant, hardware):
+        raise RecipeError(too_big_for_one_node(r, variant, hardware))
     if strategy not in usable:
         raise RecipeError(
             f"{r.name}: strategy {strategy} does not fit one {hardware} host: "
@@ -214,6 +317,8 @@ def _resolve_unstrategied(
     if not r.is_omni:
         if task is not None:
             raise RecipeError(f"{r.name}: task {task!r} given, but only omni recipes have tasks")
+        if not fits_one_node(r, variant, hardware):
+            raise RecipeError(too_big_for_one_node(r, variant, hardware))
         enabled = _select_features(r, variant, None, hardware, features, no_features)
         kv = _kv_option(r, kv_offload, None, hardware)
         args, env = _build(r, variant, None, hardware, 0, enabled, kv)
@@ -277,68 +382,40 @@ def _build(
     enabled: dict[str, str | None],
     kv: dict[str, Any] | None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The deduplicated arguments (after the model) and the env of a selection."""
+    """The deduplicated arguments (after the model) and the env of a selection
+    (:data:`ARG_ORDER`, :data:`ENV_ORDER`)."""
     n = r.name
     model = r.data["model"]
     variant = r.variants[vname]
-    strat = r.strategies[strategy] if strategy else {}
-    layers = dict(_layers(r, vname, strategy, gpu))
-    so_where = f"{n}: strategy_overrides.{strategy}"
-    where = {
-        "variant_gpu": f"{n}: variants.{vname}.hardware_overrides.{gpu}",
-        "strategy_overrides": so_where,
-        "strategy_generation": f"{so_where}.hardware_overrides",
-        "recipe_generation": f"{n}: hardware_overrides",
-        "variant_generation": f"{n}: variants.{vname}.hardware_overrides",
-        "recipe_gpu": f"{n}: hardware_overrides.{gpu}",
-        "strategy_gpu": f"{so_where}.hardware_overrides.{gpu}",
-    }
-
-    def block_args(label: str, *keys: str) -> list[Item]:
-        b = layers.get(label) or {}
-        return [t for k in keys for t in items(b.get(k), f"{where[label]}.{k}")]
-
-    def block_env(label: str, *keys: str) -> dict[str, str]:
-        b = layers.get(label) or {}
-        out: dict[str, str] = {}
-        for k in keys:
-            out.update(env_map(b.get(k), f"{where[label]}.{k}"))
-        return out
-
-    hw_labels = [k for k in layers if k not in ("variant_gpu", "strategy_overrides")]
-    seq: list[Item] = []
-    seq += items(model.get("base_args"), f"{n}: model.base_args")  # 1
-    seq += items(variant.get("extra_args"), f"{n}: variants.{vname}.extra_args")  # 2
-    seq += block_args("variant_gpu", "extra_args")
+    layers = _override_layers(r, vname, strategy, gpu)
+    layers["base"] = (
+        items(model.get("base_args"), f"{n}: model.base_args"),
+        env_map(model.get("base_env"), f"{n}: model.base_env"),
+    )
+    layers["variant"] = _block_layer(
+        variant, f"{n}: variants.{vname}", ("extra_args",), ("extra_env",)
+    )
     if strategy:
-        seq += items(strat.get("vllm_args"), f"strategy {strategy}.vllm_args")  # 3
+        strat = r.strategies[strategy]
         flag = str(strat.get("parallel_flag") or "--tensor-parallel-size")
-        seq += [(flag, f"strategy {strategy}.parallel_flag"), (str(size), "parallel size")]
-        seq += block_args("strategy_overrides", "extra_args", "vllm_args")  # 4
-    for label in hw_labels:  # 5
-        seq += block_args(label, "extra_args")
-    blocks = {name: _feature_block(r, name, mode, gpu) for name, mode in enabled.items()}
-    for feature_args, _ in blocks.values():  # 7
-        seq += feature_args
-    if kv is not None:  # 8
-        seq += items(kv.get("args"), "taxonomy kv_offload.args")
-
-    env: dict[str, str] = {}
-    env.update(env_map(model.get("base_env"), f"{n}: model.base_env"))
-    if vname != "default":
-        env.update(env_map(variant.get("extra_env"), f"{n}: variants.{vname}.extra_env"))
-    env.update(env_map(strat.get("env"), f"strategy {strategy}.env"))
+        layers["strategy"] = (
+            items(strat.get("vllm_args"), f"strategy {strategy}.vllm_args")
+            + [(flag, f"strategy {strategy}.parallel_flag"), (str(size), "parallel size")],
+            env_map(strat.get("env"), f"strategy {strategy}.env"),
+        )
+    feature_args: list[Item] = []
+    feature_env: dict[str, str] = {}
+    for name, mode in enabled.items():
+        f_args, f_env = _feature_block(r, name, mode, gpu)
+        feature_args += f_args
+        feature_env.update(f_env)
+    layers["features"] = (feature_args, feature_env)
     if kv is not None:
-        env.update(env_map(kv.get("env"), "taxonomy kv_offload.env"))
-    for label in ("strategy_generation", "recipe_generation", "variant_generation"):
-        env.update(block_env(label, "extra_env"))
-    env.update(block_env("variant_gpu", "extra_env"))
-    env.update(block_env("recipe_gpu", "extra_env"))
-    env.update(block_env("strategy_overrides", "env", "extra_env"))
-    env.update(block_env("strategy_gpu", "extra_env"))
-    for _, feature_env in blocks.values():
-        env.update(feature_env)
-    return dedupe_args(words(seq)), env
+        layers["kv_offload"] = (
+            items(kv.get("args"), "taxonomy kv_offload.args"),
+            env_map(kv.get("env"), "taxonomy kv_offload.env"),
+        )
+    return _apply(layers, ARG_ORDER, ENV_ORDER)
 
 
 def _omni_task(r: VllmRecipe, task: str | None) -> tuple[str | None, dict[str, Any]]:
@@ -357,7 +434,10 @@ def _omni_task(r: VllmRecipe, task: str | None) -> tuple[str | None, dict[str, A
 def _build_omni(
     r: VllmRecipe, vname: str, gpu: str, task: dict[str, Any]
 ) -> tuple[list[str], list[str], dict[str, str]]:
-    """The site's ``resolveOmniCommand``: launcher (with the model), arguments, env."""
+    """The site's ``resolveOmniCommand`` (:data:`OMNI_ARG_ORDER`, :data:`OMNI_ENV_ORDER`):
+    launcher (with the model), arguments, env. The task's exact-GPU override
+    (``omni.tasks[].hardware_overrides.<gpu>``) adds its ``extra_args`` after the task's and may
+    swap its ``model_id``."""
     n = r.name
     model = r.data["model"]
     variant = r.variants[vname]
@@ -365,32 +445,50 @@ def _build_omni(
     omni = r.data.get("omni") or {}
     r_ho = r.data.get("hardware_overrides") or {}
     v_ho = variant.get("hardware_overrides") or {}
-    hw = [
-        (f"{n}: hardware_overrides", _generation_block(r_ho, prof) or {}),
-        (f"{n}: variants.{vname}.hardware_overrides", _generation_block(v_ho, prof) or {}),
-        (f"{n}: variants.{vname}.hardware_overrides.{gpu}", v_ho.get(gpu) or {}),
-    ]
-    seq = items(model.get("base_args"), f"{n}: model.base_args")
+    extra = (("extra_args",), ("extra_env",))
+    tw = f"{n}: omni.tasks.{task.get('key') or task.get('id')}"
+    task_ho = (task.get("hardware_overrides") or {}).get(gpu) or {}
+    layers: dict[str, Layer] = {
+        "base": (
+            items(model.get("base_args"), f"{n}: model.base_args"),
+            env_map(model.get("base_env"), f"{n}: model.base_env"),
+        ),
+        "task": (
+            items(task.get("extra_args"), f"{tw}.extra_args")
+            + items(task_ho.get("extra_args"), f"{tw}.hardware_overrides.{gpu}.extra_args"),
+            {},
+        ),
+        "recipe_generation": _block_layer(
+            _generation_block(r_ho, prof), f"{n}: hardware_overrides", *extra
+        ),
+        "variant_generation": _block_layer(
+            _generation_block(v_ho, prof), f"{n}: variants.{vname}.hardware_overrides", *extra
+        ),
+        "variant_gpu": _block_layer(
+            v_ho.get(gpu), f"{n}: variants.{vname}.hardware_overrides.{gpu}", *extra
+        ),
+        "omni": ([("--omni", "omni")], {}),
+    }
     if vname != "default":
-        seq += items(variant.get("extra_args"), f"{n}: variants.{vname}.extra_args")
-    seq += items(task.get("extra_args"), f"{n}: omni.tasks.{task.get('id')}.extra_args")
-    for w, block in hw:
-        seq += items(block.get("extra_args"), f"{w}.extra_args")
+        layers["variant"] = _block_layer(variant, f"{n}: variants.{vname}", *extra)
     if omni.get("port"):
-        seq += [("--port", f"{n}: omni.port"), (str(omni["port"]), f"{n}: omni.port")]
-    seq.append(("--omni", "omni"))
-    env = dict(env_map(model.get("base_env"), f"{n}: model.base_env"))
-    if vname != "default":
-        env.update(env_map(variant.get("extra_env"), f"{n}: variants.{vname}.extra_env"))
-    for w, block in hw:
-        env.update(env_map(block.get("extra_env"), f"{w}.extra_env"))
+        layers["port"] = (
+            [("--port", f"{n}: omni.port"), (str(omni["port"]), f"{n}: omni.port")],
+            {},
+        )
+    args, env = _apply(layers, OMNI_ARG_ORDER, OMNI_ENV_ORDER)
     binary = str(omni.get("serve_binary") or "vllm serve")
     try:
         launcher = shlex.split(binary)
     except ValueError as e:
         raise RecipeError(f"{n}: omni.serve_binary {binary!r} does not split ({e})") from None
-    model_id = str(task.get("model_id") or variant.get("model_id") or model["model_id"])
-    return [*launcher, model_id], dedupe_args(words(seq)), env
+    model_id = str(
+        task_ho.get("model_id")
+        or task.get("model_id")
+        or variant.get("model_id")
+        or model["model_id"]
+    )
+    return [*launcher, model_id], args, env
 
 
 def _kv_option(

@@ -21,6 +21,8 @@ DEPLOY_TYPES = ("single_node", "multi_node", "pd_cluster", "kv_store_lb")
 ORIENTATIONS = ("latency", "balanced", "throughput", "production")
 ARCHITECTURES = ("dense", "moe")
 HARDWARE_STATES = ("verified", "unsupported")
+# meta.hardware: the site only tests ``!== "unsupported"``; recipes also write ``supported``.
+META_HARDWARE_STATES = ("verified", "supported", "unsupported")
 STRATEGY_STATES = ("supported", "unsupported")
 MODE_HARDWARE_STATES = ("supported", "unsupported", "verified")
 INSTALL_MODES = ("pip", "docker")
@@ -242,11 +244,32 @@ def check_platforms(doc: Any, where: str) -> list[dict[str, Any]]:
 # A recipe
 
 
+def _check_platform_refs(value: Any, where: str) -> None:
+    """``meta.platforms``: platform ids, or ``{id, blurb?, install?, url?, ...}`` objects that
+    override the catalog entry's fields (the site's ``resolveRecipePlatforms``)."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise RecipeError(
+            f"{where}: expected a list of platform ids or {{id, ...}} mappings, got {_kind(value)}"
+        )
+    for i, entry in enumerate(value):
+        if isinstance(entry, str):
+            continue
+        if not isinstance(entry, dict):
+            raise RecipeError(
+                f"{where}[{i}]: expected a platform id or an {{id, ...}} mapping, got {_kind(entry)}"
+            )
+        _text(entry.get("id"), f"{where}[{i}].id", required=True)
+        for k in ("name", "url", "blurb", "install"):
+            _text(entry.get(k), f"{where}[{i}].{k}")
+
+
 def _check_meta(meta: dict[str, Any], n: str) -> None:
-    _states(meta.get("hardware"), f"{n}: meta.hardware", HARDWARE_STATES)
+    _states(meta.get("hardware"), f"{n}: meta.hardware", META_HARDWARE_STATES)
     _text(meta.get("default_hardware"), f"{n}: meta.default_hardware")
     _texts(meta.get("tasks"), f"{n}: meta.tasks", "task ids")
-    _texts(meta.get("platforms"), f"{n}: meta.platforms", "platform ids")
+    _check_platform_refs(meta.get("platforms"), f"{n}: meta.platforms")
 
 
 def _check_model(model: dict[str, Any], n: str) -> None:
@@ -367,6 +390,12 @@ def _check_omni(omni: Any, n: str) -> None:
         for k in ("key", "model_id", "description", "label", "endpoint", "curl", "benchmark"):
             _text(t.get(k), f"{w}.{k}")
         _number(t.get("vram_minimum_gb"), f"{w}.vram_minimum_gb")
+        for gpu, ho in mapping(t.get("hardware_overrides"), f"{w}.hardware_overrides").items():
+            hw = f"{w}.hardware_overrides.{gpu}"
+            o = _block(ho, hw, ("extra_args",), ())
+            for k in ("model_id", "label", "description", "endpoint", "curl"):
+                _text(o.get(k), f"{hw}.{k}")
+            _number(o.get("vram_minimum_gb"), f"{hw}.vram_minimum_gb")
 
 
 def check_recipe(d: dict[str, Any], n: str, strategies: dict[str, Any]) -> None:
@@ -382,6 +411,10 @@ def check_recipe(d: dict[str, Any], n: str, strategies: dict[str, Any]) -> None:
     features = mapping(d.get("features"), f"{n}: features")
     _check_features(features, n)
     _texts(d.get("opt_in_features"), f"{n}: opt_in_features", "feature names")
+    for gpu, names in mapping(
+        d.get("hardware_opt_in_features"), f"{n}: hardware_opt_in_features"
+    ).items():
+        _texts(names, f"{n}: hardware_opt_in_features.{gpu}", "feature names")
     variants = mapping(d.get("variants"), f"{n}: variants")
     if "default" not in variants:
         raise RecipeError(f"{n}: variants must include 'default' (has: {', '.join(variants)})")
