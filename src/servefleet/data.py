@@ -129,6 +129,7 @@ class Settings:
     index_user: str | None
     index_password: str | None
     hf_token: str | None
+    hf_token_env: str  # the controller's variable hf_token comes from (named when refused)
     recipe: str
     strategy: str | None
     target: str
@@ -854,6 +855,7 @@ def settings_from(
         index_user=secret("creds_index_user_env"),
         index_password=secret("creds_index_password_env"),
         hf_token=secret("creds_hf_token_env"),
+        hf_token_env=values["creds_hf_token_env"],
         recipe=values["serve_recipe"],
         strategy=values["serve_strategy"],
         target=values["serve_target"],

@@ -21,11 +21,10 @@ from servefleet.errors import DataError
 from servefleet.glibc import choose, owners
 from servefleet.lock import Lock, Stack, files_of, load_lock, packages, stack
 from servefleet.platforms import platform_for_kind
+from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
-
-MARKER = ".servefleet-release.json"  # written last, after every check passed
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ def plan_release(
         }
     return ReleasePlan(
         id=digest,
-        path=f"{settings.root}/releases/{digest}",
+        path=f"{settings.root}/{RELEASES}/{digest}",
         python=settings.sdk_python,
         downloads=downloads,
         requirements=top,

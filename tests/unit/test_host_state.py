@@ -16,7 +16,8 @@ from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.data import load_defaults, settings_from
 from servefleet.errors import DataError
-from servefleet.hostplan import PROBE, plan_host, probe_args, resolve_for
+from servefleet.hostplan import plan_host, probe_args, resolve_for
+from servefleet.steps.facts import PROBE
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
