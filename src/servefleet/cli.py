@@ -248,12 +248,16 @@ def _report(kind: str, inventory: str, pyinfra_args: tuple[str, ...]) -> dict[st
     import subprocess
     import tempfile
 
+    from servefleet.fleetview import ReportRequest
+
     pyinfra = str(Path(sys.executable).parent / "pyinfra")
     with tempfile.TemporaryDirectory(prefix="servefleet-report-") as tmp:
-        env = {**os.environ, "SERVEFLEET_REPORT_DIR": tmp, "SERVEFLEET_REPORT": kind}
+        request = ReportRequest(kind, tmp)
         cmd = [pyinfra, "-y", *pyinfra_args, inventory, str(DEPLOYS / "report.py")]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        found = {p.stem: json.loads(p.read_text()) for p in Path(tmp).glob("*.json")}
+        proc = subprocess.run(
+            cmd, env={**os.environ, **request.env()}, capture_output=True, text=True
+        )
+        found = request.read()
     if not found:
         lines = [x for x in (proc.stdout + proc.stderr).splitlines() if "servefleet:" in x]
         raise ServefleetError(lines[0] if lines else f"pyinfra found no host ({proc.returncode})")

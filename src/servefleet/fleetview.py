@@ -1,19 +1,55 @@
 """`servefleet plan` and `servefleet status`: what a deploy would change on each host, and how
 each host runs now, both read from the deploy's own HostPlan (one probe, the same planner).
 
-Pure (no pyinfra import): ``report()`` in :mod:`servefleet.deploys` writes one summary per host,
-the CLI reads them and prints a table or JSON.
+Pure (no pyinfra import): ``report()`` in :mod:`servefleet.steps.report` writes one summary per
+host where the CLI asked (:class:`ReportRequest`), the CLI reads them and prints a table or JSON.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from servefleet.hostplan import HostPlan
 from servefleet.prewarm_store import WarmEntry, prewarm_roles
+
+REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where each host's summary goes: <host>.json
+REPORT_ENV = "SERVEFLEET_REPORT"  # which summary: "plan" or "status"
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """What the CLI asks of ``deploys/report.py``, passed through its environment.
+
+    + kind: "plan" or "status"
+    + directory: where each host's summary is written, ``<host>.json``
+    """
+
+    kind: str | None
+    directory: str | None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ReportRequest:
+        env = os.environ if environ is None else environ
+        return cls(env.get(REPORT_ENV), env.get(REPORT_DIR_ENV))
+
+    def env(self) -> dict[str, str]:
+        """The variables that pass this request to a pyinfra run."""
+        return {REPORT_DIR_ENV: str(self.directory), REPORT_ENV: str(self.kind)}
+
+    def write(self, host: str, summary: Mapping[str, Any]) -> None:
+        if self.directory is None:
+            raise KeyError(REPORT_DIR_ENV)
+        (Path(self.directory) / f"{host}.json").write_text(json.dumps(summary, sort_keys=True))
+
+    def read(self) -> dict[str, Any]:
+        """host -> summary, for each host that wrote one."""
+        found = Path(self.directory or ".").glob("*.json")
+        return {p.stem: json.loads(p.read_text()) for p in found}
 
 
 def plan_summary(
@@ -85,7 +121,7 @@ def fleet_plan(plans: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
 def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> dict[str, Any]:
     """How this host runs now against what its data asks for.
 
-    + health: port (as a string) -> "ok" or why not, read on the host
+    + health: port (as a string) -> "ok" or why not: the deploy's health gate, run on the host
     + address: where the instances are reached from outside (Prometheus targets)
     """
     instances = []

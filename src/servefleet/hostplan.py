@@ -18,6 +18,17 @@ from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.kinds import Hardware, Kind, kind_named, kind_of
 from servefleet.lock import load_lock
 from servefleet.release import ReleasePlan, plan_release, unlocked
+from servefleet.remote.layout import (
+    HF_TOKEN_FILE,
+    LIB,
+    NETRC,
+    PLANS,
+    RELEASES,
+    SECRETS_DIR,
+    STATE,
+    UNIT_SHA_VAR,
+    unit_name,
+)
 from servefleet.render import render_unit
 from servefleet.settings import Settings
 from servefleet.spec import ServeSpec
@@ -26,15 +37,11 @@ from servefleet.wheelhouse import Copy, host_copies
 
 __all__ = ["Hardware", "HostPlan", "plan_host"]
 
-SECRETS_DIR = "/etc/servefleet/secrets"  # 0700 root: the only place secrets live on a host
-NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip reads it through $NETRC)
-HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
 _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")  # `uname -r`, as apt names take it
-UNIT_PREFIX = "servefleet-vllm-"
 REMOTE_SCRIPTS = (
-    "install_release.py", "fetch_model.py", "health.py", "instances.py", "prewarm.py"
+    "layout.py", "install_release.py", "fetch_model.py", "health.py", "instances.py",
+    "prewarm.py", "driver.py",
 )  # fmt: skip
-UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")
 
@@ -125,11 +132,11 @@ class HostPlan:
 
     @property
     def lib(self) -> str:
-        return f"{self.settings.serve_root}/lib"
+        return f"{self.settings.serve_root}/{LIB}"
 
     @property
     def state_dir(self) -> str:
-        return f"{self.settings.serve_root}/state"
+        return f"{self.settings.serve_root}/{STATE}"
 
     @property
     def converged(self) -> bool:
@@ -228,7 +235,7 @@ def plan_host(
     """Everything one host needs, from its validated data and its probe.
 
     + settings: the host's validated data
-    + probe: the output of the PROBE script on the host
+    + probe: the output of the probe (``remote/probe.py``) on the host
     + spec: ``resolve_for(settings)``, when the caller has it already
     + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
       (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
@@ -290,7 +297,7 @@ def plan_host(
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
         text, sha = render_instance(settings, spec, release, i, devices, devices_env)
-        unit = f"{UNIT_PREFIX}{i}.service"
+        unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
         converged = on_host.get("active") == "active" and on_host.get("running") == sha
@@ -370,16 +377,16 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     + release_ids: ids of the releases the host may get (by its glibc): their plan files
     """
     root = settings.serve_root
-    lib = [f"{root}/lib/{script}" for script in REMOTE_SCRIPTS]
-    dirs = [root, f"{root}/lib", f"{root}/plans", f"{root}/releases", f"{root}/state"]
+    lib = [f"{root}/{LIB}/{script}" for script in REMOTE_SCRIPTS]
+    dirs = [root, *(f"{root}/{d}" for d in (LIB, PLANS, RELEASES, STATE))]
     dirs += [SECRETS_DIR, settings.serve_cache_root, settings.models_hf_home]
     uv = [host_uv(root)] if settings.sdk_installer == "uv" else []
-    plans = [f"{root}/plans/{i}.json" for i in dict.fromkeys(release_ids)]
+    plans = [f"{root}/{PLANS}/{i}.json" for i in dict.fromkeys(release_ids)]
     return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE]
 
 
 def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
-    """The PROBE script's one argument (JSON): paths, the serve user and the wanted models.
+    """The probe's one argument (JSON, ``remote/probe.py``): paths, the serve user and the wanted models.
 
     + files: also read the file hashes the serving release was installed with (``plan``)
     """
@@ -405,126 +412,3 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
         },
         sort_keys=True,
     )
-
-
-# The probe: one round trip that reads everything plan_host needs. Runs on the host with
-# python3 (as root); prints one JSON object. Its one argument: ``probe_args()``.
-PROBE = r"""
-import glob, grp, hashlib, json, os, pwd, subprocess, sys
-from stat import S_ISDIR, S_ISREG
-a = json.loads(sys.argv[1])
-root, hf_home, cache_root = a["root"], a["hf_home"], a["cache_root"]
-def run(cmd):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        return p.stdout if p.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-def read(path, mode="r"):
-    try:
-        with open(path, mode) as f:
-            return f.read()
-    except OSError:
-        return None
-out = {"kernel": os.uname().release}
-out["python"] = ("%d.%d" % sys.version_info[:2] if a["python"] == "python3" else
-                 (run([a["python"], "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-                  or "").strip() or None)  # the probe runs with python3 itself
-try:
-    out["libc"] = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; the release's sources
-except (ValueError, OSError):
-    out["libc"] = None
-if a.get("platform", "rbln") == "rbln":
-    smi = run(["rbln-smi", "-j"])
-    try:
-        out["smi"] = json.loads(smi) if smi else None
-    except ValueError:
-        out["smi"] = None
-    pci = None if out["smi"] else run(["lspci", "-n"])
-    out["pci"] = pci.splitlines() if pci else []
-else:
-    gpus = run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                "--format=csv,noheader,nounits"])
-    out["gpus"] = gpus.splitlines() if gpus else []
-    amd = None if out["gpus"] else run(["amd-smi", "static", "--asic", "--vram", "--driver", "--json"])
-    out["amd"] = amd.splitlines() if amd else []
-rel = os.path.join(root, "releases")
-out["releases"] = sorted(d for d in (os.listdir(rel) if os.path.isdir(rel) else [])
-                         if os.path.exists(os.path.join(rel, d, ".servefleet-release.json")))
-cur = os.path.join(root, "current")
-out["current"] = os.path.basename(os.readlink(cur)) if os.path.islink(cur) else None
-try:
-    marker = os.path.join(rel, out["current"] or "-", ".servefleet-release.json")
-    out["current_pins"] = json.loads(read(marker) or "null")["pins"]
-except (ValueError, TypeError, KeyError):
-    out["current_pins"] = None
-out["current_files"] = {}  # package -> [version, sha256s] the serving release was installed with
-locked = read(os.path.join(rel, out["current"] or "-", "locked.txt")) if a.get("files") else None
-name = None
-for line in (locked or "").splitlines():
-    head = line.split(" ", 1)[0]
-    if "==" in head and not line.startswith((" ", "#")):
-        name, version = head.split("==", 1)
-        name = name.split("[", 1)[0].lower().replace("_", "-")
-        out["current_files"][name] = [version, []]
-    elif name and line.strip().startswith("--hash=sha256:"):
-        out["current_files"][name][1].append(line.strip()[len("--hash=sha256:"):].rstrip(" \\"))
-try:
-    good = json.loads(read(os.path.join(root, "state", "good.json")) or "null")
-    out["good"], out["good_shas"] = good["release"], [i["sha"] for i in good["instances"]]
-except (ValueError, TypeError, KeyError):
-    out["good"], out["good_shas"] = None, []
-units = sorted(os.path.basename(u) for u in glob.glob("/etc/systemd/system/servefleet-vllm-*.service"))
-props = ["Id", "ActiveState", "MainPID", "NeedDaemonReload", "UnitFileState"]
-shown = run(["systemctl", "show", *[x for p in props for x in ("-p", p)], *units]) if units else ""
-by_id = {}
-for block in (shown or "").split("\n\n"):
-    kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-    by_id[kv.get("Id")] = kv
-out["units"] = {}
-for u in units:
-    kv = by_id.get(u, {})
-    pid = int(kv.get("MainPID") or 0)
-    env = (read(f"/proc/{pid}/environ", "rb") or b"") if pid else b""
-    running = [e[len(b"SERVEFLEET_UNIT="):].decode() for e in env.split(b"\0")
-               if e.startswith(b"SERVEFLEET_UNIT=")]
-    text = read("/etc/systemd/system/" + u, "rb") or b""
-    out["units"][u] = {"active": kv.get("ActiveState", "unknown"), "running": (running or [None])[0],
-                       "enabled": kv.get("UnitFileState"), "reload": kv.get("NeedDaemonReload") == "yes",
-                       "file": hashlib.sha256(text).hexdigest()}
-warm = os.path.join(cache_root, "servefleet-warm")
-out["warm"] = sorted(os.listdir(warm)) if os.path.isdir(warm) else []
-def present(model, revision):
-    repo = os.path.join(hf_home, "hub", "models--" + model.replace("/", "--"))
-    have = (read(os.path.join(repo, ".servefleet-complete")) or "").strip()
-    return bool(have) and os.path.isdir(os.path.join(repo, "snapshots", have)) and revision in (None, have)
-out["models"] = [m for m, r in sorted(a["models"].items()) if present(m, r)]
-try:
-    pw = pwd.getpwnam(a["user"])
-    out["user"] = {"uid": pw.pw_uid, "shell": pw.pw_shell, "home": pw.pw_dir,
-                   "group": grp.getgrgid(pw.pw_gid).gr_name}
-except KeyError:
-    out["user"] = None
-try:
-    out["group"] = grp.getgrnam(a["user"]).gr_gid is not None
-except KeyError:
-    out["group"] = False
-def stat(path):
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    kind = "dir" if S_ISDIR(st.st_mode) else "file" if S_ISREG(st.st_mode) else "other"
-    def name(get, i):
-        try:
-            return get(i)[0]
-        except KeyError:
-            return str(i)
-    info = {"type": kind, "mode": "%o" % (st.st_mode & 0o7777),
-            "user": name(pwd.getpwuid, st.st_uid), "group": name(grp.getgrgid, st.st_gid)}
-    if kind == "file" and st.st_size < 1 << 24:
-        info["sha256"] = hashlib.sha256(read(path, "rb") or b"").hexdigest()
-    return info
-out["paths"] = {p: stat(p) for p in a.get("paths", [])}
-print(json.dumps(out))
-"""

@@ -20,12 +20,11 @@ from servefleet.errors import DataError
 from servefleet.glibc import choose, owners
 from servefleet.kinds import kind_named
 from servefleet.lock import Lock, Stack, files_of, load_lock, packages, stack
+from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
 from servefleet.settings import Settings, canonical_name
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
-
-MARKER = ".servefleet-release.json"  # written last, after every check passed
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ def plan_release(
         }
     return ReleasePlan(
         id=digest,
-        path=f"{settings.serve_root}/releases/{digest}",
+        path=f"{settings.serve_root}/{RELEASES}/{digest}",
         python=settings.sdk_python,
         downloads=downloads,
         requirements=top,

@@ -44,10 +44,11 @@ from servefleet.errors import ServefleetError
 from servefleet.lock import Lock, basic_auth, files_of, packages
 from servefleet.prewarm_store import sha256_of as file_sha256
 from servefleet.remote.fetch_model import _origin, _Redirects
+from servefleet.remote.layout import WHEELHOUSE
 
 MANIFEST = "manifest.json"
 WHEELHOUSE_VERSION = 1
-HOST_DIR = "wheelhouse"  # under serve_root: the host's copy
+HOST_DIR = WHEELHOUSE  # under serve_root: the host's copy
 PACKAGES_DIR = "packages"
 CHUNK = 1 << 20
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -399,21 +400,3 @@ def offline_requirements(pylock: str) -> str:
         lines.append(f"{p['name']}=={p['version']}{marker}"
                      + "".join(f" \\\n    --hash=sha256:{h}" for h in hashes))  # fmt: skip
     return "".join(line + "\n" for line in lines)
-
-
-# The host's check of its copy (python3 on the host): which files it holds with their sha256.
-HOST_CHECK = r"""
-import hashlib, json, sys
-have = []
-for path, want in json.loads(sys.argv[1]).items():
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError:
-        continue
-    if digest.hexdigest() == want:
-        have.append(path)
-print(json.dumps(sorted(have)))
-"""

@@ -16,8 +16,9 @@ from lab_sim_support import SIMULATOR
 from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.errors import DataError
-from servefleet.hostplan import PROBE, plan_host, probe_args, resolve_for
+from servefleet.hostplan import plan_host, probe_args, resolve_for
 from servefleet.settings import load_defaults, settings_from
+from servefleet.steps.facts import PROBE
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"

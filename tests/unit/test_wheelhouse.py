@@ -33,8 +33,8 @@ from servefleet.hostplan import resolve_for
 from servefleet.lock import load_lock, release_id, stack, write_lock
 from servefleet.release import MARKER, plan_release
 from servefleet.settings import settings_from
+from servefleet.steps.facts import HOST_CHECK
 from servefleet.wheelhouse import (
-    HOST_CHECK,
     MANIFEST,
     Credentials,
     WheelhouseError,
@@ -224,7 +224,7 @@ def test_the_host_check_lists_only_files_with_their_sha256(tmp_path: Path) -> No
 
 
 def test_the_copy_takes_its_place_only_with_its_sha256(tmp_path: Path) -> None:
-    from servefleet.deploys.operations import _PLACE
+    from servefleet.steps.operations import _PLACE
 
     dest = tmp_path / "dir" / "file"
     dest.parent.mkdir()

@@ -69,7 +69,12 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 from urllib.parse import urlsplit
 
-MARKER = ".servefleet-complete"
+if __package__:  # the controller imports this module (servefleet.remote.fetch_model)
+    from servefleet.remote import layout
+else:  # on the host, next to layout.py
+    import layout  # type: ignore[no-redef]
+
+MARKER = layout.MODEL_COMPLETE
 MODEL_RE = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
 REVISION_RE = re.compile(r"[0-9a-f]{40}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")

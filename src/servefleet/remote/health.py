@@ -2,6 +2,7 @@
 """servefleet health gate. Runs ON THE HOST (stdlib only, python3 >= 3.10).
 
 usage: health.py UNIT PORT MODEL TIMEOUT [--host ADDR] [--warm-marker FILE]
+       health.py status CHECKS_JSON   # {"model", "host", "instances": [[UNIT, PORT], ...]}
 
 Passes when the instance answers GET /health with 200 and a one-token chat completion within
 TIMEOUT seconds, and the socket listening on PORT belongs to UNIT (its main process or a
@@ -10,6 +11,10 @@ Fails at once when systemd reports the unit failed, exited (a server must keep r
 auto-restart loop, or restarted on failure since this check began, or when another process
 holds the port. On failure it prints the reason and the tail of the unit's journal (stderr) and
 exits 1. On success it writes the warm marker, if given (the compile cache holds this config now).
+
+``status`` (``servefleet status``; changes nothing) runs the same gate once for each instance,
+all at once, each bounded by STATUS_TIMEOUT seconds, and prints ``{port: "ok" or why not}``.
+The controller sends it inline.
 
 Importable (``import health``): ``check`` is the gate without output, ``journal_tail`` the
 unit's recent log.
@@ -27,8 +32,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROPERTIES = (
     "LoadState",
@@ -311,7 +318,28 @@ def journal_tail(unit: str, lines: int = 25) -> str:
         return f"(no journal: {e})\n"
 
 
+STATUS_TIMEOUT = 30.0  # a status check of one instance: as long as the gate's one chat
+
+
+def status(checks: dict[str, Any]) -> dict[str, str]:
+    """port (as a string) -> "ok" or why not: the gate, once, for each ``[unit, port]`` of
+    ``checks["instances"]``, serving ``checks["model"]`` on ``checks["host"]``."""
+    host = checks.get("host") or "127.0.0.1"
+
+    def one(unit: str, port: int) -> str:
+        return check(unit, port, checks["model"], STATUS_TIMEOUT, host) or "ok"
+
+    instances = checks["instances"]
+    with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:
+        found = list(pool.map(lambda i: one(i[0], int(i[1])), instances))
+    return {str(port): why for (_, port), why in zip(instances, found, strict=True)}
+
+
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["status"] and len(args) == 2:
+        print(json.dumps(status(json.loads(args[1]))))
+        return
     ap = argparse.ArgumentParser(prog="health.py")
     ap.add_argument("unit")
     ap.add_argument("port", type=int)
@@ -319,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("timeout", type=float)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--warm-marker")
-    a = ap.parse_args(argv)
+    a = ap.parse_args(args)
     why = check(a.unit, a.port, a.model, a.timeout, a.host)
     if why is not None:
         sys.stderr.write(

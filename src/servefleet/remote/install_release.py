@@ -35,6 +35,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layout  # noqa: E402  (next to this file on the host)
+
 CHECK = r"""
 import importlib, importlib.metadata as md, json, sys
 plan = json.load(open(sys.argv[1]))
@@ -229,7 +232,7 @@ def install_with_uv(plan: dict, release: Path) -> None:
     ))  # fmt: skip
     constraints = release / "constraints.txt"
     constraints.write_text("".join(c + "\n" for c in plan["constraints"]))
-    locked = release / "locked.txt"
+    locked = release / layout.LOCKED
     run([uv, "pip", "compile", "--quiet", "--python", python, *indexes, *insecure, *wheels,
          "--no-build", "--generate-hashes", "--emit-index-annotation", "--no-header", "-c", str(constraints),
          "-o", str(locked), str(wanted)], env=env)  # fmt: skip

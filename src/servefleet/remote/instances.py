@@ -5,6 +5,7 @@ as root, with the system python3 (stdlib only), next to ``health.py``.
 usage: instances.py converge STATE.json   # desired state: restart what differs, through the gate
        instances.py restore STATE_DIR     # bring back the last good state (after a driver change)
        instances.py rollback STATE_DIR    # by hand: back to the good state before the last one
+       instances.py current ROOT RELEASE  # point ROOT/current at releases/RELEASE (by rename)
 
 What runs is judged from the running processes, never from what a deploy wrote: each unit
 carries ``Environment=SERVEFLEET_UNIT=<sha>`` (a hash of the rest of its text), so the main
@@ -49,10 +50,11 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
+import layout  # noqa: E402
 
-UNIT_DIR = Path("/etc/systemd/system")
-UNIT_GLOB = "servefleet-vllm-*.service"
-SHA_VAR = "SERVEFLEET_UNIT"
+UNIT_DIR = Path(layout.UNIT_DIR)
+UNIT_GLOB = layout.UNIT_GLOB
+SHA_VAR = layout.UNIT_SHA_VAR
 
 
 class Failed(Exception):
@@ -133,7 +135,7 @@ def running_desired(now: dict[str, Any] | None, sha: str) -> bool:
 
 
 def warm_marker(state: dict[str, Any], fingerprint: str) -> Path:
-    return Path(state["cache_root"]) / "servefleet-warm" / fingerprint
+    return Path(state["cache_root"]) / layout.WARM_DIR / fingerprint
 
 
 def daemon_reload_if_needed(units: list[str]) -> None:
@@ -281,7 +283,7 @@ def unit_sha(text: str) -> str | None:
 
 def keep_units(state_dir: Path, state: dict[str, Any]) -> None:
     """Keep the unit texts of a good state by sha, for rollbacks."""
-    store = state_dir / "units"
+    store = state_dir / layout.KEPT_UNITS
     store.mkdir(parents=True, exist_ok=True)
     for inst in state["instances"]:
         target = store / f"{inst['sha']}.service"
@@ -297,13 +299,15 @@ def load(path: Path) -> dict[str, Any] | None:
 
 
 def point_current(root: Path, release: str) -> None:
-    link = root / "current"
-    if os.path.islink(link) and os.readlink(link) == f"releases/{release}":
+    """``root/current`` -> ``releases/<release>``, by rename: never a moment without the link.
+    Nothing is removed here (:func:`clean_up` removes what nothing names)."""
+    link, target = root / layout.CURRENT, f"{layout.RELEASES}/{release}"
+    if os.path.islink(link) and os.readlink(link) == target:
         return
-    tmp = root / "current.new"
+    tmp = root / layout.CURRENT_NEW
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
-    os.symlink(f"releases/{release}", tmp)
+    os.symlink(target, tmp)
     os.replace(tmp, link)
 
 
@@ -311,7 +315,7 @@ def released_in_units() -> set[str]:
     ids = set()
     for path in glob.glob(str(UNIT_DIR / UNIT_GLOB)):
         with contextlib.suppress(OSError):
-            ids.update(re.findall(r"/releases/([0-9a-f]+)/", Path(path).read_text()))
+            ids.update(re.findall(rf"/{layout.RELEASES}/([0-9a-f]+)/", Path(path).read_text()))
     return ids
 
 
@@ -319,20 +323,20 @@ def clean_up(state_dir: Path) -> None:
     """Remove releases and kept units nothing can need: keep ``current``, every release a unit
     on disk names, and those of the good and previous states."""
     root = state_dir.parent
-    states = [s for s in (load(state_dir / "good.json"), load(state_dir / "previous.json")) if s]
+    states = [s for s in (load(state_dir / layout.GOOD), load(state_dir / layout.PREVIOUS)) if s]
     keep = released_in_units() | {s["release"] for s in states}
-    cur = root / "current"
+    cur = root / layout.CURRENT
     if os.path.islink(cur):
         keep.add(os.path.basename(os.readlink(cur)))
-    releases = root / "releases"
+    releases = root / layout.RELEASES
     for rel in sorted(releases.iterdir()) if releases.is_dir() else []:
         if rel.name not in keep:
             shutil.rmtree(rel, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
-                (root / "plans" / f"{rel.name}.json").unlink()
+                (root / layout.PLANS / f"{rel.name}.json").unlink()
             log(f"release {rel.name}: removed (no unit or state names it)")
     shas = {i["sha"] for s in states for i in s["instances"]}
-    for kept in (state_dir / "units").glob("*.service"):
+    for kept in (state_dir / layout.KEPT_UNITS).glob("*.service"):
         if kept.stem not in shas:
             kept.unlink()
 
@@ -340,17 +344,17 @@ def clean_up(state_dir: Path) -> None:
 def record_good(state_dir: Path, state: dict[str, Any]) -> None:
     good = {k: v for k, v in state.items() if k != "stale"}
     good["instances"] = [{k: v for k, v in i.items() if k != "text"} for i in state["instances"]]
-    old = load(state_dir / "good.json")
+    old = load(state_dir / layout.GOOD)
     if old and [i["sha"] for i in old["instances"]] != [i["sha"] for i in good["instances"]]:
-        write_atomic(state_dir / "previous.json", json.dumps(old, indent=1, sort_keys=True) + "\n")
-    write_atomic(state_dir / "good.json", json.dumps(good, indent=1, sort_keys=True) + "\n")
+        write_atomic(state_dir / layout.PREVIOUS, json.dumps(old, indent=1, sort_keys=True) + "\n")
+    write_atomic(state_dir / layout.GOOD, json.dumps(good, indent=1, sort_keys=True) + "\n")
 
 
 def restore(state_dir: Path, target: dict[str, Any]) -> None:
     """Unit files, ``current`` and running instances back to ``target``, through the gate."""
     instances = []
     for inst in target["instances"]:
-        kept = state_dir / "units" / f"{inst['sha']}.service"
+        kept = state_dir / layout.KEPT_UNITS / f"{inst['sha']}.service"
         if not kept.exists():
             raise Failed(f"cannot restore {inst['unit']}: {kept} is missing")
         instances.append({**inst, "text": kept.read_text()})
@@ -371,7 +375,7 @@ def converge(desired_file: Path) -> int:
         return 0
     except Failed as failure:
         report(failure)
-    good = load(state_dir / "good.json")
+    good = load(state_dir / layout.GOOD)
     if good is None:
         print("servefleet: no earlier good state on this host to roll back to", file=sys.stderr)
         return 1
@@ -394,6 +398,9 @@ def report(failure: Failed) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "current":
+        point_current(Path(argv[1]), argv[2])
+        return 0
     if len(argv) != 2 or argv[0] not in ("converge", "restore", "rollback"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
@@ -401,7 +408,7 @@ def main(argv: list[str]) -> int:
     state_dir = Path(arg).parent if command == "converge" else Path(arg)
     state_dir.mkdir(parents=True, exist_ok=True)
     # One at a time: a run whose controller died may still be converging here.
-    with open(state_dir / ".lock", "w") as lock:
+    with open(state_dir / layout.STATE_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return locked(command, arg)
 
@@ -410,7 +417,7 @@ def locked(command: str, arg: str) -> int:
     if command == "converge":
         return converge(Path(arg))
     state_dir = Path(arg)
-    good, previous = load(state_dir / "good.json"), load(state_dir / "previous.json")
+    good, previous = load(state_dir / layout.GOOD), load(state_dir / layout.PREVIOUS)
     target = good if command == "restore" else previous
     if target is None:
         which = "good" if command == "restore" else "previous"
@@ -423,8 +430,8 @@ def locked(command: str, arg: str) -> int:
         return 1
     if command == "rollback":
         assert good is not None
-        write_atomic(state_dir / "previous.json", json.dumps(good, indent=1, sort_keys=True) + "\n")
-        write_atomic(state_dir / "good.json", json.dumps(target, indent=1, sort_keys=True) + "\n")
+        write_atomic(state_dir / layout.PREVIOUS, json.dumps(good, indent=1, sort_keys=True) + "\n")
+        write_atomic(state_dir / layout.GOOD, json.dumps(target, indent=1, sort_keys=True) + "\n")
         clean_up(state_dir)
         print(f"servefleet: rolled back to {target['release']}")
     return 0

@@ -37,10 +37,11 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
 import instances  # noqa: E402
+import layout  # noqa: E402
 
 NO_COPY = 3
-INCOMING = ".servefleet-incoming"
-BUILD_UNIT = "servefleet-prewarm.service"
+INCOMING = layout.INCOMING
+BUILD_UNIT = layout.BUILD_UNIT
 _DIR = re.compile(r"^rbln/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")
 
 
@@ -56,9 +57,14 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def state_of(cache_root: Path) -> dict[str, Any]:
+    """As much of a state as the warm markers need."""
+    return {"cache_root": str(cache_root)}
+
+
 def marker_dirs(cache_root: Path, fingerprint: str) -> list[str]:
     try:
-        record = json.loads((cache_root / "servefleet-warm" / fingerprint).read_text())
+        record = json.loads(instances.warm_marker(state_of(cache_root), fingerprint).read_text())
     except (OSError, ValueError):
         raise NoCopy(f"fingerprint {fingerprint} is not warm here with a known cache") from None
     dirs = record.get("dirs") if isinstance(record, dict) else None
@@ -163,8 +169,7 @@ def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> Non
         place(cache_root, incoming, d, uid, gid)
     shutil.rmtree(cache_root / INCOMING, ignore_errors=True)
     source = str(manifest.get("source") or "a fleet copy")
-    state = {"cache_root": str(cache_root)}
-    instances.mark_warm(state, fingerprint, dirs, source=f"copy of {source}")
+    instances.mark_warm(state_of(cache_root), fingerprint, dirs, source=f"copy of {source}")
     print(f"{fingerprint}: {len(files)} files checked and in place ({', '.join(dirs)})")
 
 

@@ -1,15 +1,13 @@
-"""servefleet's own pyinfra facts and operations: the few things pyinfra's do not do right for us."""
+"""servefleet's own pyinfra operations: the few things pyinfra's do not do right for us (its
+facts are in :mod:`servefleet.steps.facts`)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import shlex
 from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import (
-    FactBase,
     FileUploadCommand,
     FunctionCommand,
     HiddenValue,
@@ -18,64 +16,11 @@ from pyinfra.api import (
     operation,
 )
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
-from pyinfra.facts.files import File, Link, Sha256File
+from pyinfra.facts.files import File, Sha256File
 
-from servefleet.hostplan import PROBE
 from servefleet.prewarm_store import Store
-from servefleet.wheelhouse import HOST_CHECK, Copy
-
-
-class HostProbe(FactBase):
-    """
-    Returns what servefleet needs to know of a host, read in one round trip: kernel release,
-    ``rbln-smi -j`` (or ``lspci -n`` lines before a driver), complete releases, the ``current``
-    release, the last good state's release, our units (active, enabled, the unit sha each main
-    process runs, the file's sha256), warm compile fingerprints, complete models, the serve user.
-    """
-
-    def command(self, args: str) -> str:
-        return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
-
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return json.loads("\n".join(output))
-
-
-class InstanceHealth(FactBase):
-    """
-    Returns port -> "ok" or why not, for each port: ``GET /health`` on 127.0.0.1 from the host.
-    """
-
-    def command(self, ports: tuple[int, ...]) -> str:
-        return f"python3 -c {shlex.quote(_HEALTH)} " + " ".join(str(p) for p in ports)
-
-    def process(self, output: list[str]) -> dict[str, str]:
-        return json.loads("\n".join(output))
-
-
-class WheelhouseFiles(FactBase):
-    """
-    Returns the paths of ``files`` (JSON: host path -> sha256) that the host holds with that
-    sha256 (``sdk_source = "wheelhouse"``: what the copy may skip).
-    """
-
-    def command(self, files: str) -> str:
-        return f"python3 -c {shlex.quote(HOST_CHECK)} {shlex.quote(files)}"
-
-    def process(self, output: list[str]) -> list[str]:
-        return json.loads("\n".join(output))
-
-
-_HEALTH = r"""
-import json, sys, urllib.request
-out = {}
-for port in sys.argv[1:]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-            out[port] = "ok" if r.status == 200 else f"/health answered {r.status}"
-    except Exception as e:
-        out[port] = f"not answering: {getattr(e, 'reason', e)}"
-print(json.dumps(out))
-"""
+from servefleet.remote.layout import INCOMING, OUTGOING
+from servefleet.wheelhouse import Copy
 
 
 @operation()
@@ -126,27 +71,6 @@ def release(plan_file: str, marker: str, installer: str):
     yield StringCommand("python3", QuoteString(installer), QuoteString(plan_file))
 
 
-@operation()
-def current_link(root: str, release_id: str):
-    """
-    Point ``<root>/current`` at ``releases/<release_id>`` by rename (never a moment without the
-    link). Nothing is removed here: ``remote/instances.py`` removes releases once no unit or kept
-    state names them.
-
-    + root: serve_root
-    + release_id: the release that serves now
-    """
-    target = f"releases/{release_id}"
-    link = host.get_fact(Link, path=f"{root}/current")
-    if link and link.get("link_target") == target:
-        host.noop(f"{root}/current is {target}")
-        return
-    script = 'set -e; cd "$1"; ln -sfn "$2" current.new; mv -T current.new current'
-    yield StringCommand(
-        "sh", "-c", QuoteString(script), "sh", QuoteString(root), QuoteString(target)
-    )
-
-
 # Fleet pre-warm: the copy goes through the controller's store (``serve_prewarm_store``). Both
 # operations decide at run time (the compile they copy happens earlier in the same run), and
 # neither fails its host: a copy that cannot be made or used only means the host compiles.
@@ -167,7 +91,7 @@ def _pull(state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, st
     kept = Store(store)
     if kept.has(fingerprint):
         return True
-    outgoing = f"{cache_root}/.servefleet-outgoing"
+    outgoing = f"{cache_root}/{OUTGOING}"
     remote = f"{outgoing}/{fingerprint}.tar"
     ok, out = _run(host, "python3", f"{lib}/prewarm.py", "pack", cache_root, fingerprint, remote)
     try:
@@ -210,7 +134,7 @@ def _push(
             "(its compile did not finish); this host compiles it"
         )
         return True
-    incoming = f"{cache_root}/.servefleet-incoming"
+    incoming = f"{cache_root}/{INCOMING}"
     remote = f"{incoming}/{fingerprint}.tar"
     args = _connector_args(host)
     ok = (

@@ -1,0 +1,59 @@
+"""The host contract: where servefleet keeps things on a host, and what it calls them.
+
+Stdlib only, and nothing but names. Both sides import it: the controller as
+``servefleet.remote.layout``, the host programs as ``layout`` (the deploy uploads it with them to
+``<serve_root>/lib``; a program sent inline carries it, see :func:`servefleet.remote.inline`).
+Every name a deploy and a host program must agree on is written here, once.
+"""
+
+from __future__ import annotations
+
+# Under serve_root.
+LIB = "lib"  # the host programs (this file among them) and the uv binary
+PLANS = "plans"  # <release id>.json: what install_release.py installs
+RELEASES = "releases"  # <release id>/: one venv each
+CURRENT = "current"  # -> releases/<id>: the serving release, switched by rename
+CURRENT_NEW = "current.new"  # the link that is renamed over CURRENT
+STATE = "state"  # the host's states (below)
+WHEELHOUSE = "wheelhouse"  # sdk_source = "wheelhouse": the host's copy of the files it needs
+
+# In a release.
+RELEASE_MARKER = ".servefleet-release.json"  # written last, after every check passed
+LOCKED = "locked.txt"  # what the release was installed from: every file's sha256
+
+# In the state directory.
+DESIRED = "desired.json"  # what `instances.py converge` brings the host to
+PREWARM = "prewarm.json"  # the instance a build host compiles
+GOOD = "good.json"  # the last state in which every instance was healthy
+PREVIOUS = "previous.json"  # the good state before it (`servefleet rollback`)
+KEPT_UNITS = "units"  # <sha>.service: the unit texts of the kept states
+STATE_LOCK = ".lock"  # one converge, restore or rollback at a time
+
+# systemd.
+UNIT_DIR = "/etc/systemd/system"
+UNIT_PREFIX = "servefleet-vllm-"
+UNIT_GLOB = f"{UNIT_PREFIX}*.service"
+BUILD_UNIT = "servefleet-prewarm.service"  # a build host's compile-only instance
+UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
+
+
+def unit_name(index: int) -> str:
+    """The unit of instance ``index`` (port serve_base_port + index)."""
+    return f"{UNIT_PREFIX}{index}.service"
+
+
+# Under serve_cache_root (VLLM_CACHE_ROOT).
+WARM_DIR = "servefleet-warm"  # <fingerprint>: the compile cache holds it (and where)
+INCOMING = ".servefleet-incoming"  # a fleet pre-warm copy, checked before it is used
+OUTGOING = ".servefleet-outgoing"  # a pack of this host's cache, for the controller's store
+
+# Under $HF_HOME/hub/models--ORG--NAME.
+MODEL_COMPLETE = ".servefleet-complete"  # names the snapshot, written last by fetch_model.py
+
+# Secrets: a 0700 root directory, the only place they live on a host.
+SECRETS_DIR = "/etc/servefleet/secrets"
+NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip and uv read it through $NETRC)
+HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
+
+# The RBLN driver.
+RUNFILE_DIR = "/var/cache/servefleet/driver"  # runfiles and installer logs

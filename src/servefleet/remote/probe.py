@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""servefleet probe: everything the controller's planner needs to know of a host, read in one
+round trip. Runs ON THE HOST, as root, with python3 (stdlib only). The controller sends it
+inline with ``layout.py`` (``python3 -c``, see :func:`servefleet.remote.inline`): a fresh host
+holds nothing yet.
+
+usage: probe.py ARGS_JSON      # ARGS_JSON: servefleet.hostplan.probe_args()
+
+Prints one JSON object: the kernel release, the Python of sdk_python, glibc, the accelerators
+(``rbln-smi -j``, or ``lspci -n`` lines before a driver; ``nvidia-smi``/``amd-smi`` on GPU
+hosts), the complete releases, ``current`` and what it holds, the last good state, our units
+(active, enabled, the unit sha each main process runs, the file's sha256), the warm compile
+fingerprints, the complete models, the serve user and group, and a stat of each watched path.
+"""
+
+from __future__ import annotations
+
+import glob
+import grp
+import hashlib
+import json
+import os
+import pwd
+import subprocess
+import sys
+from stat import S_ISDIR, S_ISREG
+from typing import Any
+
+import layout
+
+
+def run(cmd: list[str]) -> str | None:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        return p.stdout if p.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def read(path: str, mode: str = "r") -> Any:
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def python_version(python: str) -> str | None:
+    """major.minor of sdk_python (the probe runs with python3 itself)."""
+    if python == "python3":
+        return "{}.{}".format(*sys.version_info[:2])
+    found = run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+    return (found or "").strip() or None
+
+
+def accelerators(out: dict[str, Any], platform: str) -> None:
+    if platform == "rbln":
+        smi = run(["rbln-smi", "-j"])
+        try:
+            out["smi"] = json.loads(smi) if smi else None
+        except ValueError:
+            out["smi"] = None
+        pci = None if out["smi"] else run(["lspci", "-n"])
+        out["pci"] = pci.splitlines() if pci else []
+    else:
+        gpus = run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                    "--format=csv,noheader,nounits"])  # fmt: skip
+        out["gpus"] = gpus.splitlines() if gpus else []
+        amd = None if out["gpus"] else run(
+            ["amd-smi", "static", "--asic", "--vram", "--driver", "--json"]
+        )  # fmt: skip
+        out["amd"] = amd.splitlines() if amd else []
+
+
+def releases(out: dict[str, Any], root: str, files: bool) -> None:
+    rel = os.path.join(root, layout.RELEASES)
+    out["releases"] = sorted(
+        d for d in (os.listdir(rel) if os.path.isdir(rel) else [])
+        if os.path.exists(os.path.join(rel, d, layout.RELEASE_MARKER))
+    )  # fmt: skip
+    cur = os.path.join(root, layout.CURRENT)
+    out["current"] = os.path.basename(os.readlink(cur)) if os.path.islink(cur) else None
+    try:
+        marker = os.path.join(rel, out["current"] or "-", layout.RELEASE_MARKER)
+        out["current_pins"] = json.loads(read(marker) or "null")["pins"]
+    except (ValueError, TypeError, KeyError):
+        out["current_pins"] = None
+    out["current_files"] = current_files(
+        read(os.path.join(rel, out["current"] or "-", layout.LOCKED)) if files else None
+    )
+
+
+def current_files(locked: str | None) -> dict[str, list[Any]]:
+    """package -> [version, sha256s] the serving release was installed with (its locked.txt)."""
+    found: dict[str, list[Any]] = {}
+    name = None
+    for line in (locked or "").splitlines():
+        head = line.split(" ", 1)[0]
+        if "==" in head and not line.startswith((" ", "#")):
+            name, version = head.split("==", 1)
+            name = name.split("[", 1)[0].lower().replace("_", "-")
+            found[name] = [version, []]
+        elif name and line.strip().startswith("--hash=sha256:"):
+            found[name][1].append(line.strip()[len("--hash=sha256:") :].rstrip(" \\"))
+    return found
+
+
+def good_state(out: dict[str, Any], root: str) -> None:
+    try:
+        good = json.loads(read(os.path.join(root, layout.STATE, layout.GOOD)) or "null")
+        out["good"], out["good_shas"] = good["release"], [i["sha"] for i in good["instances"]]
+    except (ValueError, TypeError, KeyError):
+        out["good"], out["good_shas"] = None, []
+
+
+def units() -> dict[str, dict[str, Any]]:
+    """Our units: active, the sha its main process runs (from its environment), enabled, whether
+    systemd needs a reload, the file's sha256."""
+    names = sorted(
+        os.path.basename(u) for u in glob.glob(os.path.join(layout.UNIT_DIR, layout.UNIT_GLOB))
+    )
+    props = ["Id", "ActiveState", "MainPID", "NeedDaemonReload", "UnitFileState"]
+    args = [x for p in props for x in ("-p", p)]
+    shown = run(["systemctl", "show", *args, *names]) if names else ""
+    by_id = {}
+    for block in (shown or "").split("\n\n"):
+        kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        by_id[kv.get("Id")] = kv
+    var = f"{layout.UNIT_SHA_VAR}=".encode()
+    found = {}
+    for u in names:
+        kv = by_id.get(u, {})
+        pid = int(kv.get("MainPID") or 0)
+        env = (read(f"/proc/{pid}/environ", "rb") or b"") if pid else b""
+        running = [e[len(var) :].decode() for e in env.split(b"\0") if e.startswith(var)]
+        text = read(os.path.join(layout.UNIT_DIR, u), "rb") or b""
+        found[u] = {
+            "active": kv.get("ActiveState", "unknown"),
+            "running": (running or [None])[0],
+            "enabled": kv.get("UnitFileState"),
+            "reload": kv.get("NeedDaemonReload") == "yes",
+            "file": hashlib.sha256(text).hexdigest(),
+        }
+    return found
+
+
+def present(hf_home: str, model: str, revision: str | None) -> bool:
+    """The model is complete (its marker names a snapshot there) at the pinned revision."""
+    repo = os.path.join(hf_home, "hub", "models--" + model.replace("/", "--"))
+    have = (read(os.path.join(repo, layout.MODEL_COMPLETE)) or "").strip()
+    return (
+        bool(have)
+        and os.path.isdir(os.path.join(repo, "snapshots", have))
+        and revision in (None, have)
+    )
+
+
+def account(out: dict[str, Any], user: str) -> None:
+    try:
+        pw = pwd.getpwnam(user)
+        out["user"] = {"uid": pw.pw_uid, "shell": pw.pw_shell, "home": pw.pw_dir,
+                       "group": grp.getgrgid(pw.pw_gid).gr_name}  # fmt: skip
+    except KeyError:
+        out["user"] = None
+    try:
+        out["group"] = grp.getgrnam(user).gr_gid is not None
+    except KeyError:
+        out["group"] = False
+
+
+def _name(get: Any, i: int) -> str:
+    try:
+        return get(i)[0]
+    except KeyError:
+        return str(i)
+
+
+def stat(path: str) -> dict[str, str] | None:
+    """type, mode, owner and group of ``path`` (not followed), and a file's sha256."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = "dir" if S_ISDIR(st.st_mode) else "file" if S_ISREG(st.st_mode) else "other"
+    info = {"type": kind, "mode": "%o" % (st.st_mode & 0o7777),
+            "user": _name(pwd.getpwuid, st.st_uid), "group": _name(grp.getgrgid, st.st_gid)}  # fmt: skip
+    if kind == "file" and st.st_size < 1 << 24:
+        info["sha256"] = hashlib.sha256(read(path, "rb") or b"").hexdigest()
+    return info
+
+
+def probe(a: dict[str, Any]) -> dict[str, Any]:
+    root, hf_home, cache_root = a["root"], a["hf_home"], a["cache_root"]
+    out: dict[str, Any] = {"kernel": os.uname().release}
+    out["python"] = python_version(a["python"])
+    try:
+        out["libc"] = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; the release's sources
+    except (ValueError, OSError):
+        out["libc"] = None
+    accelerators(out, a.get("platform", "rbln"))
+    releases(out, root, bool(a.get("files")))
+    good_state(out, root)
+    out["units"] = units()
+    warm = os.path.join(cache_root, layout.WARM_DIR)
+    out["warm"] = sorted(os.listdir(warm)) if os.path.isdir(warm) else []
+    out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]
+    account(out, a["user"])
+    out["paths"] = {p: stat(p) for p in a.get("paths", [])}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(json.loads(sys.argv[1]))))

@@ -1,0 +1,32 @@
+"""Hand-made change detection: each operation here is added only when the probe found its
+target differing (type, mode, owner, sha256), so a run with nothing to change costs one remote
+command per host (the probe). Every path a step ensures this way is one the probe watches
+(:func:`servefleet.hostplan.watched_paths`)."""
+
+from __future__ import annotations
+
+import hashlib
+from io import BytesIO
+
+from pyinfra.operations import files
+
+from servefleet.hostplan import HostPlan
+from servefleet.steps.operations import put_secret
+
+
+def directory(plan: HostPlan, path: str, mode: str = "755", user: str = "root") -> None:
+    if not plan.has(path, "dir", mode, user):
+        files.directory(name=f"Create {path} ({mode})", path=path, user=user, group=user, mode=mode)
+
+
+def upload(plan: HostPlan, name: str, data: bytes, dest: str) -> None:
+    """A root-owned 0644 file holding ``data``."""
+    if not plan.has(dest, "file", "644", sha256=hashlib.sha256(data).hexdigest()):
+        files.put(name=name, src=BytesIO(data), dest=dest, user="root", group="root", mode="644")
+
+
+def secret(plan: HostPlan, name: str, dest: str, value: str) -> None:
+    """A 0600 file holding ``value`` (and a newline), sent on stdin, never shown."""
+    line = value if value.endswith("\n") else value + "\n"
+    if not plan.has(dest, "file", "600", sha256=hashlib.sha256(line.encode()).hexdigest()):
+        put_secret(name=name, dest=dest, secret=line)

@@ -1,0 +1,58 @@
+"""servefleet's pyinfra facts: each one host program of ``remote/``, sent inline (it must work
+on a host that holds nothing of ours yet, and never depends on what an earlier deploy left)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from servefleet.remote import inline
+
+PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one round trip
+HOST_CHECK = inline("have_files.py")  # which files the host holds with their sha256
+STATUS = inline("health.py")  # the deploy's health gate, once per instance (`status`)
+
+
+class HostProbe(FactBase):
+    """
+    Returns what servefleet needs to know of a host, read in one round trip: kernel release,
+    ``rbln-smi -j`` (or ``lspci -n`` lines before a driver), complete releases, the ``current``
+    release, the last good state's release, our units (active, enabled, the unit sha each main
+    process runs, the file's sha256), warm compile fingerprints, complete models, the serve user.
+    """
+
+    def command(self, args: str) -> str:
+        return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return json.loads("\n".join(output))
+
+
+class InstanceHealth(FactBase):
+    """
+    Returns port -> "ok" or why not: the deploy's own health gate (``remote/health.py``), once
+    for each instance: the listener on its port belongs to its unit, it answers ``/health`` and
+    one bounded chat completion for the served model. Changes nothing.
+    """
+
+    def command(self, checks: str) -> str:
+        return f"python3 -c {shlex.quote(STATUS)} status {shlex.quote(checks)}"
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return json.loads("\n".join(output))
+
+
+class WheelhouseFiles(FactBase):
+    """
+    Returns the paths of ``files`` (JSON: host path -> sha256) that the host holds with that
+    sha256 (``sdk_source = "wheelhouse"``: what the copy may skip).
+    """
+
+    def command(self, files: str) -> str:
+        return f"python3 -c {shlex.quote(HOST_CHECK)} {shlex.quote(files)}"
+
+    def process(self, output: list[str]) -> list[str]:
+        return json.loads("\n".join(output))

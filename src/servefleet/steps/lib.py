@@ -1,0 +1,45 @@
+"""serve_root's directories, the host programs (``remote/``) and the uv binary: root-owned,
+never the serve user's. Every other step runs the programs this one uploads."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.operations import files
+
+from servefleet.hostplan import REMOTE_SCRIPTS, HostPlan
+from servefleet.remote import REMOTE
+from servefleet.remote.layout import LIB, PLANS, RELEASES
+from servefleet.steps import ensure
+from servefleet.uvbin import uv_binary
+
+
+def command(root: str, program: str, *args: str) -> str:
+    """The shell command that runs the host program ``program`` from ``<root>/lib``."""
+    return shlex.join(["python3", f"{root}/{LIB}/{program}", *args])
+
+
+def upload(plan: HostPlan) -> None:
+    s = plan.settings
+    for path in (
+        s.serve_root,
+        plan.lib,
+        f"{s.serve_root}/{PLANS}",
+        f"{s.serve_root}/{RELEASES}",
+        plan.state_dir,
+    ):
+        ensure.directory(plan, path)
+    for script in REMOTE_SCRIPTS:
+        data = (REMOTE / script).read_bytes()
+        ensure.upload(plan, f"Upload {script}", data, f"{plan.lib}/{script}")
+    uv = plan.release.uv
+    found = plan.paths.get(uv or "") or {}
+    if uv and (found.get("type"), found.get("mode"), found.get("user")) != ("file", "755", "root"):
+        files.put(
+            name=f"Upload uv {uv.rsplit('-', 1)[-1]} (the release installer)",
+            src=str(uv_binary()),
+            dest=uv,
+            user="root",
+            group="root",
+            mode="755",
+        )

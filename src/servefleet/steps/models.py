@@ -1,0 +1,63 @@
+"""Models: the serve user (a system user without a login shell), the Hugging Face token, and
+each missing model fetched (from the store, the hub, or the wheelhouse copy) into
+``$HF_HOME/hub`` by ``remote/fetch_model.py``, checked against its sha256 and revision."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.operations import server
+
+from servefleet.hostplan import NOLOGIN, HostPlan
+from servefleet.remote.layout import HF_TOKEN_FILE
+from servefleet.steps import ensure
+from servefleet.steps.credentials import hf_token
+from servefleet.steps.lib import command
+
+
+def serve_user(plan: HostPlan) -> None:
+    s = plan.settings
+    if plan.account_ok:
+        return
+    server.group(name=f"Create group {s.serve_user}", group=s.serve_user, system=True)
+    server.user(
+        name=f"Create system user {s.serve_user}",
+        user=s.serve_user,
+        group=s.serve_user,
+        system=True,
+        home=s.serve_home,
+        create_home=True,
+        shell=NOLOGIN,
+    )
+
+
+def fetch(plan: HostPlan) -> None:
+    s = plan.settings
+    serve_user(plan)
+    token = []
+    secret = hf_token(plan)
+    if secret:
+        ensure.secret(plan, "Write the Hugging Face token (0600)", HF_TOKEN_FILE, secret)
+        token = ["--token-file", HF_TOKEN_FILE]
+    for model in host.loop(plan.missing_models):
+        copy = plan.from_wheelhouse("models", model)
+        source = (
+            ["--archive", copy.dest]
+            if copy
+            else ["--store", s.models_store_url]
+            if s.models_store_url
+            else ["--hub", f"{plan.release.path}/bin/python"]
+        )
+        pins = []
+        if model in s.models_revisions:
+            pins += ["--revision", s.models_revisions[model]]
+        sha256 = s.models_sha256.get(model) or (copy.sha256 if copy else None)
+        if sha256:
+            pins += ["--sha256", sha256]
+        cmd = command(s.serve_root, "fetch_model.py", model, s.models_hf_home, s.serve_user, *source, *token,
+                      "--token-env", s.creds_hf_token_env, *pins)  # fmt: skip
+        server.shell(
+            name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.models_hf_home}/hub",
+            commands=[cmd],
+            _retries=2,
+            _retry_delay=5,
+        )

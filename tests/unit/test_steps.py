@@ -1,0 +1,92 @@
+"""The steps' host programs as the steps run them: the status check through the deploy's own
+gate (sent inline), ``current`` pointed by ``instances.py`` alone, the command a step runs, and
+one run's fleet pre-warm roles."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fake_host import FakeSystemd, Stub, running, stub_process
+from lab_sim_support import REPO
+
+from servefleet.hostplan import REMOTE_SCRIPTS
+from servefleet.prewarm_store import WarmEntry, prewarm_roles
+from servefleet.remote import REMOTE, layout
+from servefleet.steps.facts import STATUS
+from servefleet.steps.fleet import FleetPrewarm
+from servefleet.steps.lib import command
+
+UNITS = [layout.unit_name(0), layout.unit_name(1)]
+MODEL = "openai/gpt-oss-120b"
+
+
+def status(systemd: FakeSystemd, instances: list[list[Any]]) -> dict[str, str]:
+    checks = json.dumps({"model": MODEL, "host": None, "instances": instances})
+    proc = subprocess.run([sys.executable, "-c", STATUS, "status", checks], env=systemd.env(),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_status_is_the_deploys_gate(tmp_path: Path) -> None:
+    systemd = FakeSystemd(tmp_path / "host")
+    # the unit's main process is this one: the stub in a thread is its listener, not the other
+    systemd.show(running(MainPID=os.getpid(), ControlGroup="/system.slice/other.service"))
+    with Stub() as ours, stub_process() as (other, port):
+        comm = Path(f"/proc/{other.pid}/comm").read_text().strip()
+        found = status(systemd, [[UNITS[0], ours.port], [UNITS[1], port]])
+    assert found[str(ours.port)] == "ok"
+    assert found[str(port)] == f"port {port} is held by pid {other.pid} ({comm}), not by {UNITS[1]}"
+    assert ours.requests[0] == ("/health", None)
+    assert ours.requests[1][0] == "/v1/chat/completions"
+    assert ours.requests[1][1]["model"] == MODEL and ours.requests[1][1]["max_tokens"] == 1
+
+
+def test_status_of_a_unit_that_is_not_there(tmp_path: Path) -> None:
+    systemd = FakeSystemd(tmp_path / "host")
+    systemd.show(running(LoadState="not-found", ActiveState="inactive"))
+    assert status(systemd, [[UNITS[0], 1]]) == {"1": f"{UNITS[0]} is not loaded (not-found)"}
+
+
+def test_current_is_pointed_by_rename_by_instances_py(tmp_path: Path) -> None:
+    root = tmp_path / "opt"
+    root.mkdir()
+    (root / layout.CURRENT_NEW).symlink_to("releases/left-by-a-killed-run")
+    for release in ("abc", "abc", "def"):
+        subprocess.run([sys.executable, str(REMOTE / "instances.py"), "current", str(root),
+                        release], check=True)  # fmt: skip
+        assert os.readlink(root / layout.CURRENT) == f"{layout.RELEASES}/{release}"
+    assert sorted(p.name for p in root.iterdir()) == [layout.CURRENT]
+
+
+def test_a_step_runs_a_host_program_from_lib() -> None:
+    assert command("/opt/servefleet", "instances.py", "converge", "/a b/desired.json") == (
+        "python3 /opt/servefleet/lib/instances.py converge '/a b/desired.json'"
+    )
+    steps = (REPO / "src" / "servefleet" / "steps").glob("*.py")
+    run = {m for p in steps for m in re.findall(r'command\([^)]*?"(\w+\.py)"', p.read_text())}
+    assert {"instances.py", "fetch_model.py", "driver.py", "prewarm.py"} <= run
+    assert run <= set(REMOTE_SCRIPTS) and "layout.py" in REMOTE_SCRIPTS
+    assert all((REMOTE / script).is_file() for script in REMOTE_SCRIPTS)
+
+
+def test_the_fleet_prewarm_roles_follow_the_inventory() -> None:
+    def entry(host: str, warm: bool = False) -> WarmEntry:
+        return WarmEntry(host=host, fingerprint="fp", fleet=True, warm=warm, kept=False,
+                         builder=False)  # fmt: skip
+
+    run = FleetPrewarm(["a", "b", "c"])
+    for e in (entry("c"), entry("b"), entry("a")):  # hosts join in any order
+        run.join(e)
+    seed = run.role_is("a", "seed")
+    want = prewarm_roles([entry("a"), entry("b"), entry("c")])
+    assert seed() is (want["a"] == "seed")
+    assert {h: run.role(h) for h in "abc"} == want
+    run.join(entry("d"))  # roles are decided once, when the first operation asks
+    assert run.role("d") is None
