@@ -404,7 +404,7 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
             "hf_home": settings.models_hf_home,
             "cache_root": settings.serve_cache_root,
             "user": settings.serve_user,
-            "platform": kind_of(settings.serve_recipe).name,
+            "accelerators": [list(c) for c in kind_of(settings.serve_recipe).probe_commands],
             "models": models,
             "paths": watched_paths(settings, *ids),
             "files": files,

@@ -102,6 +102,9 @@ class Kind:
     options: Mapping[str, str] = {}
     name = ""
     defaults: Mapping[str, Any] = {}
+    # what the host probe runs to find the devices: (name, argv, "json" or "lines", unless),
+    # each output under its name for :meth:`hardware`; skipped when ``unless`` found something
+    probe_commands: tuple[tuple[str, tuple[str, ...], str, str | None], ...] = ()
     devices_env = ""  # the unit variable that gives a server its devices
     device_word = "devices"  # how units and messages name them
     driver_step = ""  # "runfile" (installed by servefleet) or "check" (must be there)

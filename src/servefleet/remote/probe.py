@@ -53,23 +53,19 @@ def python_version(python: str) -> str | None:
     return (found or "").strip() or None
 
 
-def accelerators(out: dict[str, Any], platform: str) -> None:
-    if platform == "rbln":
-        smi = run(["rbln-smi", "-j"])
-        try:
-            out["smi"] = json.loads(smi) if smi else None
-        except ValueError:
-            out["smi"] = None
-        pci = None if out["smi"] else run(["lspci", "-n"])
-        out["pci"] = pci.splitlines() if pci else []
-    else:
-        gpus = run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                    "--format=csv,noheader,nounits"])  # fmt: skip
-        out["gpus"] = gpus.splitlines() if gpus else []
-        amd = None if out["gpus"] else run(
-            ["amd-smi", "static", "--asic", "--vram", "--driver", "--json"]
-        )  # fmt: skip
-        out["amd"] = amd.splitlines() if amd else []
+def accelerators(out: dict[str, Any], commands: list[list[Any]]) -> None:
+    """Run the kind's device commands (``[name, argv, form, unless]``, from the controller's
+    kind): each output under its name, JSON (None when it fails) or lines ([] when it fails);
+    a command is skipped when an earlier one named ``unless`` found something."""
+    for name, argv, form, unless in commands:
+        found = None if unless and out.get(unless) else run(list(argv))
+        if form == "json":
+            try:
+                out[name] = json.loads(found) if found else None
+            except ValueError:
+                out[name] = None
+        else:
+            out[name] = found.splitlines() if found else []
 
 
 def releases(out: dict[str, Any], root: str, files: bool) -> None:
@@ -197,7 +193,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
         out["libc"] = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; the release's sources
     except (ValueError, OSError):
         out["libc"] = None
-    accelerators(out, a.get("platform", "rbln"))
+    accelerators(out, a["accelerators"])
     releases(out, root, bool(a.get("files")))
     good_state(out, root)
     out["units"] = units()

@@ -143,6 +143,10 @@ class Rbln(Kind):
         "--compiler-version": "compiler_version",
     }
     name = "rbln"
+    probe_commands = (
+        ("smi", ("rbln-smi", "-j"), "json", None),  # once a driver exists
+        ("pci", ("lspci", "-n"), "lines", "smi"),  # before: the PCI ids
+    )
     device_word = "NPUs"
     devices_env = "RBLN_VISIBLE_DEVICES"
     driver_step = "runfile"

@@ -23,12 +23,12 @@ from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.spec import ServeSpec
 
 # What the probe runs (its output lands under "gpus"): one CSV line per GPU
-NVIDIA_QUERY = [
+NVIDIA_QUERY = (
     "nvidia-smi",
     "--query-gpu=index,name,memory.total,driver_version",
     "--format=csv,noheader,nounits",
-]
-AMD_QUERY = ["amd-smi", "static", "--asic", "--vram", "--driver", "--json"]
+)
+AMD_QUERY = ("amd-smi", "static", "--asic", "--vram", "--driver", "--json")
 
 
 def _number(text: str) -> bool:
@@ -105,6 +105,10 @@ class Vllm(Kind):
         "--task": "task",
     }
     name = "gpu"
+    probe_commands = (
+        ("gpus", NVIDIA_QUERY, "lines", None),
+        ("amd", AMD_QUERY, "lines", "gpus"),  # AMD hosts: when nvidia-smi lists none
+    )
     defaults = vllm_defaults.DEFAULTS
     device_word = "GPUs"
     devices_env = "CUDA_VISIBLE_DEVICES"
