@@ -26,7 +26,6 @@ from faults import (  # noqa: E402
     op_names,
     run,
     run_killed,
-    running_sig,
 )
 
 from servefleet.lab.state import load_state  # noqa: E402
@@ -42,7 +41,7 @@ def main() -> int:
     a = ap.parse_args()
     state = load_state()
     assert run(state, *LIMIT).returncode == 0, "the default data does not deploy"
-    make_change_cold(state, HOSTS, sig=None)
+    make_change_cold(state, HOSTS)
     names = op_names(state, *LIMIT, *CHANGE)
     last = a.last or len(names)
     failures = 0
@@ -57,9 +56,8 @@ def main() -> int:
         except AssertionError as e:
             failures += 1
             print(f"FAIL  {label}: {str(e).splitlines()[0]}", flush=True)
-        sig = running_sig(state, HOSTS[0])
         assert run(state, *LIMIT).returncode == 0
-        make_change_cold(state, HOSTS, sig)
+        make_change_cold(state, HOSTS)
     print(f"{last - a.first + 1 - failures} passed, {failures} failed")
     return 1 if failures else 0
 

@@ -1,6 +1,7 @@
 """The fault harness: run the real pyinfra CLI against the lab and SIGKILL the controller right
-after the N-th operation starts (or once a condition read from a host holds), then check that the
-next run converges to what the data asks for, judged from what runs on the hosts.
+after the N-th operation starts (or once a condition read from a host holds, e.g. every host
+waits at a barrier: :func:`hold`), then check that the next run converges to what the data asks
+for, judged from what runs on the hosts.
 
 Used by tests/hosts/test_faults.py (one N per phase) and by ``tests/fault_sweep.py`` (every N).
 """
@@ -64,6 +65,38 @@ def run(
     )
 
 
+# The host programs' test barriers (``remote/health.py`` ``barrier``): while this root-only
+# directory on a host holds ``hold-<point>``, the host program writes ``reached-<point>`` there
+# when it gets to that point and waits until the hold is removed.
+BARRIERS = "/run/servefleet-test"
+
+
+def restart_point(unit: str, fingerprint: str) -> str:
+    """The barrier right after ``instances.py`` restarted ``unit`` on a state of that compile
+    fingerprint, before its health gate."""
+    return f"restarted-{unit}-{fingerprint}"
+
+
+def hold(state: dict[str, Any], hosts: list[str], point: str) -> Callable[[], bool]:
+    """Make the host program of each host wait at ``point``; returns ``reached()``: every host
+    waits there now. :func:`release` lets them go."""
+    for host in hosts:
+        on_host(state, host, f"rm -rf {BARRIERS} && install -d -m 700 -o root -g root {BARRIERS}"
+                f" && touch {BARRIERS}/hold-{point}")  # fmt: skip
+
+    def reached() -> bool:
+        test = f"test -e {BARRIERS}/reached-{point}"
+        return all(on_host(state, h, test, check=False).returncode == 0 for h in hosts)
+
+    return reached
+
+
+def release(state: dict[str, Any], hosts: list[str]) -> None:
+    """Remove every barrier (the waiting host programs go on)."""
+    for host in hosts:
+        on_host(state, host, f"rm -rf {BARRIERS}")
+
+
 def run_killed(
     state: dict[str, Any],
     *args: str,
@@ -72,8 +105,9 @@ def run_killed(
     timeout: float = 600,
 ) -> tuple[list[str], bool]:
     """Run pyinfra and SIGKILL it once ``at(n, name)`` holds for the n-th operation start (1-based)
-    and then ``then()`` (polled) holds. Returns the operations started and whether it was killed
-    (False: the run ended before the fault point)."""
+    and then ``then()`` (polled, up to ``timeout`` s from the start) holds. Returns the operations
+    started and whether it was killed (False: the run ended before the fault point). A ``then``
+    that does not hold in time fails."""
     env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
     proc = subprocess.Popen(
         pyinfra_cmd(*args),
@@ -95,8 +129,9 @@ def run_killed(
             started.append(m.group(1).strip())
             if at(len(started), started[-1]):
                 while then is not None and not then():
-                    if proc.poll() is not None or time.monotonic() > deadline:
+                    if proc.poll() is not None:
                         break
+                    assert time.monotonic() < deadline, f"the fault point took {timeout} s"
                     time.sleep(0.1)
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
@@ -175,14 +210,18 @@ def changed_ops(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [o["name"] for o in data["results"]["operations"] if o["success"]]
 
 
-def make_change_cold(state: dict[str, Any], hosts: list[str], sig: str | None) -> None:
-    """Undo what the change left on the hosts so that it runs every phase again: its compile
-    bundle and warm marker, the draft model, and every release but the serving one."""
+def make_change_cold(state: dict[str, Any], hosts: list[str]) -> None:
+    """Undo what the change, or any other selection an earlier run served, left on the hosts, so
+    that the change runs every phase again: every compile bundle but the one instance 0 runs now
+    and every warm marker but its fingerprint's, the draft model, and every release but the
+    serving one."""
     for host in hosts:
+        sig = running_sig(state, host)
         script = (
             f"rm -rf /var/lib/servefleet/hf/hub/models--{DRAFT.replace('/', '--')}; "
-            + (f"rm -rf /var/cache/servefleet/vllm/rbln/*/{sig}; " if sig else "")
-            + "cur=$(readlink /opt/servefleet/current | xargs basename); "
+            "for b in /var/cache/servefleet/vllm/rbln/*/*; do "
+            f'[ "$(basename $b)" = "{sig}" ] || rm -rf "$b"; done; '
+            "cur=$(readlink /opt/servefleet/current | xargs basename); "
             'for r in /opt/servefleet/releases/*; do [ "$(basename $r)" = "$cur" ] || rm -rf "$r"; done; '
             "fp=$(sed -n 's/^# compile fingerprint: //p' /etc/systemd/system/servefleet-vllm-0.service); "
             "for m in /var/cache/servefleet/vllm/servefleet-warm/*; do "

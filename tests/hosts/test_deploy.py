@@ -1,8 +1,9 @@
 """`pyinfra inventories/lab.py deploys/serve.py` on the lab fleet, with the real pyinfra CLI.
 
-The tests run in file order and build on each other: bad data first (nothing may change), then
-fresh hosts to serving, a second run that changes nothing, --dry, selection changes, an SDK
-upgrade, a driver upgrade and a host of another SKU. Every assertion reads state back from the
+Bad data (nothing may change), fresh hosts to serving, a second run that changes nothing, --dry,
+selection changes, an SDK upgrade, a driver upgrade and a host of another SKU. Each test sets up
+the state it starts from (fresh hosts: ``fresh``; the default data converged: ``deployed``), in
+any order; in file order those set-ups change nothing. Every assertion reads state back from the
 hosts (over ssh, or from each host's overlay upper dir on this machine).
 """
 
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import resolved, secrets
-from labhelpers import on_host
+from faults import make_change_cold, resolved, secrets
+from labhelpers import lab_up, on_host
 
 from servefleet.lab import layout
 from servefleet.lab.chat import chat_once
@@ -139,6 +140,26 @@ def assert_records(state: dict[str, Any], spec: dict[str, Any]) -> None:
             }
 
 
+@pytest.fixture
+def fresh(lab: dict[str, Any]) -> dict[str, Any]:
+    """Hosts no deploy has touched: the session lab when none has, else a new lab (in place)."""
+    touched = [h for h in HOSTS if on_host(lab, h, "test -e /opt/servefleet", check=False)
+               .returncode == 0]  # fmt: skip
+    if touched:
+        lab.clear()
+        lab.update(lab_up())
+    return lab
+
+
+@pytest.fixture
+def deployed(lab: dict[str, Any]) -> dict[str, Any]:
+    """The default data converged on every host (driver included), no fault switch set."""
+    for host in HOSTS:
+        on_host(lab, host, "rm -f /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health")
+    ok(deploy(lab))
+    return lab
+
+
 @pytest.mark.parametrize(
     ("args", "group_data", "drop_env", "message"),
     [
@@ -184,7 +205,8 @@ def test_bad_data_changes_nothing_on_any_host(
     assert upper_snapshot() == before
 
 
-def test_fresh_hosts_to_serving_without_leaking_secrets(lab: dict[str, Any]) -> None:
+def test_fresh_hosts_to_serving_without_leaking_secrets(fresh: dict[str, Any]) -> None:
+    lab = fresh
     secret_values = [v.encode() for v in secrets(lab).values()]
     seen: list[str] = []
     stop = threading.Event()
@@ -253,7 +275,8 @@ def test_fresh_hosts_to_serving_without_leaking_secrets(lab: dict[str, Any]) -> 
     assert_records(lab, resolved())
 
 
-def test_second_run_changes_nothing(lab: dict[str, Any]) -> None:
+def test_second_run_changes_nothing(deployed: dict[str, Any]) -> None:
+    lab = deployed
     starts = {h: unit_starts(lab, h) for h in HOSTS}
     result = json_run(lab)
     assert result["results"]["totals"]["success"] == 0, [
@@ -263,7 +286,8 @@ def test_second_run_changes_nothing(lab: dict[str, Any]) -> None:
     assert {h: unit_starts(lab, h) for h in HOSTS} == starts
 
 
-def test_dry_shows_changes_and_changes_nothing(lab: dict[str, Any]) -> None:
+def test_dry_shows_changes_and_changes_nothing(deployed: dict[str, Any]) -> None:
+    lab = deployed
     before = upper_snapshot()
     proc = subprocess.run(
         [
@@ -287,7 +311,9 @@ def test_dry_shows_changes_and_changes_nothing(lab: dict[str, Any]) -> None:
     assert upper_snapshot() == before
 
 
-def test_compile_affecting_change_compiles_once_per_host(lab: dict[str, Any]) -> None:
+def test_compile_affecting_change_compiles_once_per_host(deployed: dict[str, Any]) -> None:
+    lab = deployed
+    make_change_cold(lab, list(HOSTS))  # Throughput compiles again
     before = {h: compiles(lab, h) for h in HOSTS}
     ok(deploy(lab, "--data", "serve_target=Throughput"))  # --max-num-seqs 1 -> 8
     assert {h: compiles(lab, h) - before[h] for h in HOSTS} == {h: 1 for h in HOSTS}
@@ -296,6 +322,7 @@ def test_compile_affecting_change_compiles_once_per_host(lab: dict[str, Any]) ->
 
 
 def test_port_change_does_not_recompile(lab: dict[str, Any]) -> None:
+    ok(deploy(lab, "--data", "serve_target=Throughput"))  # warm, on the base port
     before = {h: compiles(lab, h) for h in HOSTS}
     ok(deploy(lab, "--data", "serve_target=Throughput", "--data", "serve_base_port=8100"))
     assert {h: compiles(lab, h) for h in HOSTS} == before

@@ -2,7 +2,9 @@
 runs (not to what an earlier run wrote), failed hosts roll back, standalone deploys keep serving,
 bad data and hostile input never reach a host. Every assertion reads state back from the hosts.
 
-Each test starts from the default data, converged (``_settled``), and leaves it so.
+Each test starts from the default data, converged on every host, no fault switch or barrier set
+(``settled``); those that make the change start with it cold (``change_cold``). None leans on
+what another test left.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from faults import (
+    BARRIERS,
     CHANGE,
     CHANGE_RESOLVE,
     PORTS,
@@ -25,10 +28,13 @@ from faults import (
     changed_ops,
     check_converged,
     compile_log,
+    hold,
     make_change_cold,
     op_names,
     record,
+    release,
     resolved,
+    restart_point,
     run,
     run_killed,
     running_sig,
@@ -70,13 +76,28 @@ def units_and_releases(state: dict[str, Any]) -> dict[str, str]:
 
 @pytest.fixture
 def settled(lab: dict[str, Any]) -> dict[str, Any]:
-    """The default data, converged on every host (the start of each test here)."""
+    """The default data, converged on every host (the start of each test here): no fault switch
+    of the simulation and no test barrier left on any host, then one run of the default data."""
+    for host in ("lab1", "lab2", "lab3"):
+        on_host(lab, host, "rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health "
+                f"{BARRIERS}")  # fmt: skip
     ok(run(lab))
     return lab
 
 
+@pytest.fixture
+def change_cold(settled: dict[str, Any]) -> dict[str, Any]:
+    """``settled``, and the change cold on lab1 and lab2: a run of it goes through every phase."""
+    make_change_cold(settled, TWO)
+    return settled
+
+
 # -- SIGKILL of the controller, one point in each phase -------------------------------------
 
+# phase -> (the operation whose start is the fault point, the port of the instance the converge
+# restarted on the change there). A point inside the converge is a barrier the host program
+# waits at (``faults.hold``), right after it restarted that instance, before its gate: the
+# controller is killed there, never in a race with the converge.
 PHASES = {
     "driver": (lambda n, name: "Install driver 3.6.0" in name, None),
     "release": (lambda n, name: "Install release" in name, None),
@@ -91,34 +112,37 @@ PHASES = {
 
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_controller_killed_in_each_phase_then_the_next_run_converges(
-    settled: dict[str, Any], phase: str
+    change_cold: dict[str, Any], phase: str
 ) -> None:
-    lab = settled
+    lab = change_cold
     old_sig = running_sig(lab, "lab1")
-    make_change_cold(lab, TWO, sig=None)
-    change_argv = resolved(*CHANGE_RESOLVE)["servers"][0]["argv"]
+    change = resolved(*CHANGE_RESOLVE)
+    change_argv = change["servers"][0]["argv"]
     before = {h: len(compile_log(lab, h)) for h in TWO}
     at, port = PHASES[phase]
+    then = None
+    if port:
+        unit = f"servefleet-vllm-{port - PORTS[0]}.service"
+        reached = hold(lab, TWO, restart_point(unit, change["compile_fingerprint"]))
 
-    def restarted() -> bool:  # the instance on `port` of both hosts runs the change
-        return all(runs_argv(lab, h, port, change_argv) for h in TWO)
+        def then() -> bool:  # both hosts wait right after restarting `unit` on the change
+            return reached() and all(runs_argv(lab, h, port, change_argv) for h in TWO)
 
-    started, killed = run_killed(lab, *LIMIT, *CHANGE, at=at, then=restarted if port else None)
+    try:
+        started, killed = run_killed(lab, *LIMIT, *CHANGE, at=at, then=then)
+    finally:
+        release(lab, TWO)
     assert killed, f"the run ended before the {phase} fault point: {started}"
     ok(run(lab, *LIMIT, *CHANGE))
     check_converged(lab, TWO, before, LIMIT)
     for host in TWO:
         assert all(chat(lab, host, p) for p in PORTS)
-    # next test: default data back, the change cold again (its bundle and marker gone)
-    sig = running_sig(lab, "lab1")
-    assert sig != old_sig
-    ok(run(lab, *LIMIT))
-    make_change_cold(lab, TWO, sig)
+    assert running_sig(lab, "lab1") != old_sig
 
 
-def test_fault_points_cover_every_phase(settled: dict[str, Any]) -> None:
+def test_fault_points_cover_every_phase(change_cold: dict[str, Any]) -> None:
     """The operations of the change, as a --dry run lists them, hold each phase's fault point."""
-    names = op_names(settled, *LIMIT, *CHANGE)
+    names = op_names(change_cold, *LIMIT, *CHANGE)
     for phase, (at, _) in PHASES.items():
         assert any(at(i + 1, n) for i, n in enumerate(names)), f"no {phase} operation in {names}"
 
@@ -177,9 +201,6 @@ def test_selection_fault_on_one_host_rolls_back_and_keeps_serving(settled: dict[
             assert runs_argv(lab, "lab1", port, change_argv) and chat(lab, "lab1", port)
     finally:
         on_host(lab, "lab2", "rm -f /etc/rbln-sim/fail-start")
-    sig = running_sig(lab, "lab1")
-    ok(run(lab, *LIMIT))
-    make_change_cold(lab, TWO, sig)
 
 
 # -- standalone deploys ------------------------------------------------------------------------
@@ -453,3 +474,45 @@ def test_the_lab_index_password_is_hard_to_quote(lab: dict[str, Any]) -> None:
     """Every deploy test logs in to the private index with it: spaces, quotes, '#', backslash."""
     password = secrets(lab)["RBLN_INDEX_PASSWORD"]
     assert all(c in password for c in (" ", '"', "'", "#", "\\")), password
+
+
+# -- the test barrier of the host programs (the fault points above) ------------------------------
+
+
+def test_the_test_barrier_waits_only_in_a_root_only_directory(settled: dict[str, Any]) -> None:
+    """``health.barrier`` (the fault points inside the converge) waits while a root-only
+    /run/servefleet-test holds its hold file, and is off for a link, a directory others may
+    write or own, and a planted link in place of its reached file."""
+    lab = settled
+    call = (
+        'timeout 20 python3 -c \'import sys, time; sys.path.insert(0, "/opt/servefleet/lib"); '
+        'import health; t = time.monotonic(); health.barrier("p", deadline=15); '
+        "print(round(time.monotonic() - t))'"
+    )
+    fresh = f"rm -rf {BARRIERS} /tmp/sf-barrier /tmp/sf-barrier-target; "
+    root_only = f"install -d -m 700 {BARRIERS} && touch {BARRIERS}/hold-p; "
+    try:
+        # off: no directory, a link to a root-only one, group-writable, owned by another user
+        for setup in (
+            fresh,
+            fresh + f"install -d -m 700 /tmp/sf-barrier && touch /tmp/sf-barrier/hold-p && "
+            f"ln -s /tmp/sf-barrier {BARRIERS}; ",
+            fresh + root_only + f"chmod 770 {BARRIERS}; ",
+            fresh + root_only + f"chown nobody {BARRIERS}; ",
+            fresh + root_only + f"ln -s /tmp/sf-barrier-target {BARRIERS}/reached-p; ",
+        ):
+            out = on_host(lab, "lab1", setup + call).stdout.strip()
+            assert out == "0", (setup, out)
+            on_host(lab, "lab1", f"test ! -e /tmp/sf-barrier/reached-p && "
+                    f"test ! -e /tmp/sf-barrier-target && test ! -f {BARRIERS}/reached-p")  # fmt: skip
+        # on: it says it reached the point and waits until the hold is gone
+        on_host(lab, "lab1", fresh + root_only + f"({call} > /tmp/sf-barrier.out 2>&1 &)")
+        on_host(lab, "lab1", f"for i in $(seq 100); do test -e {BARRIERS}/reached-p && exit 0; "
+                "sleep 0.1; done; exit 1")  # fmt: skip
+        on_host(lab, "lab1", f"test -s /tmp/sf-barrier.out && exit 1; rm {BARRIERS}/hold-p; "
+                "for i in $(seq 100); do test -s /tmp/sf-barrier.out && exit 0; sleep 0.1; done; "
+                "exit 1")  # fmt: skip
+        waited = int(on_host(lab, "lab1", "cat /tmp/sf-barrier.out").stdout)
+        assert waited < 15, f"the barrier waited out its deadline ({waited} s)"
+    finally:
+        on_host(lab, "lab1", fresh + "rm -f /tmp/sf-barrier.out")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import REPO, resolved, run, runs_argv, secrets
+from faults import REPO, hold, release, resolved, restart_point, run, runs_argv, secrets
 from labhelpers import lab_up, on_host, servefleet
 
 from servefleet.lab.chat import chat_once
@@ -26,7 +26,16 @@ HOSTS = ["lab1", "lab2", "lab3", "lab4"]
 PORTS = [8000 + i for i in range(4)]
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 LATENCY = resolved()["servers"][0]["argv"]
-THROUGHPUT = resolved("--target", "throughput")["servers"][0]["argv"]
+THROUGHPUT_SPEC = resolved("--target", "throughput")
+THROUGHPUT = THROUGHPUT_SPEC["servers"][0]["argv"]
+
+
+def wait_for(condition: Any, what: str, timeout: float = 120) -> None:
+    """Poll ``condition()`` until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} (after {timeout} s)"
+        time.sleep(0.2)
 
 
 def rollout(state: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
@@ -55,10 +64,24 @@ def units_and_releases(state: dict[str, Any], host: str) -> str:
     ).stdout
 
 
+def refuse_ssh(state: dict[str, Any], host: str, refuse: bool) -> None:
+    """Make ``host``'s sshd refuse new connections (a table in its network namespace), or not."""
+    netns = next(h["netns"] for h in state["hosts"] if h["name"] == host)
+    nft = ["ip", "netns", "exec", netns, "nft"]
+    if refuse:
+        rules = ("add table inet sf_gone\n"
+                 "add chain inet sf_gone input { type filter hook input priority 0; }\n"
+                 "add rule inet sf_gone input tcp dport 22 ct state new reject with tcp reset\n")  # fmt: skip
+        subprocess.run([*nft, "-f", "-"], input=rules, text=True, check=True)
+    else:
+        subprocess.run([*nft, "delete", "table", "inet", "sf_gone"], capture_output=True)
+
+
 def test_rollouts_on_four_hosts(lab: dict[str, Any]) -> None:
     try:
         state = lab_up("--hosts", "4")
-        assert run(state).returncode == 0
+        first = run(state)
+        assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-6000:]
         # batches in inventory order, a canary first; all hosts end on the change
         done = rollout(state, "--canary", "1", "--batch-size", "2", "--",
                        "--data", "serve_target=Throughput")  # fmt: skip
@@ -93,48 +116,62 @@ def test_rollouts_on_four_hosts(lab: dict[str, Any]) -> None:
         assert serving(state, "lab1") == 4
         assert {h: units_and_releases(state, h) for h in HOSTS[1:]} == before
 
-        # a host that disappears (sshd stopped, back in 90 s) is reported; the rest go on
-        on_host(state, "lab3", "systemd-run --on-active=90 systemctl start ssh.service && "
-                "(sleep 1; systemctl stop ssh.service) >/dev/null 2>&1 &")  # fmt: skip
-        time.sleep(3)
-        gone = rollout(state, "--batch-size", "1", "--max-failures", "1", "--json")
+        # a host that disappears (its sshd refuses every connection until the rollout is over)
+        # is reported; the rest go on
+        refuse_ssh(state, "lab3", True)
+        try:
+            wait_for(lambda: servefleet("lab", "ssh", "lab3", "true", check=False).returncode != 0,
+                     "lab3 still answers SSH", timeout=30)  # fmt: skip
+            gone = rollout(state, "--batch-size", "1", "--max-failures", "1", "--json")
+        finally:
+            refuse_ssh(state, "lab3", False)
         assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
         result = json.loads(gone.stdout)
         assert result["lab3"]["result"] == "failed"
         for host in ("lab1", "lab2", "lab4"):
             assert result[host]["result"] == "ok"
             assert all(runs_argv(state, host, p, LATENCY) for p in PORTS), host
-        deadline = time.monotonic() + 120
-        while servefleet("lab", "ssh", "lab3", "true", check=False).returncode != 0:
-            assert time.monotonic() < deadline, "lab3's sshd did not come back"
-            time.sleep(2)
+        wait_for(lambda: servefleet("lab", "ssh", "lab3", "true", check=False).returncode == 0,
+                 "lab3's sshd did not come back")  # fmt: skip
 
-        # the controller killed mid-batch: every host keeps serving; running again converges
+        # the controller killed mid-batch (lab1 and lab2 wait right after restarting instance 1
+        # on the change): every host keeps serving; running again converges
         low: dict[str, int] = {}
+        rounds = [0]
         stop = threading.Event()
 
         def sample() -> None:
             while not stop.is_set():
                 for host in HOSTS:
                     low[host] = min(low.get(host, 4), serving(state, host))
+                rounds[0] += 1
                 time.sleep(0.3)
 
+        point = restart_point("servefleet-vllm-1.service", THROUGHPUT_SPEC["compile_fingerprint"])
+        reached = hold(state, ["lab1", "lab2"], point)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
         args = ["--yes", "--batch-size", "2", "--", "--data", "serve_target=Throughput"]
-        proc = subprocess.Popen([SERVEFLEET, "rollout", "inventories/lab.py", *args], cwd=REPO,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)  # fmt: skip
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("batch 1/2: lab1, lab2") and "ok" not in line:
-                time.sleep(6)  # inside the batch: lab1/lab2 restarting
-                os.killpg(proc.pid, signal.SIGKILL)
-                break
-        proc.wait()
-        time.sleep(2)
-        stop.set()
+        try:
+            proc = subprocess.Popen([SERVEFLEET, "rollout", "inventories/lab.py", *args],
+                                    cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)  # fmt: skip
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("batch 1/2: lab1, lab2") and "ok" not in line:
+                    wait_for(lambda: reached() or proc.poll() is not None,
+                             "lab1 and lab2 did not restart instance 1", timeout=600)  # fmt: skip
+                    assert proc.poll() is None, "the rollout ended before the fault point"
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    break
+            proc.wait()
+            killed = rounds[0]
+            wait_for(lambda: rounds[0] >= killed + 2, "the sampler stopped")  # after the kill
+        finally:
+            stop.set()
+            release(state, ["lab1", "lab2"])
         sampler.join()
         assert all(low.get(h, 0) >= 1 for h in HOSTS), f"a host served nothing: {low}"
         again = rollout(state, "--batch-size", "2", "--", "--data", "serve_target=Throughput")

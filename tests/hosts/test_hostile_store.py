@@ -84,7 +84,10 @@ def store(lab: dict[str, Any]) -> Any:
             f"&& umask 077 && echo hf_secret_token > {WORK}/token")  # fmt: skip
     on_host(lab, "lab1", f"cat > {WORK}/server.py", stdin=SERVER)
     on_host(lab, "lab1", f"nohup python3 {WORK}/server.py {WORK}/store {WORK}/other.log "
-            f">/dev/null 2>&1 & sleep 1")  # fmt: skip
+            f">/dev/null 2>&1 &")  # fmt: skip
+    # both of its servers listen (within 10 s)
+    on_host(lab, "lab1", "for i in $(seq 100); do ss -Hltn 'sport = :18080' | grep -q . && "
+            "ss -Hltn 'sport = :18081' | grep -q . && exit 0; sleep 0.1; done; exit 1")  # fmt: skip
     yield lab
     on_host(lab, "lab1", f"pkill -f {WORK}/server.py; rm -rf {WORK} /tmp/sf-outside", check=False)
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from faults import REPO, resolved, run, secrets
+from faults import REPO, make_change_cold, resolved, run, secrets
 from labhelpers import on_host
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
@@ -44,6 +44,10 @@ def test_plan_on_a_converged_fleet_reports_no_change(lab: dict[str, Any]) -> Non
 
 def test_plan_shows_an_upgrade_and_a_recompile(lab: dict[str, Any]) -> None:
     from servefleet.settings import load_defaults
+
+    # the default data converged, no other release or compile cache kept (earlier tests' are)
+    assert run(lab).returncode == 0
+    make_change_cold(lab, HOSTS)
 
     pins = [p.replace("==0.12.0", "==0.12.1") for p in load_defaults()["sdk_pins"]]
     upgrade = plans(lab, "--data", f"sdk_pins={json.dumps(pins)}")

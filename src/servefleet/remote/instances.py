@@ -174,6 +174,7 @@ def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: boo
         systemctl("enable", "--quiet", inst["unit"])
         systemctl("restart", inst["unit"])
         log(f"{inst['unit']}: restarted ({'cold: compiling, ' if cold else ''}gate {timeout}s)")
+        health.barrier(f"restarted-{inst['unit']}-{inst['fingerprint']}")  # tests' fault point
     else:
         log(f"{inst['unit']}: runs its unit; resuming the pre-warm (gate {timeout}s)")
     why = health.check(
