@@ -16,7 +16,7 @@ from pyinfra.api import deploy
 from pyinfra.api.operation import OperationMeta
 
 from servefleet.hostplan import HostPlan
-from servefleet.settings import Settings
+from servefleet.settings import DEFAULTS, Settings
 from servefleet.steps import (
     credentials,
     driver as driver_step,
@@ -34,7 +34,7 @@ from servefleet.steps.report import report
 __all__ = ["driver", "host_plan", "host_settings", "report", "models", "rollback", "serve", "stack"]
 
 
-@deploy("Driver")
+@deploy("Driver", data_defaults=DEFAULTS)
 def driver(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the wanted RBLN driver if it is missing or different;
     the servers of the host's last good state come back through the health gate."""
@@ -45,7 +45,7 @@ def driver(plan: HostPlan) -> OperationMeta | None:
     return driver_step.install(plan)
 
 
-@deploy("Release")
+@deploy("Release", data_defaults=DEFAULTS)
 def stack(plan: HostPlan) -> OperationMeta | None:
     """Check the host's SKU, then install the pinned release the selection needs. Running
     servers keep their release: units name it, and no release a unit or state names is removed."""
@@ -57,7 +57,7 @@ def stack(plan: HostPlan) -> OperationMeta | None:
     return release.install(plan)
 
 
-@deploy("Models")
+@deploy("Models", data_defaults=DEFAULTS)
 def models(plan: HostPlan) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
     if not refused(plan):
@@ -67,7 +67,7 @@ def models(plan: HostPlan) -> None:
         models_step.fetch(plan)
 
 
-@deploy("servefleet")
+@deploy("servefleet", data_defaults=DEFAULTS)
 def serve(plan: HostPlan) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
     if refused(plan):
@@ -82,7 +82,7 @@ def serve(plan: HostPlan) -> None:
     prewarm.converge(plan)
 
 
-@deploy("Rollback")
+@deploy("Rollback", data_defaults=DEFAULTS)
 def rollback(settings: Settings, to: str = "previous") -> None:
     """Back to a kept state through the health gate: ``previous`` (the state before the last
     good one) or ``good`` (the last good one, e.g. after a failed change). Needs no recipe:
