@@ -2,4 +2,4 @@
 
 from servefleet.deploys import driver, host_plan
 
-driver(host_plan())
+driver(plan=host_plan())

@@ -2,4 +2,4 @@
 
 from servefleet.deploys import host_settings, rollback
 
-rollback(host_settings())
+rollback(settings=host_settings())

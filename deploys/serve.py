@@ -5,4 +5,4 @@ pyinfra inventories/lab.py deploys/serve.py
 
 from servefleet.deploys import host_plan, serve
 
-serve(host_plan())
+serve(plan=host_plan())

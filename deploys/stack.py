@@ -2,4 +2,4 @@
 
 from servefleet.deploys import host_plan, stack
 
-stack(host_plan())
+stack(plan=host_plan())
