@@ -13,9 +13,22 @@ import subprocess
 import sys
 import urllib.request
 
+TIMEOUT = 60.0  # seconds a connect or one read of the runfile download may take
+MAX_BYTES = 8 << 30  # a runfile larger than this is not one
 
-def fetch(url: str, dest: str) -> None:
-    urllib.request.urlretrieve(url, dest)
+
+def fetch(url: str, dest: str, timeout: float = TIMEOUT) -> None:
+    """``url`` into ``dest``; a server that stalls, or sends too much, fails in one line."""
+    size = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r, open(dest, "wb") as out:
+            for chunk in iter(lambda: r.read(1 << 20), b""):
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    sys.exit(f"servefleet: {url}: larger than {MAX_BYTES} bytes; not a runfile")
+                out.write(chunk)
+    except (OSError, ValueError) as e:  # URLError, timeouts and resets are OSErrors
+        sys.exit(f"servefleet: {url}: cannot download the runfile ({e})")
 
 
 def check(version: str) -> None:

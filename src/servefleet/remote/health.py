@@ -244,10 +244,16 @@ def owner_problem(unit: str, port: int, host: str, st: UnitState, answered: bool
 # --- the gate -------------------------------------------------------------------------------
 
 
+# The gate talks to this host's own servers: never through a proxy (a host whose environment
+# sets http_proxy would otherwise ask the proxy for 127.0.0.1, and every gate would fail)
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+MAX_REPLY = 1 << 20  # bytes of a chat reply the gate reads (a one-token reply is far smaller)
+
+
 def probe(base: str, model: str, limit: float) -> str | None:
     """None when healthy, else why not (each request waits at most ``limit`` seconds)."""
     try:
-        with urllib.request.urlopen(base + "/health", timeout=min(5.0, limit)) as r:
+        with _OPENER.open(base + "/health", timeout=min(5.0, limit)) as r:
             if r.status != 200:
                 return f"/health answered {r.status}"
         body = json.dumps(
@@ -256,8 +262,11 @@ def probe(base: str, model: str, limit: float) -> str | None:
         req = urllib.request.Request(
             base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(req, timeout=min(30.0, limit)) as r:
-            reply = json.load(r)
+        with _OPENER.open(req, timeout=min(30.0, limit)) as r:
+            raw = r.read(MAX_REPLY + 1)
+        if len(raw) > MAX_REPLY:
+            return f"chat completion reply is larger than {MAX_REPLY} bytes"
+        reply = json.loads(raw)
         if not isinstance(reply, dict) or not reply.get("choices"):
             return "chat completion had no choices"
         return None

@@ -1,0 +1,86 @@
+"""Host programs against odd surroundings (issue #18 findings 11, 12, 15): the gate bypasses a
+proxy the host's environment sets and reads a bounded reply; the runfile download times out and
+is bounded, each in one line."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fake_host import Stub
+from lab_sim_support import REPO, load
+
+HEALTH = REPO / "src" / "servefleet" / "remote" / "health.py"
+DRIVER = REPO / "src" / "servefleet" / "remote" / "driver.py"
+health = load(HEALTH, "servefleet_remote_health_robust")
+MODEL = "openai/gpt-oss-120b"
+
+
+def dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_gate_passes_with_http_proxy_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = f"http://127.0.0.1:{dead_port()}"
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    with Stub() as stub:
+        assert health.probe(f"http://127.0.0.1:{stub.port}", MODEL, 5) is None
+
+
+def test_the_gate_reads_a_bounded_chat_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "MAX_REPLY", 64)
+    with Stub(chat={"choices": ["x" * 200]}) as stub:
+        why = health.probe(f"http://127.0.0.1:{stub.port}", MODEL, 5)
+    assert why == "chat completion reply is larger than 64 bytes"
+
+
+@pytest.fixture
+def silent_server() -> object:
+    """A server that accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(sock.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/rebellions-x86_64-3.5.1.run"
+    stop.set()
+    thread.join(2)
+    for c in held:
+        c.close()
+    sock.close()
+
+
+def test_the_runfile_download_times_out_in_one_line(silent_server: str, tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import driver; "
+        "driver.fetch(sys.argv[2], sys.argv[3], timeout=1)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(DRIVER.parent), silent_server, str(tmp_path / "r.run")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "cannot download the runfile" in lines[0] and "timed out" in lines[0]
