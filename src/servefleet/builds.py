@@ -212,7 +212,10 @@ def _uv_build(
     from servefleet.uvbin import uv_binary
 
     inp = st.inputs
-    indexes = [a for i in inp["indexes"] for a in ("--index", f"{i['name']}={i['url']}")]
+    # build dependencies come from the indexes without auth: the build backend runs with no
+    # credentials, and an index asked without them answers 401 (which stops uv)
+    free = [i for i in inp["indexes"] if not i["auth"]]
+    indexes = [a for i in free for a in ("--index", f"{i['name']}={i['url']}")]
     if inp["public_index"]:
         indexes += ["--default-index", inp["public_index"]]
     insecure = [a for h in inp["trusted_hosts"] for a in ("--allow-insecure-host", h)]

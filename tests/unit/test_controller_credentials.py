@@ -121,15 +121,18 @@ def test_uv_build_and_its_build_backend_see_no_credential(
     for k, v in SECRET_ENV.items():
         monkeypatch.setenv(k, v)
     seen: list[dict[str, str]] = []
+    commands: list[list[str]] = []
 
     def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         seen.append(kw["env"])
+        commands.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(builds.subprocess, "run", run)
     st = auth_stack()
     builds._uv_build(st, tmp_path / "x-1.tar.gz", "python3", tmp_path, "u", "index-secret")
     assert seen, "uv build was not run"
+    assert all("rbln=https://pypi.example/simple" not in c for c in commands), commands
     for env in seen:
         assert not {"HF_TOKEN", "RBLN_INDEX_PASSWORD", "RBLN_INDEX_USER"} & set(env)
         assert not any(k.startswith("UV_INDEX") for k in env)
