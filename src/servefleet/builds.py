@@ -174,7 +174,7 @@ def build(
                     f"{name}=={version}: the lock has sha256:{want}, the index served "
                     f"sha256:{got}; nothing built"
                 )
-            _uv_build(st, src, interpreter, Path(tmp) / "dist", user, password)
+            _uv_build(st, src, interpreter, Path(tmp) / "dist")
             wheels = list((Path(tmp) / "dist").glob("*.whl"))
             if len(wheels) != 1:
                 raise BuildError(f"{name}=={version}: the build made no single wheel")
@@ -206,9 +206,7 @@ def _cached(out: Path, name: str, version: str, sdist_sha256: str) -> Built | No
     return None
 
 
-def _uv_build(
-    st: Stack, sdist: Path, python: str, dist: Path, user: str | None, password: str | None
-) -> None:
+def _uv_build(st: Stack, sdist: Path, python: str, dist: Path) -> None:
     from servefleet.uvbin import uv_binary
 
     inp = st.inputs

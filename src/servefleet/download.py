@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
 
-from servefleet.remote.fetch_model import _Redirects
+# the host fetcher's own rules, so both sides agree on what an origin is and what crosses it
+from servefleet.remote.fetch_model import _origin as origin, _Redirects
 
 __all__ = ["credentials_for", "opener", "origin"]
-
-
-def origin(url: str) -> tuple[str, str, int | None]:
-    """A URL's origin: scheme, host (lower case) and port (the scheme's default made explicit)."""
-    parts = urlsplit(url)
-    default = {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
 def opener() -> urllib.request.OpenerDirector:

@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from servefleet.download import opener, origin as _origin
 from servefleet.errors import ServefleetError
 from servefleet.lock import Lock, basic_auth, files_of, packages
 from servefleet.prewarm_store import sha256_of as file_sha256
-from servefleet.remote.fetch_model import _origin, _Redirects
 from servefleet.remote.layout import WHEELHOUSE
 
 MANIFEST = "manifest.json"
@@ -210,12 +210,11 @@ def _download(f: File, dest: Path, creds: Credentials, timeout: float) -> tuple[
     """Stream f.url into dest (a temporary file next to it, renamed when its sha256 is the
     lock's); return ``("", bytes)`` or a failure line."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    opener = urllib.request.build_opener(_Redirects)
     request = urllib.request.Request(f.url, headers=_headers(f, creds))
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     digest, size = hashlib.sha256(), 0
     try:
-        with os.fdopen(fd, "wb") as out, opener.open(request, timeout=timeout) as response:
+        with os.fdopen(fd, "wb") as out, opener().open(request, timeout=timeout) as response:
             for chunk in iter(lambda: response.read(CHUNK), b""):
                 digest.update(chunk)
                 out.write(chunk)

@@ -130,7 +130,7 @@ def test_uv_build_and_its_build_backend_see_no_credential(
 
     monkeypatch.setattr(builds.subprocess, "run", run)
     st = auth_stack()
-    builds._uv_build(st, tmp_path / "x-1.tar.gz", "python3", tmp_path, "u", "index-secret")
+    builds._uv_build(st, tmp_path / "x-1.tar.gz", "python3", tmp_path)
     assert seen, "uv build was not run"
     assert all("rbln=https://pypi.example/simple" not in c for c in commands), commands
     for env in seen:
