@@ -4,6 +4,7 @@ facts are in :mod:`servefleet.steps.facts`)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 from pyinfra import host, logger
@@ -35,11 +36,15 @@ def secret_file(dest: str, content: HiddenValue, mode: str = "600"):
     + mode: final file mode
     """
     data = content.unmask().encode()
-    info = host.get_fact(File, path=dest)
+    # A fact loaded here gets this operation's global arguments, ``_stdin`` included (pyinfra's
+    # api/facts.py, _handle_fact_kwargs): without ``_stdin=None`` the secret went to the facts'
+    # stat and sha256sum, and when such a command had exited before the controller wrote to it,
+    # the write failed with OSError('Socket is closed') and took the host down (issue #17).
+    info = host.get_fact(File, path=dest, _stdin=None)
     if (
         info
         and str(info["mode"]) == mode.lstrip("0")
-        and host.get_fact(Sha256File, path=dest) == hashlib.sha256(data).hexdigest()
+        and host.get_fact(Sha256File, path=dest, _stdin=None) == hashlib.sha256(data).hexdigest()
     ):
         host.noop(f"{dest} is up to date")
         return
@@ -47,11 +52,36 @@ def secret_file(dest: str, content: HiddenValue, mode: str = "600"):
     yield StringCommand("sh", "-c", QuoteString(script), "sh", QuoteString(dest), mode)
 
 
+class Stdin:
+    """A secret as an operation's ``_stdin``: pyinfra writes what :meth:`readlines` gives, and
+    every way it prints an operation's arguments (``--debug-operations``, ``--json``, ``-vvv``)
+    shows a mask instead (a plain ``str`` there was printed as is)."""
+
+    __slots__ = ("_line",)
+
+    def __init__(self, line: str) -> None:
+        self._line = line
+
+    def readlines(self) -> list[str]:
+        return [self._line]
+
+    def __iter__(self) -> Iterator[str]:  # pyinfra checks that ``_stdin`` is an Iterable[str]
+        return iter(self.readlines())
+
+    def to_json(self) -> str:
+        return "***"
+
+    def __repr__(self) -> str:
+        return "Stdin(***)"
+
+    __str__ = __repr__
+
+
 def put_secret(name: str, dest: str, secret: str) -> None:
     """Write ``secret`` to ``dest`` (0600), sent on the remote command's stdin (pyinfra ends
     each stdin line with a newline, so the file holds one at the end)."""
     line = secret if secret.endswith("\n") else secret + "\n"
-    secret_file(name=name, dest=dest, content=HiddenValue(line), _stdin=line)
+    secret_file(name=name, dest=dest, content=HiddenValue(line), _stdin=Stdin(line))
 
 
 @operation()
