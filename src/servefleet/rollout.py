@@ -4,7 +4,10 @@ first), each host through its health gates; stop when a batch fails more hosts t
 pyinfra has no batches (``--serial`` takes hosts in random order), so each batch is one run of
 the pyinfra CLI limited to its hosts. A host whose gate fails is rolled back by the deploy itself
 (``remote/instances.py``); a failed host that does not serve afterwards is restored to its last
-good state here; hosts not yet reached are never touched.
+good state here; hosts not yet reached are never touched. A host whose SSH connection was lost
+mid-run (the deploy says ``servefleet: connection lost during '<operation>'``) is run again once,
+alone, on a new connection, before it counts as failed: every step converges from wherever a run
+stopped.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from servefleet.errors import ServefleetError
 from servefleet.inventory import inventory_error
 
 TICK = 15.0  # seconds between the live lines of a running batch
+LOST = "connection lost"  # what the deploy says of a host whose connection dropped
 
 
 def inventory_hosts(path: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -84,6 +88,7 @@ class HostResult:
     result: str = "not reached"  # ok, failed, not reached
     rolled_back: bool = False
     why: str = ""
+    retried: bool = False  # its connection was lost, and it ran once more
 
 
 @dataclass
@@ -140,13 +145,16 @@ class Rollout:
             compiling = [h for h in batch if (planned.get(h) or {}).get("recompile")]
             _, results, err = self.pyinfra(batch, self.deploy, compiling)
             failed = set(batch) if results is None else set(results["failed_hosts"]) & set(batch)
-            for host in batch:
-                r = self.results[host]
-                r.result = "failed" if host in failed else "ok"
-                r.rolled_back = bool(re.search(rf"\[{re.escape(host)}\].*rolled back to ", err))
-                if host in failed:
-                    lines = [x for x in err.splitlines() if host in x and "servefleet:" in x]
-                    r.why = lines[0].split("servefleet:", 1)[1].strip() if lines else "failed"
+            self.judge(batch, failed, err)
+            lost = sorted(h for h in failed if self.results[h].why.startswith(LOST))
+            if lost:
+                self.echo(f"batch {n}/{len(plan)}: {LOST} on {', '.join(lost)}: once more")
+                _, again, err = self.pyinfra(lost, self.deploy, [h for h in compiling if h in lost])
+                still = set(lost) if again is None else set(again["failed_hosts"]) & set(lost)
+                self.judge(lost, still, err)
+                for host in lost:
+                    self.results[host].retried = True
+                failed = (failed - set(lost)) | still
             failures += sorted(failed)
             took = time.monotonic() - t0
             verdict = f"{len(batch) - len(failed)} ok, {len(failed)} failed"
@@ -161,6 +169,19 @@ class Rollout:
         for host, release in self.releases(reached).items():
             self.results[host].release_after = release
         return len(failures) <= max_failures
+
+    def judge(self, hosts: Sequence[str], failed: set[str], err: str) -> None:
+        """Each host's result from one pyinfra run: its exit, rollback and first servefleet line."""
+        for host in hosts:
+            r = self.results[host]
+            r.result = "failed" if host in failed else "ok"
+            r.rolled_back = bool(re.search(rf"\[{re.escape(host)}\].*rolled back to ", err))
+            r.why = ""
+            if host in failed:
+                named = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])")  # lab1, not lab10
+                mine = [x for x in err.splitlines() if named.search(x) and "servefleet:" in x]
+                mine = [x for x in mine if LOST in x] or mine  # a lost connection first
+                r.why = mine[0].split("servefleet:", 1)[1].strip() if mine else "failed"
 
     def settle(self, failed: list[str]) -> None:
         """Failed hosts serve what they served before: the deploy rolled back those whose gate

@@ -10,7 +10,7 @@ from pyinfra import host
 from servefleet.hostplan import HostPlan, plan_host, probe_args, resolve_for
 from servefleet.release import with_locked_models
 from servefleet.settings import Settings, settings_from
-from servefleet.steps import driver
+from servefleet.steps import connection, driver
 from servefleet.steps.errors import one_line
 from servefleet.steps.facts import HostProbe
 from servefleet.steps.wheelhouse import with_wheelhouse
@@ -31,6 +31,7 @@ def host_plan(files: bool = False) -> HostPlan:
 
     + files: also read the file hashes the serving release was installed with (``plan``)
     """
+    connection.watch()
     with one_line():
         settings = with_locked_models(host_settings())
         spec = resolve_for(settings)
