@@ -70,7 +70,8 @@ def one_count(n: int, devices: int, first_only: bool, store: str) -> dict[str, d
                "--batch-size", str(n), "--", "--data", f"serve_target={TARGETS[0]}",
                "--data", "serve_prewarm_scope=fleet", "--data", f"serve_prewarm_store={store}"]  # fmt: skip
     rows["recompiling rollout"] = checked("recompiling rollout", rollout)
-    status = [str(BIN / "servefleet"), "status", "inventories/lab.py"]
+    status = [str(BIN / "servefleet"), "status", "inventories/lab.py", "--", "--data",
+              f"serve_target={TARGETS[0]}"]  # fmt: skip
     rows["status"] = checked("status", status)
     return rows
 

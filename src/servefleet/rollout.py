@@ -104,7 +104,7 @@ class Rollout:
         self, hosts: list[str], deploy: str, compiling: Sequence[str] = ()
     ) -> tuple[int, dict[str, Any] | None, str]:
         """One real pyinfra run limited to ``hosts``: (exit code, its --json results, stderr).
-        While it runs, a line every TICK seconds names the hosts that pre-warm (compile)."""
+        While it runs, a line every TICK seconds names the hosts that pre-warm."""
         exe = str(Path(sys.executable).parent / "pyinfra")
         limits = [a for h in hosts for a in ("--limit", h)]
         cmd = [exe, "-y", "--json", *limits, *self.pyinfra_args, self.inventory, deploy]
@@ -113,7 +113,7 @@ class Rollout:
 
         def tick() -> None:
             while not done.wait(TICK):
-                what = f"{', '.join(compiling)}: pre-warm (compiling)" if compiling else "running"
+                what = f"{', '.join(compiling)}: pre-warm" if compiling else "running"
                 self.echo(f"  {what} for {time.monotonic() - t0:.0f} s")
 
         ticker = threading.Thread(target=tick, daemon=True)
@@ -135,14 +135,17 @@ class Rollout:
 
     def run(self, plan: list[list[str]], max_failures: int) -> bool:
         hosts = [h for batch in plan for h in batch]
-        for host, release in self.releases(hosts).items():
-            self.results[host] = HostResult(release_before=release)
+        # one status of every host at the start: its release, and whether the change's compile
+        # is warm there (a host cold at the start pre-warms in its batch: compiles, or copies)
+        start = self.report("status", hosts)
+        cold = {h for h in hosts if (start.get(h) or {}).get("warm") is False}
+        for host in hosts:
+            self.results[host] = HostResult(release_before=(start.get(host) or {}).get("release"))
         failures: list[str] = []
         for n, batch in enumerate(plan, 1):
             t0 = time.monotonic()
             self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
-            planned = self.report("plan", batch)
-            compiling = [h for h in batch if (planned.get(h) or {}).get("recompile")]
+            compiling = [h for h in batch if h in cold]
             _, results, err = self.pyinfra(batch, self.deploy, compiling)
             failed = set(batch) if results is None else set(results["failed_hosts"]) & set(batch)
             self.judge(batch, failed, err)

@@ -96,3 +96,20 @@ def test_env_lines_read_secrets_from_files() -> None:
         "export HF_TOKEN=\"$(cat '/s/hf token')\"",
         'export RBLN_INDEX_USER="$(cat /s/u)"',
     ]
+
+
+def test_lab_up_raises_the_inotify_limit_for_many_hosts_and_down_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from servefleet.lab import fleet, layout
+
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+    monkeypatch.setattr(fleet, "INOTIFY_INSTANCES", limit)
+    monkeypatch.setattr(layout, "SYSCTL_SAVED", tmp_path / "sysctl.json")
+    fleet.raise_sysctls(3)
+    assert limit.read_text() == "128\n" and not (tmp_path / "sysctl.json").exists()
+    fleet.raise_sysctls(32)
+    assert int(limit.read_text()) >= 32 * 8
+    fleet.restore_sysctls()
+    assert limit.read_text() == "128\n" and not (tmp_path / "sysctl.json").exists()

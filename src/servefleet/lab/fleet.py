@@ -205,6 +205,39 @@ def _kill_all(pids_of: Any, deadline: float) -> list[int]:
 
 
 # --- clear / down -------------------------------------------------------------------------------
+# Each host's systemd (PID 1, journald, logind, the .path units) holds inotify instances, all
+# counted against root's fs.inotify.max_user_instances (128 on Debian): past about 20 hosts,
+# systemd's path units fail and sshd never starts. ``lab up`` raises the limit for its hosts and
+# keeps the machine's value, which ``clear()`` (so ``lab down``) puts back.
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_HOST = 8  # about 6 seen per host
+
+
+def raise_sysctls(hosts: int) -> None:
+    """Raise the machine limits ``hosts`` lab hosts need; their old values go to SYSCTL_SAVED."""
+    try:
+        current = int(INOTIFY_INSTANCES.read_text())
+    except (OSError, ValueError):
+        return
+    want = 64 + INOTIFY_PER_HOST * hosts  # and what the machine's own processes hold
+    if current >= want:
+        return
+    layout.SYSCTL_SAVED.write_text(json.dumps({str(INOTIFY_INSTANCES): current}) + "\n")
+    INOTIFY_INSTANCES.write_text(f"{want}\n")
+
+
+def restore_sysctls() -> None:
+    """Put back what :func:`raise_sysctls` raised."""
+    try:
+        saved = json.loads(layout.SYSCTL_SAVED.read_text())
+    except (OSError, ValueError):
+        return
+    for path, value in saved.items():
+        if path == str(INOTIFY_INSTANCES):
+            INOTIFY_INSTANCES.write_text(f"{int(value)}\n")
+    layout.SYSCTL_SAVED.unlink()
+
+
 def clear() -> None:
     """Remove everything of an earlier lab (running or crashed): processes, mounts, namespaces,
     links, cgroups and the state directory. Raises LabError when something cannot be removed."""
@@ -238,6 +271,7 @@ def clear() -> None:
         problems.append("cgroups " + " ".join(map(str, our_cgroups())))
     if problems:
         raise LabError("cannot clear the earlier lab: " + "; ".join(problems))
+    restore_sysctls()  # the hosts that needed them are gone
     if layout.STATE_DIR.exists():
         shutil.rmtree(layout.STATE_DIR)
 
@@ -456,6 +490,7 @@ def _prepare_host(host: dict[str, Any], pubkey: str, sim: Path, compile_seconds:
         (sim_etc / "compile-seconds").write_text(f"{compile_seconds:g}\n")
     else:
         (sim_etc / "platform").write_text("upstream\n")
+        (sim_etc / "load-seconds").write_text(f"{layout.DEFAULT_LOAD_SECONDS:g}\n")
         (extra / "etc/tmpfiles.d").mkdir(mode=0o755, exist_ok=True)
         (extra / "etc/tmpfiles.d/rbln-sim.conf").write_text(GPU_TMPFILES)
         tools.append("nvidia-smi")
@@ -746,6 +781,7 @@ def up(
     ):
         d.mkdir(parents=True, exist_ok=True)
     layout.STATE_SSH.mkdir(mode=0o700, parents=True, exist_ok=True)
+    raise_sysctls(len(plan))
     log(f"cleared the earlier lab ({time.monotonic() - t0:.1f} s)")
 
     artifacts, manifest = ensure_artifacts(layout.CACHE_DIR, added)

@@ -52,6 +52,7 @@ OFFLINE_TABLE = "servefleet_offline"  # family inet
 VETH_PREFIX = "sfv-"  # root-namespace end of host labN's veth: sfv-labN
 CGROUP_PREFIX = "sf-"  # sub-cgroup of host labN (name=systemd v1 and cgroup2): sf-labN
 SERVER_MODULE = "servefleet.lab.index"  # every lab server runs `python -m SERVER_MODULE ...`
+SYSCTL_SAVED = STATE_DIR / "sysctl.json"  # the machine's values lab up raised; down puts them back
 STATE_HOSTS = STATE_DIR / "hosts"  # labN/{upper,work,merged,extra,console.log,pid,cgroups}
 STATE_RUN = STATE_DIR / "run"  # <server>.pid
 STATE_LOGS = STATE_DIR / "logs"  # <server>.log
@@ -107,7 +108,7 @@ HARDWARE = (RBLN_HARDWARE, *sorted(GPU_PROFILES))  # every --odd-hardware value
 LAB_HARDWARE = (RBLN_HARDWARE, "h200")  # every --hardware value (a whole lab)
 # PCI buses of the 8 GPUs of an HGX board, as nvidia-smi and lspci show them
 GPU_PCI_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
-DEFAULT_LOAD_SECONDS = 2.0  # the simulated GPU vllm's weight loading (/etc/rbln-sim/load-seconds)
+DEFAULT_LOAD_SECONDS = 0.5  # the simulated GPU vllm's weight loading (/etc/rbln-sim/load-seconds)
 DEFAULT_DEVICES = 4
-DEFAULT_COMPILE_SECONDS = 3.0
+DEFAULT_COMPILE_SECONDS = 1.0  # the simulated RBLN vllm's compile (/etc/rbln-sim/compile-seconds)
 DEFAULT_HOSTS = 3
