@@ -21,6 +21,7 @@ from servefleet.lab.chat import chat_once
 REPO = Path(__file__).resolve().parents[2]
 FETCHER = REPO / "src" / "servefleet" / "remote" / "fetch_model.py"
 LAYOUT = FETCHER.with_name("layout.py")  # the host contract it imports, next to it
+TRUSTED = FETCHER.with_name("trusted.py")  # and the no-follow file access it imports
 SEEDS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]  # the RBLN card and its draft
 ADDED = ["acme/lab-extra-1", "acme/lab-extra-2"]
 HOST_DIR = "/tmp/servefleet-test-fetch"
@@ -40,6 +41,7 @@ def fetch_on_host(state: dict[str, Any], host: str, model: str) -> subprocess.Co
     on_host(state, host, f"rm -rf {HOST_DIR} && mkdir -m 700 {HOST_DIR}")
     on_host(state, host, f"cat > {HOST_DIR}/fetch_model.py", stdin=FETCHER.read_text())
     on_host(state, host, f"cat > {HOST_DIR}/layout.py", stdin=LAYOUT.read_text())
+    on_host(state, host, f"cat > {HOST_DIR}/trusted.py", stdin=TRUSTED.read_text())
     on_host(state, host, f"umask 077 && cat > {HOST_DIR}/token", stdin=token)
     cmd = [
         "python3", f"{HOST_DIR}/fetch_model.py", model, f"{HOST_DIR}/hf", "root",

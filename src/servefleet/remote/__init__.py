@@ -20,10 +20,14 @@ def source(name: str) -> str:
 
 def inline(name: str) -> str:
     """The host program ``name`` as one ``python3 -c`` argument: it runs as ``__main__`` (its
-    arguments in ``sys.argv[1:]``), with ``import layout`` giving the layout it carries along."""
-    return (
-        "import sys, types\n"
-        "layout = sys.modules['layout'] = types.ModuleType('layout')\n"
-        f"exec(compile({source('layout.py')!r}, 'layout.py', 'exec'), layout.__dict__)\n"
-        f"exec(compile({source(name)!r}, {name!r}, 'exec'))\n"
+    arguments in ``sys.argv[1:]``), with ``import layout`` and ``import trusted`` giving the
+    modules it carries along."""
+    carried = "".join(
+        f"{mod} = sys.modules[{mod!r}] = types.ModuleType({mod!r})\n"
+        f"exec(compile({source(mod + '.py')!r}, {mod + '.py'!r}, 'exec'), {mod}.__dict__)\n"
+        for mod in CARRIED
     )
+    return f"import sys, types\n{carried}exec(compile({source(name)!r}, {name!r}, 'exec'))\n"
+
+
+CARRIED = ("layout", "trusted")  # the modules every host program may import

@@ -70,9 +70,10 @@ from typing import IO, Any, NoReturn
 from urllib.parse import urlsplit
 
 if __package__:  # the controller imports this module (servefleet.remote.fetch_model)
-    from servefleet.remote import layout
-else:  # on the host, next to layout.py
+    from servefleet.remote import layout, trusted
+else:  # on the host, next to layout.py and trusted.py
     import layout  # type: ignore[no-redef]
+    import trusted  # type: ignore[no-redef]
 
 MARKER = layout.MODEL_COMPLETE
 MODEL_RE = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
@@ -361,43 +362,58 @@ def check_snapshot(repo: Path, rev: str | None, source: str) -> str:
 
 
 # --- ownership and the marker --------------------------------------------------------------------
+# The hub directory is the serve user's (its servers write there): root works in it through
+# directory descriptors and never follows a link, the top of a tree included (#18 finding 1).
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of the real directory ``path`` (a link in its place is refused)."""
+    try:
+        return os.open(path, DIR_FLAGS)
+    except OSError as exc:
+        raise Refusal(f"{path} is not a directory ({exc.strerror}): left as it is") from None
+
+
 def give(top: Path, uid: int, gid: int) -> None:
-    """chown top and everything under it, never following a symlink (links are chowned)."""
-    os.chown(top, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(top):
+    """chown top and everything under it, through directory descriptors (``os.fwalk``): never
+    following a symlink, top included (links are chowned; a link planted as top is refused)."""
+    topfd = _open_dir(top)
+    try:
+        os.chown(topfd, uid, gid)
+    finally:
+        os.close(topfd)
+    for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
         for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+            os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
 
 
 def point_main(repo: Path, rev: str, uid: int, gid: int) -> None:
     """refs/main names rev (atomically; the refs directory made if the hub client made none)."""
-    refs = repo / "refs"
-    refs.mkdir(exist_ok=True)
-    os.chown(refs, uid, gid, follow_symlinks=False)
-    tmp = refs / "main.servefleet-tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(rev)
-    os.chown(tmp, uid, gid, follow_symlinks=False)
-    os.replace(tmp, refs / "main")
+    repofd = _open_dir(repo)
+    try:
+        try:
+            os.mkdir("refs", 0o755, dir_fd=repofd)
+        except FileExistsError:
+            pass
+        refsfd = os.open("refs", DIR_FLAGS, dir_fd=repofd)
+        try:
+            os.chown(refsfd, uid, gid)
+            trusted.write(refsfd, "main", rev, owner=(uid, gid))
+        finally:
+            os.close(refsfd)
+    finally:
+        os.close(repofd)
 
 
 def mark_complete(repo: Path, rev: str, uid: int, gid: int) -> None:
     """Write repo/MARKER holding rev, atomically, after syncing everything written before."""
     os.sync()
-    tmp = repo / f"{MARKER}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(rev)
-        out.flush()
-        os.fsync(out.fileno())
-    os.chown(tmp, uid, gid, follow_symlinks=False)
-    os.replace(tmp, repo / MARKER)
-    dirfd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    repofd = _open_dir(repo)
     try:
-        os.fsync(dirfd)
+        trusted.write(repofd, MARKER, rev, owner=(uid, gid))
     finally:
-        os.close(dirfd)
+        os.close(repofd)
 
 
 @contextlib.contextmanager

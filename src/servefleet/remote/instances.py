@@ -51,6 +51,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
 import layout  # noqa: E402
+import trusted  # noqa: E402
 
 UNIT_DIR = Path(layout.UNIT_DIR)
 UNIT_GLOB = layout.UNIT_GLOB
@@ -134,8 +135,35 @@ def running_desired(now: dict[str, Any] | None, sha: str) -> bool:
     return now is not None and now["active"] == "active" and now["sha"] == sha
 
 
-def warm_marker(state: dict[str, Any], fingerprint: str) -> Path:
-    return Path(state["cache_root"]) / layout.WARM_DIR / fingerprint
+def warm_dir(state: dict[str, Any], create: bool = False) -> int | None:
+    """A descriptor of root's own warm-marker directory in the serve user's cache root (see
+    ``trusted``: what a serving process put there instead never counts); None: there is none."""
+    parent = trusted.open_dir(state["cache_root"])
+    if parent is None:
+        if not create:
+            return None
+        os.makedirs(state["cache_root"], exist_ok=True)
+        parent = trusted.open_dir(state["cache_root"])
+        if parent is None:
+            raise Failed(f"{state['cache_root']} is not a directory")
+    try:
+        return trusted.root_dir(parent, layout.WARM_DIR, create=create)
+    finally:
+        os.close(parent)
+
+
+def warm_record(state: dict[str, Any], fingerprint: str) -> dict[str, Any] | None:
+    """The warm marker of ``fingerprint`` (None: not warm here)."""
+    fd = warm_dir(state)
+    if fd is None:
+        return None
+    try:
+        record = json.loads(trusted.read(fd, fingerprint))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return record if isinstance(record, dict) else None
 
 
 def daemon_reload_if_needed(units: list[str]) -> None:
@@ -160,7 +188,15 @@ def make_room(state: dict[str, Any], inst: dict[str, Any]) -> None:
 
 def is_cold(state: dict[str, Any], inst: dict[str, Any]) -> bool:
     """Its compile fingerprint is not warm here (``-``: nothing compiles, never cold)."""
-    return inst["fingerprint"] != "-" and not warm_marker(state, inst["fingerprint"]).exists()
+    if inst["fingerprint"] == "-":
+        return False
+    fd = warm_dir(state)
+    if fd is None:
+        return True
+    try:
+        return not trusted.is_file(fd, inst["fingerprint"])
+    finally:
+        os.close(fd)
 
 
 def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
@@ -228,14 +264,17 @@ def bundle_dirs(state: dict[str, Any], unit: str, since: float) -> list[str]:
 
 def mark_warm(state: dict[str, Any], fingerprint: str, dirs: list[str], source: str = "") -> None:
     """The fingerprint is warm here; ``dirs`` hold its cache (a fleet pre-warm copies them)."""
-    marker = warm_marker(state, fingerprint)
-    marker.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "dirs": dirs,
         "source": source or "compiled",
     }
-    write_atomic(marker, json.dumps(record, sort_keys=True) + "\n")
+    fd = warm_dir(state, create=True)
+    assert fd is not None
+    try:
+        trusted.write(fd, fingerprint, json.dumps(record, sort_keys=True) + "\n")
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -63,10 +63,9 @@ def state_of(cache_root: Path) -> dict[str, Any]:
 
 
 def marker_dirs(cache_root: Path, fingerprint: str) -> list[str]:
-    try:
-        record = json.loads(instances.warm_marker(state_of(cache_root), fingerprint).read_text())
-    except (OSError, ValueError):
-        raise NoCopy(f"fingerprint {fingerprint} is not warm here with a known cache") from None
+    record = instances.warm_record(state_of(cache_root), fingerprint)
+    if record is None:
+        raise NoCopy(f"fingerprint {fingerprint} is not warm here with a known cache")
     dirs = record.get("dirs") if isinstance(record, dict) else None
     if not dirs or not all(isinstance(d, str) and _DIR.match(d) for d in dirs):
         raise NoCopy(f"the warm marker of {fingerprint} names no cache directory")

@@ -27,6 +27,7 @@ from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 import layout
+import trusted
 
 
 def run(cmd: list[str]) -> str | None:
@@ -185,6 +186,23 @@ def stat(path: str) -> dict[str, str] | None:
     return info
 
 
+def warm_markers(cache_root: str) -> list[str]:
+    """The fingerprints warm here: the markers in root's own warm directory (``trusted``)."""
+    parent = trusted.open_dir(cache_root)
+    if parent is None:
+        return []
+    try:
+        fd = trusted.root_dir(parent, layout.WARM_DIR)
+    finally:
+        os.close(parent)
+    if fd is None:
+        return []
+    try:
+        return trusted.names(fd)
+    finally:
+        os.close(fd)
+
+
 def probe(a: dict[str, Any]) -> dict[str, Any]:
     root, hf_home, cache_root = a["root"], a["hf_home"], a["cache_root"]
     out: dict[str, Any] = {"kernel": os.uname().release}
@@ -197,8 +215,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     releases(out, root, bool(a.get("files")))
     good_state(out, root)
     out["units"] = units()
-    warm = os.path.join(cache_root, layout.WARM_DIR)
-    out["warm"] = sorted(os.listdir(warm)) if os.path.isdir(warm) else []
+    out["warm"] = warm_markers(cache_root)
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]
     account(out, a["user"])
     out["paths"] = {p: stat(p) for p in a.get("paths", [])}

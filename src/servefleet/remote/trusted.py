@@ -1,0 +1,124 @@
+"""Root's files inside trees another user can write, never reached by path (#18).
+
+The serve user owns ``serve_cache_root`` (its servers write the compile cache there), so it can
+rename anything in it and plant links. Root's own directory in such a tree (the warm markers,
+``servefleet-warm``) is opened through the parent's file descriptor with ``O_NOFOLLOW`` and
+trusted only when it is a real directory owned by root (the user running the program) and
+writable by it alone: then nothing in it can be another user's. What a serving process put in its place is moved aside, unread, and
+never counts. Files in it are read and written relative to its descriptor, a write by a new
+temporary file renamed into place.
+
+Stdlib only; the host programs import it (the probe carries it inline, as it carries layout).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_READ = 1 << 20  # a marker or manifest is small; a bigger file is not ours
+
+
+def open_dir(path: str) -> int | None:
+    """A descriptor of the directory ``path`` whose parents are root's (its last component is
+    not followed); None when it is not a directory."""
+    try:
+        return os.open(path, DIR_FLAGS)
+    except OSError:
+        return None
+
+
+def root_dir(parent: int, name: str, create: bool = False) -> int | None:
+    """A descriptor of root's own directory ``name`` in ``parent``, or None when there is none.
+
+    + create: make it (0755) when it is missing; when something else is there (a link, a file,
+      another user's directory, one writable by others), move that aside as
+      ``<name>.untrusted-<ns>`` and make a new one
+    """
+    for _ in range(3):
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                return None
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass
+            continue
+        except OSError:  # a link (ELOOP) or not a directory
+            fd = -1
+        if fd >= 0:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+                return fd
+            os.close(fd)
+        if not create:
+            return None
+        aside = f"{name}.untrusted-{time.time_ns()}"
+        os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+    raise OSError(f"cannot make root's own directory {name}")
+
+
+def names(fd: int) -> list[str]:
+    """The regular files in the directory ``fd`` (sorted; temporary files left out)."""
+    out = []
+    for name in os.listdir(fd):
+        if name.startswith("."):
+            continue
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append(name)
+    return sorted(out)
+
+
+def is_file(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def read(fd: int, name: str) -> str:
+    """The text of the regular file ``name`` in ``fd`` (OSError when it is anything else)."""
+    f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    try:
+        if not stat.S_ISREG(os.fstat(f).st_mode):
+            raise OSError(f"{name} is not a regular file")
+        data = os.read(f, MAX_READ + 1)
+    finally:
+        os.close(f)
+    if len(data) > MAX_READ:
+        raise OSError(f"{name} is larger than {MAX_READ} bytes")
+    return data.decode()
+
+
+def write(
+    fd: int, name: str, text: str, mode: int = 0o644, owner: tuple[int, int] | None = None
+) -> None:
+    """``name`` in ``fd`` holds ``text``: a new temporary file (``owner``: uid, gid), synced and
+    renamed over it."""
+    tmp = f".{name}.tmp-{os.getpid()}"
+    try:
+        os.unlink(tmp, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    f = os.open(tmp, flags, mode, dir_fd=fd)
+    try:
+        data = memoryview(text.encode())
+        while data:
+            data = data[os.write(f, data) :]
+        os.fchmod(f, mode)
+        if owner is not None:
+            os.fchown(f, *owner)
+        os.fsync(f)
+    finally:
+        os.close(f)
+    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    os.fsync(fd)

@@ -1,0 +1,141 @@
+"""Root's warm markers in the serve user's cache root (#18 findings 3 and 5), with ``nobody``
+standing in for a hostile serve user: what it plants is never followed, never trusted, and the
+sentinels it points at stay as they were."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+sys.path.insert(0, str(REMOTE))
+import instances  # noqa: E402
+import probe  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to nobody)")
+FP = "ab" * 32
+
+
+def _sentinel(path: Path) -> tuple[int, int, str]:
+    st = path.lstat()
+    return st.st_uid, st.st_mode, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def tree() -> Iterator[dict[str, Path]]:
+    """A root-owned parent (0755: pytest's own are 0700), the serve user's cache root in it,
+    and a root-only sentinel."""
+    nobody = pwd.getpwnam("nobody")
+    tmp_path = Path(tempfile.mkdtemp(prefix="servefleet-trusted-"))
+    tmp_path.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chown(cache, nobody.pw_uid, nobody.pw_gid)
+    secret = tmp_path / "root-only"
+    secret.write_text("root's\n")
+    secret.chmod(0o600)
+    try:
+        yield {"cache": cache, "secret": secret, "base": tmp_path}
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _as_nobody_plant(cache: Path, build: str) -> None:
+    """Run ``build`` (Python, cwd = the cache root) as nobody."""
+    pid = os.fork()
+    if pid == 0:  # the child becomes the hostile serve user
+        try:
+            nobody = pwd.getpwnam("nobody")
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            os.chdir(cache)
+            exec(build, {"os": os})
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_planted_tmp_link_is_not_written_through(tree: dict[str, Path]) -> None:
+    cache, secret = tree["cache"], tree["secret"]
+    state = {"cache_root": str(cache)}
+    instances.mark_warm(state, FP, ["rbln/m/s"])  # root's own warm directory exists now
+    before = _sentinel(secret)
+    # the serve user cannot write in root's directory, so it replaces the directory itself
+    plant = (f"os.rename('servefleet-warm', 'moved'); os.mkdir('servefleet-warm');"
+             f"os.symlink({str(secret)!r}, 'servefleet-warm/{FP}.tmp');"
+             f"os.symlink({str(secret)!r}, 'servefleet-warm/.{FP}.tmp-1')")  # fmt: skip
+    _as_nobody_plant(cache, plant)
+    assert instances.is_cold(state, {"fingerprint": FP})  # its directory never counts
+    instances.mark_warm(state, FP, ["rbln/m/s"])
+    assert _sentinel(secret) == before
+    warm = cache / "servefleet-warm"
+    assert warm.lstat().st_uid == 0 and not warm.is_symlink()
+    assert json.loads((warm / FP).read_text())["dirs"] == ["rbln/m/s"]
+    assert [p.name for p in cache.iterdir() if p.name.startswith("servefleet-warm.untrusted-")]
+
+
+def test_a_linked_or_foreign_warm_directory_is_not_warm(
+    tree: dict[str, Path], tmp_path: Path
+) -> None:
+    cache = tree["cache"]
+    fake = tmp_path / "root-dir"
+    fake.mkdir()
+    (fake / FP).write_text("{}\n")  # a root-owned directory with a marker in it
+    state = {"cache_root": str(cache)}
+    _as_nobody_plant(cache, f"os.symlink({str(fake)!r}, 'servefleet-warm')")
+    assert instances.is_cold(state, {"fingerprint": FP})
+    assert probe.warm_markers(str(cache)) == []
+    assert instances.warm_record(state, FP) is None
+    _as_nobody_plant(cache, f"os.unlink('servefleet-warm'); os.mkdir('servefleet-warm');"
+                            f"open('servefleet-warm/{FP}', 'w').write('{{}}')")  # fmt: skip
+    assert instances.is_cold(state, {"fingerprint": FP})
+    assert probe.warm_markers(str(cache)) == []
+    instances.mark_warm(state, FP, [])
+    assert probe.warm_markers(str(cache)) == [FP] and not instances.is_cold(
+        state, {"fingerprint": FP}
+    )
+
+
+def test_the_fetcher_never_chowns_or_writes_through_a_planted_model_directory(
+    tree: dict[str, Path],
+) -> None:
+    import fetch_model
+
+    hub, secret = tree["cache"], tree["secret"]  # the serve user's hub
+    victim = tree["base"] / "etc"
+    victim.mkdir()
+    (victim / "shadow").write_text("root:x\n")
+    before = [_sentinel(victim / "shadow"), _sentinel(secret)]
+    repo = "models--org--name"
+    _as_nobody_plant(hub, f"os.symlink({str(victim)!r}, {repo!r});"
+                          f"os.makedirs('.locks'); os.symlink({str(victim)!r}, '.locks/{repo}')")  # fmt: skip
+    for step in (
+        lambda: fetch_model.give(hub / repo, 65534, 65534),
+        lambda: fetch_model.give(hub / ".locks" / repo, 65534, 65534),
+        lambda: fetch_model.mark_complete(hub / repo, "a" * 40, 65534, 65534),
+        lambda: fetch_model.point_main(hub / repo, "a" * 40, 65534, 65534),
+    ):
+        with pytest.raises(fetch_model.Refusal, match="not a directory"):
+            step()
+    assert victim.stat().st_uid == 0 and sorted(p.name for p in victim.iterdir()) == ["shadow"]
+    assert [_sentinel(victim / "shadow"), _sentinel(secret)] == before
+    # a real tree is given to the serve user, links chowned, nothing behind them
+    real = hub / "models--org--real"
+    (real / "snapshots").mkdir(parents=True)
+    (real / "snapshots" / "out").symlink_to(secret)
+    fetch_model.give(real, 65534, 65534)
+    assert (real / "snapshots").stat().st_uid == 65534
+    assert (real / "snapshots" / "out").lstat().st_uid == 65534 and secret.stat().st_uid == 0
+    fetch_model.mark_complete(real, "b" * 40, 65534, 65534)
+    assert (real / ".servefleet-complete").read_text() == "b" * 40
