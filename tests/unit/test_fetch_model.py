@@ -610,3 +610,14 @@ def test_hub_refusal_names_the_token_variable(
         "HF_TOKEN environment variable on the controller"
     )
     assert not (home / "hub" / TOP).exists()
+
+
+def test_positionals_after_a_double_dash_are_never_options(tmp_path: Path) -> None:
+    """The deploy passes its options first and the model, HF_HOME and owner after ``--``; a
+    model id that starts with a dash is then a refused id, never ``-h`` (which exited 0 having
+    fetched nothing)."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--store", "http://127.0.0.1:9/", "--",
+                           "-h", str(tmp_path / "hf"), "root"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode != 0 and "usage" not in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "-h" in proc.stderr, proc.stderr

@@ -53,8 +53,9 @@ def fetch(plan: HostPlan) -> None:
         sha256 = s.models_sha256.get(model) or (copy.sha256 if copy else None)
         if sha256:
             pins += ["--sha256", sha256]
-        cmd = command(s.serve_root, "fetch_model.py", model, s.models_hf_home, s.serve_user, *source, *token,
-                      "--token-env", s.creds_hf_token_env, *pins)  # fmt: skip
+        # options first, then ``--``: no positional is ever read as an option (#18 finding 13)
+        cmd = command(s.serve_root, "fetch_model.py", *source, *token, "--token-env",
+                      s.creds_hf_token_env, *pins, "--", model, s.models_hf_home, s.serve_user)  # fmt: skip
         server.shell(
             name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.models_hf_home}/hub",
             commands=[cmd],
