@@ -139,3 +139,18 @@ def test_the_fetcher_never_chowns_or_writes_through_a_planted_model_directory(
     assert (real / "snapshots" / "out").lstat().st_uid == 65534 and secret.stat().st_uid == 0
     fetch_model.mark_complete(real, "b" * 40, 65534, 65534)
     assert (real / ".servefleet-complete").read_text() == "b" * 40
+
+
+@pytest.mark.parametrize("bad", ["rbln/../..", "rbln/m/..", "rbln/./s", "rbln/m/s/x"])
+def test_a_cache_directory_never_climbs_out(tree: dict[str, Path], bad: str) -> None:
+    import prewarm
+
+    state = {"cache_root": str(tree["cache"])}
+    instances.mark_warm(state, FP, [bad])
+    with pytest.raises(prewarm.NoCopy, match="names no cache directory"):
+        prewarm.marker_dirs(tree["cache"], FP)
+    manifest = {"fingerprint": FP, "dirs": [bad], "files": {}}
+    with pytest.raises(prewarm.NoCopy, match="not one of fingerprint"):
+        prewarm._check_manifest(manifest, FP)
+    instances.mark_warm(state, FP, ["rbln/m/s"])
+    assert prewarm.marker_dirs(tree["cache"], FP) == ["rbln/m/s"]

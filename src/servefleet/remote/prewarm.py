@@ -42,7 +42,9 @@ import layout  # noqa: E402
 NO_COPY = 3
 INCOMING = layout.INCOMING
 BUILD_UNIT = layout.BUILD_UNIT
-_DIR = re.compile(r"^rbln/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")
+# rbln/<model>/<sig>: two names, neither "." nor ".." (``rbln/../..`` is not a cache directory)
+_NAME = r"(?!\.{1,2}(?:/|$))[A-Za-z0-9._-]+"
+_DIR = re.compile(rf"^rbln/{_NAME}/{_NAME}$")
 
 
 class NoCopy(Exception):
