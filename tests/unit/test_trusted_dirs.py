@@ -154,3 +154,48 @@ def test_a_cache_directory_never_climbs_out(tree: dict[str, Path], bad: str) -> 
         prewarm._check_manifest(manifest, FP)
     instances.mark_warm(state, FP, ["rbln/m/s"])
     assert prewarm.marker_dirs(tree["cache"], FP) == ["rbln/m/s"]
+
+
+def test_pack_never_follows_the_serve_users_links(tree: dict[str, Path]) -> None:
+    import prewarm
+
+    cache, secret = tree["cache"], tree["secret"]
+    state = {"cache_root": str(cache)}
+    root_only = tree["base"] / "root-only-dir"
+    (root_only / "m" / "s").mkdir(parents=True)
+    (root_only / "m" / "s" / "key").write_text("root's own\n")
+    instances.mark_warm(state, FP, ["rbln/m/s"])
+    out = tree["base"] / "out" / f"{FP}.tar"
+    # cache/rbln -> a root-only tree: nothing of it is packed
+    _as_nobody_plant(cache, f"os.symlink({str(root_only)!r}, 'rbln')")
+    with pytest.raises(prewarm.NoCopy, match="not a directory"):
+        prewarm.pack(cache, FP, out)
+    # a link inside the cache directory, to a root-only file: refused, not read
+    _as_nobody_plant(cache, f"os.unlink('rbln'); os.makedirs('rbln/m/s');"
+                            f"os.symlink({str(secret)!r}, 'rbln/m/s/mega_cache.bin')")  # fmt: skip
+    with pytest.raises(prewarm.NoCopy, match="not a regular file"):
+        prewarm.pack(cache, FP, out)
+    assert not out.exists()
+
+
+def test_unpack_never_writes_through_a_planted_incoming_directory(tree: dict[str, Path]) -> None:
+    import prewarm
+
+    warm_cache = tree["base"] / "warm"
+    (warm_cache / "rbln" / "m" / "s" / "rank0").mkdir(parents=True)
+    (warm_cache / "rbln" / "m" / "s" / "rank0" / "mega_cache.bin").write_bytes(b"bundle")
+    instances.mark_warm({"cache_root": str(warm_cache)}, FP, ["rbln/m/s"])
+    out = tree["base"] / "copies" / f"{FP}.tar"
+    prewarm.pack(warm_cache, FP, out)
+    cache, victim = tree["cache"], tree["base"] / "victim"
+    victim.mkdir()
+    _as_nobody_plant(cache, f"os.symlink({str(victim)!r}, '.servefleet-incoming');"
+                            f"os.makedirs('rbln/m'); os.symlink({str(victim)!r}, 'rbln/m/s')")  # fmt: skip
+    prewarm.unpack(cache, FP, out, "nobody")
+    assert list(victim.iterdir()) == [] and victim.stat().st_uid == 0
+    bundle = cache / "rbln" / "m" / "s" / "rank0" / "mega_cache.bin"
+    assert (
+        bundle.read_bytes() == b"bundle" and bundle.stat().st_uid == pwd.getpwnam("nobody").pw_uid
+    )
+    assert not (cache / "rbln" / "m" / "s").is_symlink()
+    assert not instances.is_cold({"cache_root": str(cache)}, {"fingerprint": FP})

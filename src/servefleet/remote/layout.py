@@ -28,6 +28,7 @@ GOOD = "good.json"  # the last state in which every instance was healthy
 PREVIOUS = "previous.json"  # the good state before it (`servefleet rollback`)
 KEPT_UNITS = "units"  # <sha>.service: the unit texts of the kept states
 STATE_LOCK = ".lock"  # one converge, restore or rollback at a time
+PREWARM_COPIES = "prewarm"  # a fleet pre-warm copy's tar and manifest on its way (root's tree)
 
 # systemd.
 UNIT_DIR = "/etc/systemd/system"
@@ -44,8 +45,7 @@ def unit_name(index: int) -> str:
 
 # Under serve_cache_root (VLLM_CACHE_ROOT).
 WARM_DIR = "servefleet-warm"  # <fingerprint>: the compile cache holds it (and where)
-INCOMING = ".servefleet-incoming"  # a fleet pre-warm copy, checked before it is used
-OUTGOING = ".servefleet-outgoing"  # a pack of this host's cache, for the controller's store
+INCOMING = ".servefleet-incoming"  # root's own (0700): a fleet pre-warm copy being checked
 
 # Under $HF_HOME/hub/models--ORG--NAME.
 MODEL_COMPLETE = ".servefleet-complete"  # names the snapshot, written last by fetch_model.py

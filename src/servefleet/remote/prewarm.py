@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tarfile
 import time
@@ -38,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
 import instances  # noqa: E402
 import layout  # noqa: E402
+import trusted  # noqa: E402
 
 NO_COPY = 3
 INCOMING = layout.INCOMING
@@ -74,28 +76,78 @@ def marker_dirs(cache_root: Path, fingerprint: str) -> list[str]:
     return list(dirs)
 
 
+class _Hashing:
+    """A file read through: its sha256 and length as tarfile copies it."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh, self.digest, self.length = fh, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        block = self.fh.read(n)
+        self.digest.update(block)
+        self.length += len(block)
+        return block
+
+
+def _at(fd: int) -> str:
+    """A path to the directory ``fd`` that no rename or link elsewhere can redirect."""
+    return f"/proc/self/fd/{fd}"
+
+
+def _cache_dir(cache: int, rel: str, owner: tuple[int, int] | None = None) -> int:
+    """A descriptor of ``rel`` (rbln/<model>[/<sig>]) in the serve user's cache root ``cache``,
+    each component opened without following a link.
+
+    + owner: make the missing components, owned by (uid, gid)
+    """
+    fd = os.dup(cache)
+    try:
+        for part in rel.split("/"):
+            if owner is not None:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    pass
+            try:
+                nxt = os.open(part, trusted.DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                raise NoCopy(f"{rel}: missing here, or not a directory (a link?)") from None
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_cache_root(cache_root: Path) -> int:
+    fd = trusted.open_dir(str(cache_root))
+    if fd is None:
+        raise NoCopy(f"{cache_root} is not a directory")
+    return fd
+
+
 def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
+    """The warm marker's directories as a tar and its manifest at ``out`` (root's own tree): the
+    cache is read through directory descriptors, never following a link (#18 finding 2)."""
     dirs = marker_dirs(cache_root, fingerprint)
     files: dict[str, list[Any]] = {}
-    for d in dirs:
-        base = cache_root / d
-        if not base.is_dir() or base.is_symlink():
-            raise NoCopy(f"{base}: missing")
-        for path in sorted(base.rglob("*")):
-            if path.is_symlink() or not (path.is_file() or path.is_dir()):
-                raise NoCopy(f"{path}: not a regular file or directory")
-            if path.is_file():
-                files[str(path.relative_to(cache_root))] = [path.stat().st_size, sha256_of(path)]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(files):
-            info = tar.gettarinfo(str(cache_root / rel), arcname=rel)
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            info.mode = 0o644
-            with open(cache_root / rel, "rb") as fh:
-                tar.addfile(info, fh)
+    cache = _open_cache_root(cache_root)
+    try:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+            for d in dirs:
+                base = _cache_dir(cache, d)
+                try:
+                    _pack_dir(tar, base, d, files)
+                finally:
+                    os.close(base)
+    except OSError as e:
+        raise NoCopy(f"cannot read the cache of {fingerprint}: {e}") from None
+    finally:
+        os.close(cache)
     os.replace(tmp, out)
     manifest = {
         "fingerprint": fingerprint,
@@ -106,6 +158,29 @@ def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
     }
     instances.write_atomic(Path(f"{out}.json"), json.dumps(manifest, sort_keys=True) + "\n")
     print(json.dumps({"files": len(files), "bytes": sum(f[0] for f in files.values())}))
+
+
+def _pack_dir(tar: tarfile.TarFile, base: int, d: str, files: dict[str, list[Any]]) -> None:
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=base, follow_symlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):  # links and other non-directories land here
+            rel = os.path.normpath(f"{d}/{dirpath}/{name}")
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                f = os.open(name, flags, dir_fd=dirfd)
+            except OSError:
+                raise NoCopy(f"{rel}: not a regular file or directory") from None
+            with os.fdopen(f, "rb") as fh:
+                st = os.fstat(f)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NoCopy(f"{rel}: not a regular file or directory")
+                info = tarfile.TarInfo(rel)
+                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                src = _Hashing(fh)
+                tar.addfile(info, src)  # type: ignore[arg-type]
+                files[rel] = [src.length, src.digest.hexdigest()]
 
 
 def _check_manifest(manifest: Any, fingerprint: str) -> dict[str, Any]:
@@ -137,9 +212,59 @@ def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> Non
     got = sha256_of(tar_path)
     if got != manifest.get("tar_sha256"):
         raise NoCopy(f"the copy's sha256 is {got}, its manifest says {manifest.get('tar_sha256')}")
-    incoming = cache_root / INCOMING / fingerprint
-    shutil.rmtree(incoming, ignore_errors=True)
-    incoming.mkdir(parents=True)
+    os.makedirs(cache_root, exist_ok=True)
+    cache = _open_cache_root(cache_root)
+    try:
+        # root's own directory in the serve user's tree (same file system as the cache, so the
+        # copy is moved in by rename); reached through its descriptor, never by its name
+        inc = trusted.root_dir(cache, INCOMING, create=True)
+        assert inc is not None
+        try:
+            os.fchmod(inc, 0o700)
+            _unpack_into(cache, inc, fingerprint, tar_path, manifest, user)
+        finally:
+            os.close(inc)
+        clear_incoming(cache)
+    finally:
+        os.close(cache)
+    source = str(manifest.get("source") or "a fleet copy")
+    dirs = manifest["dirs"]
+    instances.mark_warm(state_of(cache_root), fingerprint, dirs, source=f"copy of {source}")
+    print(f"{fingerprint}: {len(manifest['files'])} files checked and in place ({', '.join(dirs)})")
+
+
+def _remove_in(fd: int, name: str) -> None:
+    """Remove ``name`` in the directory ``fd`` (a tree, a file or a link; nothing followed)."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(f"{_at(fd)}/{name}", ignore_errors=True)
+    else:
+        os.unlink(name, dir_fd=fd)
+
+
+def clear_incoming(cache: int) -> None:
+    """Remove root's incoming directory from the cache root (whatever is in it)."""
+    inc = trusted.root_dir(cache, INCOMING)
+    if inc is None:
+        return
+    try:
+        for name in os.listdir(inc):
+            _remove_in(inc, name)
+    finally:
+        os.close(inc)
+    with contextlib.suppress(OSError):
+        os.rmdir(INCOMING, dir_fd=cache)
+
+
+def _unpack_into(
+    cache: int, inc: int, fingerprint: str, tar_path: Path, manifest: dict[str, Any], user: str
+) -> None:
+    _remove_in(inc, fingerprint)
+    incoming = Path(_at(inc)) / fingerprint
+    incoming.mkdir()
     dirs, files = manifest["dirs"], manifest["files"]
     seen = set()
     with tarfile.open(tar_path, "r:") as tar:
@@ -167,11 +292,7 @@ def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> Non
         raise NoCopy(f"the copy lacks {', '.join(sorted(set(files) - seen))}")
     uid, gid = _ids(user)
     for d in dirs:
-        place(cache_root, incoming, d, uid, gid)
-    shutil.rmtree(cache_root / INCOMING, ignore_errors=True)
-    source = str(manifest.get("source") or "a fleet copy")
-    instances.mark_warm(state_of(cache_root), fingerprint, dirs, source=f"copy of {source}")
-    print(f"{fingerprint}: {len(files)} files checked and in place ({', '.join(dirs)})")
+        place(cache, inc, fingerprint, d, uid, gid)
 
 
 def _ids(user: str) -> tuple[int, int]:
@@ -181,21 +302,25 @@ def _ids(user: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def place(cache_root: Path, incoming: Path, rel: str, uid: int, gid: int) -> None:
-    """Move ``incoming/rel`` to ``cache_root/rel`` (replacing it), owned by the serve user."""
-    target = cache_root / rel
-    for parent in [*reversed(Path(rel).parents)][1:]:  # rbln, rbln/<model>
-        path = cache_root / parent
-        if not path.exists():
-            path.mkdir()
-            os.lchown(path, uid, gid)
-    for path in [incoming / rel, *(incoming / rel).rglob("*")]:
-        os.lchown(path, uid, gid)
-    old = cache_root / INCOMING / f"old-{os.getpid()}"
-    if target.exists():
-        os.replace(target, old)
-    os.replace(incoming / rel, target)
-    shutil.rmtree(old, ignore_errors=True)
+def place(cache: int, inc: int, fingerprint: str, rel: str, uid: int, gid: int) -> None:
+    """Move ``<incoming>/<fingerprint>/rel`` to ``rel`` in the cache root (replacing it), owned
+    by the serve user: every step through directory descriptors, renames that follow nothing."""
+    model, sig = rel.rsplit("/", 1)
+    dest = _cache_dir(cache, model, owner=(uid, gid))
+    src = os.open(f"{fingerprint}/{model}", trusted.DIR_FLAGS, dir_fd=inc)  # root's own tree
+    try:
+        os.chown(sig, uid, gid, dir_fd=src, follow_symlinks=False)
+        for _, dirnames, filenames, dirfd in os.fwalk(sig, dir_fd=src, follow_symlinks=False):
+            for name in dirnames + filenames:
+                os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+        old = f"old-{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(sig, old, src_dir_fd=dest, dst_dir_fd=inc)  # a link is moved, not followed
+        os.rename(sig, sig, src_dir_fd=src, dst_dir_fd=dest)
+        _remove_in(inc, old)
+    finally:
+        os.close(src)
+        os.close(dest)
 
 
 def build(state_file: Path, npu_name: str) -> int:
@@ -260,7 +385,12 @@ def main(argv: list[str]) -> int:
             return build(Path(argv[1]), argv[2])
     except NoCopy as e:
         if len(argv) == 5:
-            shutil.rmtree(Path(argv[1]) / INCOMING, ignore_errors=True)
+            cache = trusted.open_dir(argv[1])
+            if cache is not None:
+                try:
+                    clear_incoming(cache)
+                finally:
+                    os.close(cache)
         print(f"servefleet: {e}", file=sys.stderr)
         return NO_COPY
     except instances.Failed as e:

@@ -20,7 +20,6 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.facts.files import File, Sha256File
 
 from servefleet.prewarm_store import Store
-from servefleet.remote.layout import INCOMING, OUTGOING
 from servefleet.wheelhouse import Copy
 
 
@@ -117,12 +116,13 @@ def _run(on: Any, *words: str) -> tuple[bool, Any]:
     )
 
 
-def _pull(state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, store: str) -> bool:
+def _pull(
+    state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, store: str, copies: str
+) -> bool:
     kept = Store(store)
     if kept.has(fingerprint):
         return True
-    outgoing = f"{cache_root}/{OUTGOING}"
-    remote = f"{outgoing}/{fingerprint}.tar"
+    remote = f"{copies}/{fingerprint}.tar"
     ok, out = _run(host, "python3", f"{lib}/prewarm.py", "pack", cache_root, fingerprint, remote)
     try:
         if not ok:
@@ -151,11 +151,18 @@ def _pull(state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, st
         )
         return True
     finally:
-        _run(host, "rm", "-rf", outgoing)
+        _run(host, "rm", "-rf", copies)
 
 
 def _push(
-    state: Any, host: Any, fingerprint: str, cache_root: str, lib: str, store: str, user: str
+    state: Any,
+    host: Any,
+    fingerprint: str,
+    cache_root: str,
+    lib: str,
+    store: str,
+    copies: str,
+    user: str,
 ) -> bool:
     kept = Store(store)
     if not kept.has(fingerprint):
@@ -164,11 +171,10 @@ def _push(
             "(its compile did not finish); this host compiles it"
         )
         return True
-    incoming = f"{cache_root}/{INCOMING}"
-    remote = f"{incoming}/{fingerprint}.tar"
+    remote = f"{copies}/{fingerprint}.tar"
     args = _connector_args(host)
     ok = (
-        _run(host, "mkdir", "-p", "-m", "700", incoming)[0]
+        _run(host, "mkdir", "-p", "-m", "700", copies)[0]
         and host.put_file(str(kept.manifest_path(fingerprint)), f"{remote}.json", **args)
         and host.put_file(str(kept.tar(fingerprint)), remote, **args)
     )
@@ -180,7 +186,7 @@ def _push(
     else:
         why = "the upload failed"
     if not ok:
-        _run(host, "rm", "-rf", incoming)
+        _run(host, "rm", "-rf", copies)
         logger.warning(
             f"{host.print_prefix}fleet pre-warm: the copy of {fingerprint} is not usable here "
             f"({why.removeprefix('servefleet: ')}); this host compiles it"
@@ -191,7 +197,7 @@ def _push(
 
 
 @operation(is_idempotent=False)
-def prewarm_pull(fingerprint: str, cache_root: str, lib: str, store: str):
+def prewarm_pull(fingerprint: str, cache_root: str, lib: str, store: str, copies: str):
     """
     Keep this host's compile cache of ``fingerprint`` in the controller's store (unless it is
     there): packed on the host, downloaded, checked against its size and sha256.
@@ -200,12 +206,13 @@ def prewarm_pull(fingerprint: str, cache_root: str, lib: str, store: str):
     + cache_root: serve_cache_root (VLLM_CACHE_ROOT)
     + lib: the host's servefleet lib directory (``prewarm.py``)
     + store: serve_prewarm_store on the controller
+    + copies: where the tar and its manifest wait on the host (root's tree, not the cache root)
     """
-    yield FunctionCommand(_pull, (fingerprint, cache_root, lib, store), {})
+    yield FunctionCommand(_pull, (fingerprint, cache_root, lib, store, copies), {})
 
 
 @operation(is_idempotent=False)
-def prewarm_push(fingerprint: str, cache_root: str, lib: str, store: str, user: str):
+def prewarm_push(fingerprint: str, cache_root: str, lib: str, store: str, copies: str, user: str):
     """
     Copy the controller's kept cache of ``fingerprint`` to this host, checked file by file by
     size and sha256 before it is used; a missing or corrupt copy leaves the host to compile.
@@ -214,9 +221,10 @@ def prewarm_push(fingerprint: str, cache_root: str, lib: str, store: str, user: 
     + cache_root: serve_cache_root (VLLM_CACHE_ROOT)
     + lib: the host's servefleet lib directory (``prewarm.py``)
     + store: serve_prewarm_store on the controller
+    + copies: where the tar and its manifest wait on the host (root's tree, not the cache root)
     + user: serve_user (owns the cache)
     """
-    yield FunctionCommand(_push, (fingerprint, cache_root, lib, store, user), {})
+    yield FunctionCommand(_push, (fingerprint, cache_root, lib, store, copies, user), {})
 
 
 # A wheelhouse file lands as <dest>.part, is checked against its sha256 on the host, then is

@@ -12,7 +12,7 @@ from pyinfra import host
 from pyinfra.operations import server
 
 from servefleet.hostplan import HostPlan
-from servefleet.remote.layout import PREWARM
+from servefleet.remote.layout import PREWARM, PREWARM_COPIES
 from servefleet.steps import units
 from servefleet.steps.fleet import FleetPrewarm, warm_entry
 from servefleet.steps.lib import command
@@ -27,6 +27,7 @@ def _copy_args(plan: HostPlan) -> dict[str, Any]:
         cache_root=s.serve_cache_root,
         lib=plan.lib,
         store=s.serve_prewarm_store,
+        copies=f"{plan.state_dir}/{PREWARM_COPIES}",
     )
 
 
