@@ -28,6 +28,7 @@ from servefleet.checks import Check, Index, canonical_name
 from servefleet.errors import DataError, RecipeError
 from servefleet.kinds import kind_of
 from servefleet.kinds.rbln import defaults as rbln
+from servefleet.remote.layout import RUNFILE_DIR, SECRETS_DIR
 
 __all__ = [
     "DEFAULTS",
@@ -386,6 +387,32 @@ def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
                     )
 
 
+# The serve user owns these trees (its servers write there) ...
+SERVE_TREES = ("serve_home", "serve_cache_root", "models_hf_home")
+# ... and root alone writes these: none may be equal to or inside another's (#18 finding 4).
+ROOT_TREES = {"serve_root": None, "the secrets directory": SECRETS_DIR,
+              "the driver runfiles": RUNFILE_DIR}  # fmt: skip
+
+
+def _inside(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+def _trees_apart(values: dict[str, Any]) -> None:
+    """No root-managed tree equal to or inside a serve-user tree, nor the reverse: the serve user
+    could otherwise replace what root runs (``serve_root/lib``) or plant links where root writes."""
+    for serve_key in SERVE_TREES:
+        serve = values[serve_key]
+        for name, fixed in ROOT_TREES.items():
+            root = fixed or values[name]
+            if _inside(root, serve) or _inside(serve, root):
+                raise DataError(
+                    f"{serve_key}: {serve!r} (the serve user's) and {name} {root!r} (root's) "
+                    "overlap, one inside the other; allowed: separate trees (the defaults: "
+                    f"{serve_key} {DEFAULTS[serve_key]!r}, serve_root {DEFAULTS['serve_root']!r})"
+                )
+
+
 _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
     "sdk_extra_packages": _extras_pinned,
     "sdk_wheelhouse": _wheelhouse,
@@ -448,6 +475,7 @@ def settings_from(
             _kind_pinned(values[key], read("serve_recipe"))
         if key in _ACROSS:
             _ACROSS[key](values, environ)
+    _trees_apart(values)
 
     def secret(key: str) -> str | None:
         return environ.get(values[key]) or None

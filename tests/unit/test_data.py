@@ -253,8 +253,10 @@ PATH_KEYS = ("serve_root", "serve_home", "serve_cache_root", "models_hf_home")
 
 @pytest.mark.parametrize("key", PATH_KEYS)
 def test_paths_accepted(key: str) -> None:
+    # a serve-user tree may not overlap serve_root (#18): move serve_root out of these paths' way
+    apart = {} if key == "serve_root" else {"serve_root": "/srv/servefleet-root"}
     for path in ("/opt/servefleet", "/srv/models", "/usr/local/servefleet", "/var/lib/sf-1/h_f.d"):
-        assert getattr(validate(**{key: path}), key) == path
+        assert getattr(validate(**{key: path}, **apart), key) == path
 
 
 @pytest.mark.parametrize("key", PATH_KEYS)
@@ -369,3 +371,26 @@ def test_pyinfra_keys_are_not_taken_for_misspelt_ones() -> None:
     settings_from(
         {k: None for k in keys}.get, {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}, keys
     )
+
+
+@pytest.mark.parametrize(
+    ("over", "key"),
+    [
+        ({"serve_root": "/var/lib/servefleet/opt"}, "serve_home"),  # root's lib/ in serve's home
+        ({"serve_cache_root": "/opt/servefleet"}, "serve_cache_root"),  # the cache is serve_root
+        ({"models_hf_home": "/opt/servefleet/lib"}, "models_hf_home"),  # models over lib/*.py
+        ({"serve_home": "/etc/servefleet"}, "serve_home"),  # the secrets inside serve's home
+        ({"serve_cache_root": "/var/cache/servefleet"}, "serve_cache_root"),  # the runfiles
+        ({"serve_root": "/data/sf", "models_hf_home": "/data"}, "models_hf_home"),
+    ],
+)
+def test_a_root_tree_inside_a_serve_user_tree_is_refused(over: dict[str, str], key: str) -> None:
+    message = refused(**over)
+    assert message.startswith(f"{key}:") and "overlap" in message and "separate trees" in message
+    assert "\n" not in message
+
+
+def test_separate_trees_are_fine() -> None:
+    s = validate(serve_root="/srv/servefleet", serve_home="/home/servefleet",
+                 serve_cache_root="/srv/cache/vllm", models_hf_home="/home/servefleet/hf")  # fmt: skip
+    assert s.serve_root == "/srv/servefleet"
