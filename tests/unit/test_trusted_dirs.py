@@ -199,3 +199,19 @@ def test_unpack_never_writes_through_a_planted_incoming_directory(tree: dict[str
     )
     assert not (cache / "rbln" / "m" / "s").is_symlink()
     assert not instances.is_cold({"cache_root": str(cache)}, {"fingerprint": FP})
+
+
+def test_the_fetcher_refuses_a_hub_swapped_for_a_link(
+    tree: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fetch_model
+
+    hf_home, victim = tree["cache"], tree["base"] / "victim"
+    victim.mkdir()
+    _as_nobody_plant(hf_home, f"os.symlink({str(victim)!r}, 'hub')")
+    argv = ["--archive", str(tree["base"] / "none.tar.gz"), "--sha256", "0" * 64, "--",
+            "org/name", str(hf_home), "nobody"]  # fmt: skip
+    assert fetch_model.main(argv) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{hf_home}/hub" in err and "not a directory" in err, err
+    assert list(victim.iterdir()) == [] and victim.stat().st_uid == 0

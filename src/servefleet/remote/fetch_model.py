@@ -56,11 +56,11 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
@@ -429,6 +429,33 @@ def one_fetch_at_a_time(hub: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def staging(hub: Path) -> Iterator[str]:
+    """Root's own 0700 ``.fetch-*`` directory in the hub, as a /proc/self/fd path (a rename or a
+    link planted in its place cannot redirect the work in it); removed at the end."""
+    name = f".fetch-{secrets.token_hex(8)}"
+    os.mkdir(hub / name, 0o700)
+    try:
+        fd = os.open(hub / name, trusted.DIR_FLAGS)
+    except OSError:
+        raise Refusal(f"{name}: replaced while it was made; nothing fetched") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise Refusal(f"{name}: replaced while it was made; nothing fetched")
+        yield trusted.at(fd)
+    finally:
+        for entry in os.listdir(fd):
+            path = Path(trusted.at(fd)) / entry
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(hub / name)
+
+
 # --- sources -------------------------------------------------------------------------------------
 def from_store(a: argparse.Namespace, hub: Path, client: Client, uid: int, gid: int) -> str:
     """Fetch a.model from the store into hub; return its revision."""
@@ -439,7 +466,7 @@ def from_store(a: argparse.Namespace, hub: Path, client: Client, uid: int, gid: 
         entry = store_entry(client, store, a.model)
         want, path, said = entry["sha256"], entry["path"], "the store manifest"
     url = f"{store}/{path}"
-    with tempfile.TemporaryDirectory(dir=hub, prefix=".fetch-") as tmp:
+    with staging(hub) as tmp:
         archive = Path(tmp) / "archive"
         with open(archive, "wb") as out:
             got = client.download(url, out, f"{a.model} is not in the store ({store})")
@@ -462,7 +489,7 @@ def from_archive(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
         raise Refusal(
             f"{a.model}: {archive} has sha256 {digest.hexdigest()}, but --sha256 says {a.sha256}"
         )
-    with tempfile.TemporaryDirectory(dir=hub, prefix=".fetch-") as tmp:
+    with staging(hub) as tmp:
         return place(a, hub, archive, Path(tmp), str(archive), uid, gid)
 
 
@@ -559,13 +586,14 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
     repo = hub / repo_dir_name(a.model)
     snapshot = Path(result["path"])
     wanted = a.revision or snapshot.name
+    named = a.hf_home / "hub" / repo.name  # where HF_HOME (a name) made the client write
     if (
-        snapshot.parent != repo / "snapshots"
+        snapshot.parent != named / "snapshots"
         or snapshot.name != wanted
         or not REVISION_RE.fullmatch(wanted)
     ):
         raise Refusal(
-            f"snapshot_download gave {snapshot}, not {repo}/snapshots/{a.revision or '<commit>'}"
+            f"snapshot_download gave {snapshot}, not {named}/snapshots/{a.revision or '<commit>'}"
         )
     rev = check_snapshot(repo, snapshot.name, "the hub")
     give(repo, uid, gid)
@@ -643,11 +671,26 @@ def fetch(a: argparse.Namespace) -> str:
     except KeyError:
         raise Refusal(f"no user {a.owner} on this host") from None
     token = read_token(a.token_file) if a.token_file else None
-    hub = a.hf_home / "hub"
-    for path in (a.hf_home, hub):
-        if not path.is_dir():
-            path.mkdir(parents=True)
-            os.chown(path, user.pw_uid, user.pw_gid)
+    # HF_HOME is the serve user's: root reaches its hub through one descriptor, opened from / with
+    # no link followed, and works below it by /proc/self/fd paths nothing can redirect (#18)
+    try:
+        hubfd = trusted.open_path(str(a.hf_home / "hub"), owner=(user.pw_uid, user.pw_gid))
+    except OSError as exc:
+        raise Refusal(f"{a.hf_home}/hub: {exc}") from None
+    try:
+        return _fetch_into(a, Path(trusted.at(hubfd)), user, token)
+    finally:
+        os.close(hubfd)
+
+
+def _fetch_into(a: argparse.Namespace, hub: Path, user: Any, token: str | None) -> str:
+    try:
+        return _fetch_locked(a, hub, user, token)
+    except Refusal as e:  # name the hub as the operator knows it, not by its descriptor
+        raise Refusal(str(e).replace(str(hub), str(a.hf_home / "hub")), e.code) from None
+
+
+def _fetch_locked(a: argparse.Namespace, hub: Path, user: Any, token: str | None) -> str:
     with one_fetch_at_a_time(hub):
         if a.store:
             client = Client(token, a.token_env, a.timeout)

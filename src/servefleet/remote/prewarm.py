@@ -89,11 +89,6 @@ class _Hashing:
         return block
 
 
-def _at(fd: int) -> str:
-    """A path to the directory ``fd`` that no rename or link elsewhere can redirect."""
-    return f"/proc/self/fd/{fd}"
-
-
 def _cache_dir(cache: int, rel: str, owner: tuple[int, int] | None = None) -> int:
     """A descriptor of ``rel`` (rbln/<model>[/<sig>]) in the serve user's cache root ``cache``,
     each component opened without following a link.
@@ -240,7 +235,7 @@ def _remove_in(fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(f"{_at(fd)}/{name}", ignore_errors=True)
+        shutil.rmtree(f"{trusted.at(fd)}/{name}", ignore_errors=True)
     else:
         os.unlink(name, dir_fd=fd)
 
@@ -263,7 +258,7 @@ def _unpack_into(
     cache: int, inc: int, fingerprint: str, tar_path: Path, manifest: dict[str, Any], user: str
 ) -> None:
     _remove_in(inc, fingerprint)
-    incoming = Path(_at(inc)) / fingerprint
+    incoming = Path(trusted.at(inc)) / fingerprint
     incoming.mkdir()
     dirs, files = manifest["dirs"], manifest["files"]
     seen = set()

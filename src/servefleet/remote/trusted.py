@@ -30,6 +30,41 @@ def open_dir(path: str) -> int | None:
         return None
 
 
+def open_path(path: str, owner: tuple[int, int] | None = None) -> int:
+    """A descriptor of the directory ``path``, every component from ``/`` opened without
+    following a link (OSError naming the component otherwise): a tree another user owns cannot
+    redirect it by swapping a directory for a link anywhere along the way.
+
+    + owner: make the missing components (0755), owned by (uid, gid)
+    """
+    if not path.startswith("/"):
+        raise OSError(f"{path} is not absolute")
+    fd = os.open("/", DIR_FLAGS)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            if owner is not None:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    pass
+            try:
+                nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise OSError(f"{path}: {part} is not a directory ({exc.strerror})") from None
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def at(fd: int) -> str:
+    """A path to the directory ``fd`` that no rename or link elsewhere can redirect."""
+    return f"/proc/self/fd/{fd}"
+
+
 def root_dir(parent: int, name: str, create: bool = False) -> int | None:
     """A descriptor of root's own directory ``name`` in ``parent``, or None when there is none.
 
