@@ -674,7 +674,11 @@ def fetch(a: argparse.Namespace) -> str:
     # HF_HOME is the serve user's: root reaches its hub through one descriptor, opened from / with
     # no link followed, and works below it by /proc/self/fd paths nothing can redirect (#18)
     try:
-        hubfd = trusted.open_path(str(a.hf_home / "hub"), owner=(user.pw_uid, user.pw_gid))
+        above = trusted.open_path(str(a.hf_home.parent), owner=(0, 0))  # made root's if missing
+        try:  # HF_HOME and its hub are the serve user's
+            hubfd = trusted.open_below(above, f"{a.hf_home.name}/hub", (user.pw_uid, user.pw_gid))
+        finally:
+            os.close(above)
     except OSError as exc:
         raise Refusal(f"{a.hf_home}/hub: {exc}") from None
     try:

@@ -91,29 +91,11 @@ class _Hashing:
 
 def _cache_dir(cache: int, rel: str, owner: tuple[int, int] | None = None) -> int:
     """A descriptor of ``rel`` (rbln/<model>[/<sig>]) in the serve user's cache root ``cache``,
-    each component opened without following a link.
-
-    + owner: make the missing components, owned by (uid, gid)
-    """
-    fd = os.dup(cache)
+    no link followed (``trusted.open_below``; ``owner``: make what is missing, theirs)."""
     try:
-        for part in rel.split("/"):
-            if owner is not None:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
-                except FileExistsError:
-                    pass
-            try:
-                nxt = os.open(part, trusted.DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                raise NoCopy(f"{rel}: missing here, or not a directory (a link?)") from None
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return trusted.open_below(cache, rel, owner)
+    except OSError:
+        raise NoCopy(f"{rel}: missing here, or not a directory (a link?)") from None
 
 
 def _open_cache_root(cache_root: Path) -> int:

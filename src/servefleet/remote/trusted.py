@@ -30,18 +30,16 @@ def open_dir(path: str) -> int | None:
         return None
 
 
-def open_path(path: str, owner: tuple[int, int] | None = None) -> int:
-    """A descriptor of the directory ``path``, every component from ``/`` opened without
-    following a link (OSError naming the component otherwise): a tree another user owns cannot
-    redirect it by swapping a directory for a link anywhere along the way.
+def open_below(parent: int, rel: str, owner: tuple[int, int] | None = None) -> int:
+    """A descriptor of the directory ``rel`` below the directory ``parent``, each component
+    opened without following a link (OSError naming the component otherwise): a tree another
+    user owns cannot redirect it by swapping a directory for a link anywhere along the way.
 
     + owner: make the missing components (0755), owned by (uid, gid)
     """
-    if not path.startswith("/"):
-        raise OSError(f"{path} is not absolute")
-    fd = os.open("/", DIR_FLAGS)
+    fd = os.dup(parent)
     try:
-        for part in [p for p in path.split("/") if p]:
+        for part in [p for p in rel.split("/") if p]:
             if owner is not None:
                 try:
                     os.mkdir(part, 0o755, dir_fd=fd)
@@ -51,13 +49,24 @@ def open_path(path: str, owner: tuple[int, int] | None = None) -> int:
             try:
                 nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                raise OSError(f"{path}: {part} is not a directory ({exc.strerror})") from None
+                raise OSError(f"{rel}: {part} is not a directory ({exc.strerror})") from None
             os.close(fd)
             fd = nxt
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_path(path: str, owner: tuple[int, int] | None = None) -> int:
+    """:func:`open_below` from ``/``: the absolute directory ``path``, no link followed."""
+    if not path.startswith("/"):
+        raise OSError(f"{path} is not absolute")
+    top = os.open("/", DIR_FLAGS)
+    try:
+        return open_below(top, path, owner)
+    finally:
+        os.close(top)
 
 
 def at(fd: int) -> str:
