@@ -1,7 +1,8 @@
 """Each host's SSH connection, watched (issue #17).
 
-paramiko has no dead-peer detection: a connection whose network goes silent (a switch reboot, a
-partition) leaves the controller waiting on it until TCP gives up, about 15 minutes later, and a
+paramiko has no dead-peer detection (no ServerAliveCountMax: paramiko/paramiko#2463, #918, #503):
+a connection whose network goes silent (a switch reboot, a partition) leaves the controller
+waiting on it until TCP gives up, about 15 minutes later, and a
 connection that did drop fails whatever step was running, reported as that step's failure. Here:
 
 - :func:`watch` turns on SSH keepalives and ``TCP_USER_TIMEOUT`` on the host's connection, so a
