@@ -364,13 +364,12 @@ def check_snapshot(repo: Path, rev: str | None, source: str) -> str:
 # --- ownership and the marker --------------------------------------------------------------------
 # The hub directory is the serve user's (its servers write there): root works in it through
 # directory descriptors and never follows a link, the top of a tree included (#18 finding 1).
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _open_dir(path: Path) -> int:
     """A descriptor of the real directory ``path`` (a link in its place is refused)."""
     try:
-        return os.open(path, DIR_FLAGS)
+        return os.open(path, trusted.DIR_FLAGS)
     except OSError as exc:
         raise Refusal(f"{path} is not a directory ({exc.strerror}): left as it is") from None
 
@@ -396,7 +395,7 @@ def point_main(repo: Path, rev: str, uid: int, gid: int) -> None:
             os.mkdir("refs", 0o755, dir_fd=repofd)
         except FileExistsError:
             pass
-        refsfd = os.open("refs", DIR_FLAGS, dir_fd=repofd)
+        refsfd = os.open("refs", trusted.DIR_FLAGS, dir_fd=repofd)
         try:
             os.chown(refsfd, uid, gid)
             trusted.write(refsfd, "main", rev, owner=(uid, gid))
@@ -446,11 +445,7 @@ def staging(hub: Path) -> Iterator[str]:
         yield trusted.at(fd)
     finally:
         for entry in os.listdir(fd):
-            path = Path(trusted.at(fd)) / entry
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            trusted.remove_in(fd, entry)
         os.close(fd)
         with contextlib.suppress(OSError):
             os.rmdir(hub / name)

@@ -138,14 +138,12 @@ def running_desired(now: dict[str, Any] | None, sha: str) -> bool:
 def warm_dir(state: dict[str, Any], create: bool = False) -> int | None:
     """A descriptor of root's own warm-marker directory in the serve user's cache root (see
     ``trusted``: what a serving process put there instead never counts); None: there is none."""
+    if not create:
+        return trusted.root_dir_in(state["cache_root"], layout.WARM_DIR)
+    os.makedirs(state["cache_root"], exist_ok=True)
     parent = trusted.open_dir(state["cache_root"])
     if parent is None:
-        if not create:
-            return None
-        os.makedirs(state["cache_root"], exist_ok=True)
-        parent = trusted.open_dir(state["cache_root"])
-        if parent is None:
-            raise Failed(f"{state['cache_root']} is not a directory")
+        raise Failed(f"{state['cache_root']} is not a directory")
     try:
         return trusted.root_dir(parent, layout.WARM_DIR, create=create)
     finally:

@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import sys
 import tarfile
@@ -210,18 +209,6 @@ def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> Non
     print(f"{fingerprint}: {len(manifest['files'])} files checked and in place ({', '.join(dirs)})")
 
 
-def _remove_in(fd: int, name: str) -> None:
-    """Remove ``name`` in the directory ``fd`` (a tree, a file or a link; nothing followed)."""
-    try:
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(f"{trusted.at(fd)}/{name}", ignore_errors=True)
-    else:
-        os.unlink(name, dir_fd=fd)
-
-
 def clear_incoming(cache: int) -> None:
     """Remove root's incoming directory from the cache root (whatever is in it)."""
     inc = trusted.root_dir(cache, INCOMING)
@@ -229,7 +216,7 @@ def clear_incoming(cache: int) -> None:
         return
     try:
         for name in os.listdir(inc):
-            _remove_in(inc, name)
+            trusted.remove_in(inc, name)
     finally:
         os.close(inc)
     with contextlib.suppress(OSError):
@@ -239,7 +226,7 @@ def clear_incoming(cache: int) -> None:
 def _unpack_into(
     cache: int, inc: int, fingerprint: str, tar_path: Path, manifest: dict[str, Any], user: str
 ) -> None:
-    _remove_in(inc, fingerprint)
+    trusted.remove_in(inc, fingerprint)
     incoming = Path(trusted.at(inc)) / fingerprint
     incoming.mkdir()
     dirs, files = manifest["dirs"], manifest["files"]
@@ -294,7 +281,7 @@ def place(cache: int, inc: int, fingerprint: str, rel: str, uid: int, gid: int) 
         with contextlib.suppress(FileNotFoundError):
             os.rename(sig, old, src_dir_fd=dest, dst_dir_fd=inc)  # a link is moved, not followed
         os.rename(sig, sig, src_dir_fd=src, dst_dir_fd=dest)
-        _remove_in(inc, old)
+        trusted.remove_in(inc, old)
     finally:
         os.close(src)
         os.close(dest)

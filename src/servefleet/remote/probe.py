@@ -188,13 +188,7 @@ def stat(path: str) -> dict[str, str] | None:
 
 def warm_markers(cache_root: str) -> list[str]:
     """The fingerprints warm here: the markers in root's own warm directory (``trusted``)."""
-    parent = trusted.open_dir(cache_root)
-    if parent is None:
-        return []
-    try:
-        fd = trusted.root_dir(parent, layout.WARM_DIR)
-    finally:
-        os.close(parent)
+    fd = trusted.root_dir_in(cache_root, layout.WARM_DIR)
     if fd is None:
         return []
     try:

@@ -2,11 +2,11 @@
 
 The serve user owns ``serve_cache_root`` (its servers write the compile cache there), so it can
 rename anything in it and plant links. Root's own directory in such a tree (the warm markers,
-``servefleet-warm``) is opened through the parent's file descriptor with ``O_NOFOLLOW`` and
-trusted only when it is a real directory owned by root (the user running the program) and
-writable by it alone: then nothing in it can be another user's. What a serving process put in its place is moved aside, unread, and
-never counts. Files in it are read and written relative to its descriptor, a write by a new
-temporary file renamed into place.
+``servefleet-warm``, ``.servefleet-incoming``) is opened through the parent's file descriptor
+with ``O_NOFOLLOW`` and trusted only when it is a real directory owned by root (the user running
+the program) and writable by it alone: then nothing in it can be another user's. What a serving
+process put in its place is moved aside, unread, and never counts. Files in it are read and
+written relative to its descriptor, a write by a new temporary file renamed into place.
 
 Stdlib only; the host programs import it (the probe carries it inline, as it carries layout).
 """
@@ -14,6 +14,7 @@ Stdlib only; the host programs import it (the probe carries it inline, as it car
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import time
 
@@ -104,6 +105,29 @@ def root_dir(parent: int, name: str, create: bool = False) -> int | None:
         aside = f"{name}.untrusted-{time.time_ns()}"
         os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
     raise OSError(f"cannot make root's own directory {name}")
+
+
+def root_dir_in(path: str, name: str) -> int | None:
+    """:func:`root_dir` ``name`` in the directory ``path`` (None when either is not there)."""
+    parent = open_dir(path)
+    if parent is None:
+        return None
+    try:
+        return root_dir(parent, name)
+    finally:
+        os.close(parent)
+
+
+def remove_in(fd: int, name: str) -> None:
+    """Remove ``name`` in the directory ``fd``: a tree, a file or a link (nothing followed)."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(f"{at(fd)}/{name}", ignore_errors=True)  # fd-based, links never followed
+    else:
+        os.unlink(name, dir_fd=fd)
 
 
 def names(fd: int) -> list[str]:

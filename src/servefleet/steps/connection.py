@@ -67,15 +67,14 @@ class _Watch(BaseStateCallback):
 
 
 def watch() -> None:
-    """Watch this host's connection (once per host and run)."""
+    """Watch this host's connection (one watcher per run; setting the options again is a no-op)."""
     state = host.state
     if not any(isinstance(h, _Watch) for h in state.callback_handlers):
         state.add_callback_handler(_Watch())
     transport = _transport(host)
-    if transport is None or getattr(transport, "_servefleet_watched", False):
+    if transport is None:
         return
     transport.set_keepalive(KEEPALIVE_SECONDS)
     sock = transport.sock
     if hasattr(socket, "TCP_USER_TIMEOUT") and isinstance(sock, socket.socket):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, DEAD_AFTER_SECONDS * 1000)
-    transport._servefleet_watched = True
