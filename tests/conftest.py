@@ -12,7 +12,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import gevent.monkey
 import pytest
+
+# Importing pyinfra_cli patches the standard library for gevent (pyinfra_cli/__init__.py). In a
+# pytest-xdist worker that stalls execnet's channel thread. The unit tests that import pyinfra_cli
+# use only its parsers, and each pyinfra run a test makes is its own process, which patches.
+gevent.monkey.patch_all = lambda *args, **kwargs: None  # type: ignore[assignment]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,6 +43,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/hosts/" in item.nodeid or item.get_closest_marker("hosts"):
             item.add_marker(pytest.mark.hosts)
+            # one lab: every host test runs on one xdist worker, in this order
+            item.add_marker(pytest.mark.xdist_group("lab"))
             if not checked:
                 reason, checked = lab_unavailable_reason(), True
             if reason and os.environ.get("CI", "").lower() in ("true", "1"):
