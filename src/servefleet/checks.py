@@ -10,6 +10,7 @@ import difflib
 import ipaddress
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ SLUG = re.compile(r"[a-z0-9_-]+")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # axes, index names
 _AXIS_VALUE = re.compile(r"[^\x00-\x1f\x7f-\x9f%$]+")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9._-]*")
+API_KEY = re.compile(r"[A-Za-z0-9._~+/=:@%,-]{16,1024}")
+API_KEY_ALLOWED = "16-1024 characters of A-Za-z0-9 and ._~+/=:@%,- (e.g. `openssl rand -hex 32`)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")  # fmt: skip
@@ -557,3 +561,65 @@ def user_name(value: Any) -> str:
     if name == "root":
         raise _bad(name, "may not run the servers", _USER_ALLOWED)
     return name
+
+
+_ARGS_ALLOWED = (
+    "a list of vllm serve flags and their values (or one string, split as a shell would)"
+)
+_ENV_ALLOWED = "NAME -> value (or 'NAME=value,...'), values without control characters"
+_OVERRIDE_ALLOWED = (
+    "a list (or 'a,b') of flags (--max-num-seqs) and variables (NAME) of serve_extra_args and "
+    "serve_extra_env"
+)
+
+
+def _word(value: Any, allowed: str) -> str:
+    """One argv token or env value from data: a string or a number, one line."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise Refused(f"expected a string, got {_show(value)}", allowed)
+    text = str(value)
+    if _CONTROL.search(text):
+        raise _bad(text, "holds a control character", allowed)
+    return text
+
+
+def extra_args(value: Any) -> tuple[str, ...]:
+    """More ``vllm serve`` tokens: a list, or one string split as a shell would
+    (``--data serve_extra_args='--max-num-seqs 8'``). The flag table checks them later."""
+    if isinstance(value, str):
+        try:
+            value = shlex.split(value)
+        except ValueError as e:
+            raise _bad(value, f"cannot be split as a shell would ({e})", _ARGS_ALLOWED) from None
+    items = _typed(value, (list, tuple), "a list", _ARGS_ALLOWED)
+    out = tuple(_word(v, _ARGS_ALLOWED) for v in items)
+    if "" in out:
+        raise _bad(list(out), "holds an empty argument", _ARGS_ALLOWED)
+    return out
+
+
+def extra_env(value: Any) -> dict[str, str]:
+    """More variables: a mapping NAME -> value, or ``NAME=value,NAME=value``."""
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p]
+        if not all(len(p) == 2 for p in pairs):
+            raise Refused(
+                f"expected NAME=value pairs separated by commas, got {_show(value)}", _ENV_ALLOWED
+            )
+        value = dict(pairs)
+    name = matching(ENV_NAME, "an environment variable name", _ENV_ALLOWED)
+    result: dict[str, str] = entries(name, lambda v: _word(v, _ENV_ALLOWED), _ENV_ALLOWED)(value)
+    return result
+
+
+def override_names(value: Any) -> tuple[str, ...]:
+    """Flags and variable names: a list, or ``--a,NAME``."""
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v]
+    out = []
+    for item in _typed(value, (list, tuple), "a list", _OVERRIDE_ALLOWED):
+        text = _typed(item, str, "a string", _OVERRIDE_ALLOWED)
+        if not (_FLAG.fullmatch(text) or ENV_NAME.fullmatch(text)):
+            raise _bad(text, "is not a flag or a variable name", _OVERRIDE_ALLOWED)
+        out.append(text)
+    return tuple(out)

@@ -6,6 +6,7 @@ operations depend on is decided here, once, before any operation is added.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -14,11 +15,14 @@ from typing import Any
 
 from servefleet.checks import MAX_PORT
 from servefleet.errors import DataError, RecipeError
+from servefleet.flags import merge, table_for
 from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.kinds import Hardware, Kind, kind_named, kind_of
 from servefleet.lock import load_lock
 from servefleet.release import ReleasePlan, plan_release, unlocked
 from servefleet.remote.layout import (
+    API_KEY_FILE,
+    API_KEY_VAR,
     HF_TOKEN_FILE,
     LIB,
     NETRC,
@@ -172,12 +176,51 @@ class HostPlan:
 
 
 def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
-    """The serving spec the data selects, for the host's device model (its platform resolves).
+    """The serving spec the data selects, for the host's device model (its platform resolves),
+    with the data's extra arguments and environment (:func:`with_extras`).
 
     + settings: validated data
     + sku: the host's device model, once known (RBLN: the NPU SKU)
     """
-    return kind_of(settings.serve_recipe).resolve_data(settings, sku)
+    platform = kind_of(settings.serve_recipe)
+    return with_extras(settings, platform.resolve_data(settings, sku), platform)
+
+
+def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpec:
+    """``serve_extra_args`` / ``serve_extra_env`` appended to the first server's argv and env,
+    checked against the flag table of the hosts' platform (a flag or variable the recipe sets
+    is refused unless ``serve_override_args`` names it; then the extra replaces it).
+
+    The compile fingerprint then covers the extras too: a change of them counts as a recompile
+    (its first start gets the pre-warm's time, alone), whether or not vllm-rbln's cache key
+    holds them. What the release installs, the models and the devices never depend on them
+    (the flags that decide those are refused).
+    """
+    s = settings
+    if not (s.serve_extra_args or s.serve_extra_env or s.serve_override_args):
+        return spec
+    first = spec.servers[0]
+    argv, env = merge(
+        first.argv,
+        first.env,
+        s.serve_extra_args,
+        s.serve_extra_env,
+        s.serve_override_args,
+        table_for(platform.name),
+    )
+    fingerprint = spec.compile_fingerprint
+    if fingerprint is not None:
+        extras = [list(s.serve_extra_args), s.serve_extra_env, list(s.serve_override_args)]
+        text = fingerprint + "\n" + json.dumps(extras, sort_keys=True)
+        fingerprint = hashlib.sha256(text.encode()).hexdigest()
+    servers = [dataclasses.replace(first, argv=argv, env=env), *spec.servers[1:]]
+    return dataclasses.replace(spec, servers=servers, compile_fingerprint=fingerprint)
+
+
+def api_key_file(key: str) -> str:
+    """The servers' EnvironmentFile (``remote/layout.py`` API_KEY_FILE): the key as vLLM reads it
+    (the key's characters need no quoting: ``checks.API_KEY``)."""
+    return f"{API_KEY_VAR}={key}\n"
 
 
 def render_instance(
@@ -203,6 +246,7 @@ def render_instance(
     exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
     if settings.serve_host:
         exec_argv += ["--host", settings.serve_host]
+    exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
     env = dict(server.env)
     env.update(
         {devices_env or kind_named(spec.kind).devices_env: devices},
@@ -221,8 +265,14 @@ def render_instance(
         devices=devices,
         user=settings.serve_user,
         device_word=kind_named(spec.kind).device_word,
+        # systemd waits this long for the stop before SIGKILL: the drain and 30 s more
+        stop_timeout=settings.serve_shutdown_timeout + 30,
+        environment_file=API_KEY_FILE if settings.api_key else None,
     )
-    sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(render_unit(env=env, **fields).encode())
+    if settings.api_key:  # a new key restarts the servers: the file's hash counts, never the key
+        digest.update(hashlib.sha256(api_key_file(settings.api_key).encode()).hexdigest().encode())
+    sha = digest.hexdigest()[:16]
     return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
 
 
@@ -241,7 +291,7 @@ def plan_host(
       (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
     """
     platform = kind_of(settings.serve_recipe)
-    spec = spec or platform.resolve_data(settings)
+    spec = spec or resolve_for(settings)
     hardware = platform.hardware(probe)
     refusal = None
     if builder:
@@ -250,7 +300,7 @@ def plan_host(
                 f"serve_prewarm_host: {platform.name} hosts do not compile; allowed: unset"
             )
         sku = spec.skus[0]
-        spec = platform.resolve_data(settings, sku)
+        spec = resolve_for(settings, sku)
         npus = spec.servers[0].npus
         hardware = Hardware(
             "compile only", (sku,) * npus, tuple(range(npus)), settings.driver_version
@@ -259,7 +309,7 @@ def plan_host(
         refusal = platform.refusal(settings, spec, hardware)
         if refusal is None:
             try:
-                spec = platform.resolve_data(settings, hardware.sku)
+                spec = resolve_for(settings, hardware.sku)
             except RecipeError as e:  # pragma: no cover - the model was checked above
                 refusal = str(e)
     glibc = host_glibc(probe.get("libc"))
@@ -382,7 +432,7 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     dirs += [SECRETS_DIR, settings.serve_cache_root, settings.models_hf_home]
     uv = [host_uv(root)] if settings.sdk_installer == "uv" else []
     plans = [f"{root}/{PLANS}/{i}.json" for i in dict.fromkeys(release_ids)]
-    return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE]
+    return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE, API_KEY_FILE]
 
 
 def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:

@@ -29,6 +29,16 @@ def _one_line(what: str, value: str) -> str:
     return value
 
 
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._/-]+")
+
+
+def _plain_path(what: str, path: str) -> str:
+    """An absolute path systemd reads as written (no specifier, quote or space to escape)."""
+    if not _PLAIN_PATH.fullmatch(path):
+        raise RecipeError(f"{what}: {path!r} is not an absolute path of [A-Za-z0-9._/-]")
+    return path
+
+
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     """One Jinja environment per process: it compiles each template once (a deploy renders every
@@ -56,6 +66,8 @@ def render_unit(
     user: str,
     template: str = "vllm.service.j2",
     device_word: str = "NPUs",
+    stop_timeout: int | None = None,
+    environment_file: str | None = None,
 ) -> str:
     """The unit text for instance ``index``.
 
@@ -65,6 +77,9 @@ def render_unit(
     + index, port, devices: which instance this is, its port and its NPUs (``0,1``)
     + user: the system user it runs as
     + device_word: how the description names its devices (``NPUs``, ``GPUs``)
+    + stop_timeout: seconds systemd waits for a stop before SIGKILL (None: systemd's default)
+    + environment_file: a file of ``NAME=value`` lines systemd reads as root when it starts the
+      server (the API key), or None; its content is never in the unit
     """
     jenv = _environment()
     recipe = _one_line("recipe", recipe)
@@ -82,5 +97,7 @@ def render_unit(
         devices=devices,
         user=user,
         environment=[environment_line(k, v) for k, v in env.items()],
+        environment_file=environment_file and _plain_path("EnvironmentFile", environment_file),
         exec_start=exec_line(exec_argv),
+        stop_timeout=stop_timeout,
     )

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from servefleet import checks as c
+from servefleet import checks as c, flags
 from servefleet.checks import Check, Index, canonical_name
 from servefleet.errors import DataError, RecipeError
 from servefleet.kinds import kind_of
@@ -186,6 +186,11 @@ class Settings:
     creds_hf_token_env: str = key(
         _env_name, "HF_TOKEN", "Hugging Face token for gated models (optional)"
     )
+    creds_api_key_env: str = key(
+        _env_name,
+        "SERVEFLEET_API_KEY",
+        "API key the servers require on /v1 (VLLM_API_KEY, from a 0600 root file); unset: none",
+    )
 
     # --- serve: what to serve, and where it lives on the host
     serve_recipe: str = key(
@@ -209,7 +214,27 @@ class Settings:
         c.whole(1, c.MAX_PORT), 8000, "instance i listens on serve_base_port + i"
     )
     serve_host: str | None = key(
-        c.optional(c.host_name), None, "address for `--host`; None = vLLM's default (all addresses)"
+        c.optional(c.host_name),
+        None,
+        "address the servers listen on (`--host`) and the gate asks; None = every address",
+    )
+    serve_shutdown_timeout: int = key(
+        c.whole(0, 3600),
+        60,
+        "seconds a stopping server finishes in-flight requests (`--shutdown-timeout`; 0 aborts)",
+    )
+    serve_extra_args: tuple[str, ...] = key(
+        c.extra_args,
+        [],
+        "more `vllm serve` flags for each server, checked against the host platform's flag table",
+    )
+    serve_extra_env: dict[str, str] = key(
+        c.extra_env, {}, "more variables for each server (a `VLLM_*` one must be vLLM's)"
+    )
+    serve_override_args: tuple[str, ...] = key(
+        c.override_names,
+        [],
+        "flags (`--name`) and variables of the two above that replace the recipe's own",
     )
     serve_user: str = key(c.user_name, "servefleet", "system user the servers run as")
     serve_root: str = key(
@@ -286,6 +311,7 @@ class Settings:
     index_user: str | None = field(default=None, repr=False)
     index_password: str | None = field(default=None, repr=False)
     hf_token: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
 
     def owner_of(self, package: str) -> Index | None:
         """The index that owns ``package``, or None for the public index."""
@@ -387,6 +413,29 @@ def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
                     )
 
 
+def _extras_known(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """serve_extra_args, serve_extra_env and serve_override_args against the flag table of the
+    recipe's platform (whether the recipe sets them already is known once it is resolved)."""
+    try:
+        platform = kind_of(values["serve_recipe"]).name
+    except RecipeError:  # serve_recipe's own error, where the recipe is resolved
+        return
+    table = flags.table_for(platform)
+    flags.extra_units("serve_extra_args", values["serve_extra_args"], table)
+    flags.check_env("serve_extra_env", values["serve_extra_env"], table)
+    flags.override_dests("serve_override_args", values["serve_override_args"], table)
+
+
+def _api_key(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    name = values["creds_api_key_env"]
+    key_ = environ.get(name)
+    if key_ and not c.API_KEY.fullmatch(key_):
+        raise DataError(
+            f"creds_api_key_env: the value of {name} (not shown) is not an API key servefleet "
+            f"passes on; allowed: {c.API_KEY_ALLOWED}"
+        )
+
+
 # The serve user owns these trees (its servers write there) ...
 SERVE_TREES = ("serve_home", "serve_cache_root", "models_hf_home")
 # ... and root alone writes these: none may be equal to or inside another's (#18 finding 4).
@@ -418,6 +467,8 @@ _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
     "sdk_wheelhouse": _wheelhouse,
     "pip_indexes": _indexes_pinned,
     "creds_index_password_env": _credentials,
+    "creds_api_key_env": _api_key,
+    "serve_override_args": _extras_known,
 }
 
 
@@ -485,6 +536,7 @@ def settings_from(
         index_user=secret("creds_index_user_env"),
         index_password=secret("creds_index_password_env"),
         hf_token=secret("creds_hf_token_env"),
+        api_key=secret("creds_api_key_env"),
     )
 
 

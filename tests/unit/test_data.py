@@ -107,6 +107,14 @@ PYTHON_CASES: list[tuple[str, object, str]] = [
     ("models_sha256", {"openai/gpt-oss-120b": SHA[:-1]}, "models_sha256.openai/gpt-oss-120b: '0123456789abcdef"),
     ("models_sha256", {"../x": SHA}, "models_sha256: '../x' is not a model id"),
     ("serve_features", {"spec_decoding": "maybe please"}, "serve_features.spec_decoding: 'maybe please' is not on, off or a mode"),
+    ("serve_extra_args", ["--max-num-seqs", ["8"]], "serve_extra_args: expected a string, got ['8']"),
+    ("serve_extra_args", ["--served-model-name", "a\nb"], "serve_extra_args: 'a\\nb' holds a control character"),
+    ("serve_extra_args", ["--enable-log-requests", ""], "serve_extra_args: ['--enable-log-requests', ''] holds an empty argument"),
+    ("serve_extra_args", "--served-model-name 'a", "serve_extra_args: \"--served-model-name 'a\" cannot be split as a shell would"),
+    ("serve_extra_env", {"1X": "v"}, "serve_extra_env: '1X' is not an environment variable name"),
+    ("serve_extra_env", {"X": "a\nb"}, "serve_extra_env.X: 'a\\nb' holds a control character"),
+    ("serve_extra_env", {"X": None}, "serve_extra_env.X: expected a string, got None"),
+    ("serve_override_args", ["--max-num-seqs", 8], "serve_override_args: expected a string, got 8"),
 ]  # fmt: skip
 
 

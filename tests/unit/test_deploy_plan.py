@@ -176,7 +176,14 @@ def test_host_plan_one_instance_per_npu_group() -> None:
     server = plan.spec.servers[0]
     for inst in plan.instances:
         argv, env = parse_unit(inst.text)
-        assert argv == [f"{plan.release.path}/bin/vllm", *server.argv[1:], "--port", str(inst.port)]
+        assert argv == [
+            f"{plan.release.path}/bin/vllm",
+            *server.argv[1:],
+            "--port",
+            str(inst.port),
+            "--shutdown-timeout",
+            "60",
+        ]
         assert env == {
             **server.env,
             "RBLN_VISIBLE_DEVICES": inst.devices,
@@ -192,7 +199,7 @@ def test_host_plan_groups_npus_per_server(tmp_path: Path) -> None:
     plan = plan_host(settings(serve_recipe=str(TINY), serve_host="127.0.0.1"), probe())
     assert [i.devices for i in plan.instances] == ["0,1", "2,3"]
     argv, _ = parse_unit(plan.instances[1].text)
-    assert argv[-4:] == ["--port", "8001", "--host", "127.0.0.1"]
+    assert argv[-6:] == ["--port", "8001", "--host", "127.0.0.1", "--shutdown-timeout", "60"]
 
 
 @pytest.mark.parametrize(

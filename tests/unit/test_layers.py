@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kinds", ("servefleet.kinds",)),
     ("spec", ("servefleet.spec",)),
     ("base", ("servefleet.errors", "servefleet.shipped", "servefleet.vllm_args",
-              "servefleet.download", "servefleet.subenv", "servefleet.remote")),
+              "servefleet.flags", "servefleet.download", "servefleet.subenv",
+              "servefleet.remote")),
 ]  # fmt: skip
 
 

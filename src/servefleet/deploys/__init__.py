@@ -79,6 +79,7 @@ def serve(plan: HostPlan) -> None:
     release.install(plan)
     models_step.fetch(plan)
     units.cache_dirs(plan)
+    credentials.api_key(plan)
     prewarm.converge(plan)
 
 

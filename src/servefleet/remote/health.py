@@ -5,7 +5,9 @@ usage: health.py UNIT PORT MODEL TIMEOUT [--host ADDR] [--warm-marker FILE]
        health.py status CHECKS_JSON   # {"model", "host", "instances": [[UNIT, PORT], ...]}
 
 Passes when the instance answers GET /health with 200 and a one-token chat completion within
-TIMEOUT seconds, and the socket listening on PORT belongs to UNIT (its main process or a
+TIMEOUT seconds (sent with ``Authorization: Bearer KEY`` when the unit gives its server an API
+key: the ``VLLM_API_KEY`` of the files its ``EnvironmentFile=`` names, read here as root; the key
+is never an argument), and the socket listening on PORT belongs to UNIT (its main process or a
 process in its cgroup): an old instance, or anything else, answering on the port never passes.
 Fails at once when systemd reports the unit failed, exited (a server must keep running), in an
 auto-restart loop, or restarted on failure since this check began, or when another process
@@ -37,6 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if "layout" not in sys.modules:  # a file next to layout.py (sent inline, it comes carried)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layout  # noqa: E402
+
 PROPERTIES = (
     "LoadState",
     "ActiveState",
@@ -47,6 +53,7 @@ PROPERTIES = (
     "ExecMainStatus",
     "MainPID",
     "ControlGroup",
+    "EnvironmentFiles",
 )
 CLD_EXITED = 1  # ExecMainCode of a main process that exited (rather than was killed)
 TCP_LISTEN = "0A"
@@ -67,6 +74,7 @@ class UnitState:
     main_status: int
     main_pid: int
     cgroup: str
+    env_files: tuple[str, ...] = ()  # the files of the unit's EnvironmentFile=, in order
 
 
 def _int(text: str | None) -> int:
@@ -80,6 +88,12 @@ def unit_state(unit: str) -> UnitState:
     cmd = ["systemctl", "show", *(a for p in PROPERTIES for a in ("-p", p)), unit]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    # one line per file: "EnvironmentFiles=/etc/servefleet/secrets/x.env (ignore_errors=no)"
+    files = [
+        line.split("=", 1)[1].rsplit(" (ignore_errors=", 1)[0]
+        for line in out.splitlines()
+        if line.startswith("EnvironmentFiles=") and line != "EnvironmentFiles="
+    ]
     return UnitState(
         load=props.get("LoadState", ""),
         active=props.get("ActiveState", "unknown"),
@@ -90,7 +104,27 @@ def unit_state(unit: str) -> UnitState:
         main_status=_int(props.get("ExecMainStatus")),
         main_pid=_int(props.get("MainPID")),
         cgroup=props.get("ControlGroup", ""),
+        env_files=tuple(files),
     )
+
+
+def api_key(st: UnitState) -> str | None:
+    """The API key the unit gives its server: the last ``VLLM_API_KEY=`` of its environment
+    files (as systemd reads them: ``#``/``;`` comments, optional quotes), or None."""
+    key = None
+    for path in st.env_files:
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue  # systemd fails such a start itself; the gate says why it does not answer
+        for line in text.splitlines():
+            name, eq, value = line.strip().partition("=")
+            if eq and name.strip() == layout.API_KEY_VAR:
+                value = value.strip()
+                if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                    value = value[1:-1]
+                key = value
+    return key or None
 
 
 def state_problem(unit: str, st: UnitState, baseline: int) -> str | None:
@@ -250,8 +284,9 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 MAX_REPLY = 1 << 20  # bytes of a chat reply the gate reads (a one-token reply is far smaller)
 
 
-def probe(base: str, model: str, limit: float) -> str | None:
-    """None when healthy, else why not (each request waits at most ``limit`` seconds)."""
+def probe(base: str, model: str, limit: float, key: str | None = None) -> str | None:
+    """None when healthy, else why not (each request waits at most ``limit`` seconds; the chat
+    carries ``Authorization: Bearer key`` when there is a key: /health is open in vLLM)."""
     try:
         with _OPENER.open(base + "/health", timeout=min(5.0, limit)) as r:
             if r.status != 200:
@@ -259,9 +294,10 @@ def probe(base: str, model: str, limit: float) -> str | None:
         body = json.dumps(
             {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}
         ).encode()
-        req = urllib.request.Request(
-            base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        req = urllib.request.Request(base + "/v1/chat/completions", data=body, headers=headers)
         with _OPENER.open(req, timeout=min(30.0, limit)) as r:
             raw = r.read(MAX_REPLY + 1)
         if len(raw) > MAX_REPLY:
@@ -271,6 +307,9 @@ def probe(base: str, model: str, limit: float) -> str | None:
             return "chat completion had no choices"
         return None
     except urllib.error.HTTPError as e:
+        if e.code == 401:
+            sent = "with the unit's API key" if key else "without an API key (the unit has none)"
+            return f"{e.url} answered 401 Unauthorized {sent}"
         return f"{e.url} answered {e.code}"
     except (OSError, ValueError) as e:
         return f"not answering: {e}"
@@ -302,7 +341,7 @@ def check(
         fatal = state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, False)
         if fatal:
             return fatal
-        why = probe(base, model, max(1.0, deadline - time.monotonic()))
+        why = probe(base, model, max(1.0, deadline - time.monotonic()), api_key(st))
         if why is None:
             st = unit_state(unit)
             return state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, True)

@@ -54,6 +54,10 @@ MODEL_COMPLETE = ".servefleet-complete"  # names the snapshot, written last by f
 SECRETS_DIR = "/etc/servefleet/secrets"
 NETRC = f"{SECRETS_DIR}/netrc"  # index credentials (pip and uv read it through $NETRC)
 HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch time only)
+# The servers' API key: the units' EnvironmentFile= (systemd reads it as root); the health gate
+# reads the key from the file a unit names, for its Authorization: Bearer header
+API_KEY_FILE = f"{SECRETS_DIR}/vllm-api-key.env"
+API_KEY_VAR = "VLLM_API_KEY"  # its one line: VLLM_API_KEY=<key>
 
 # The RBLN driver.
 RUNFILE_DIR = "/var/cache/servefleet/driver"  # runfiles and installer logs

@@ -1,12 +1,13 @@
-"""The secrets a host gets: the index credentials as a netrc and the Hugging Face token, each a
-0600 file in the 0700 ``SECRETS_DIR``; never in a unit, an argument or the output."""
+"""The secrets a host gets: the index credentials as a netrc, the Hugging Face token and the
+servers' API key (their EnvironmentFile), each a 0600 root file in the 0700 ``SECRETS_DIR``,
+sent on the command's stdin; never in a unit, an argument or the output."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from servefleet.hostplan import HostPlan
-from servefleet.remote.layout import SECRETS_DIR
+from servefleet.hostplan import HostPlan, api_key_file
+from servefleet.remote.layout import API_KEY_FILE, SECRETS_DIR
 from servefleet.settings import Settings
 from servefleet.steps import ensure
 
@@ -31,5 +32,14 @@ def hf_token(plan: HostPlan) -> str | None:
 
 def secrets_dir(plan: HostPlan) -> None:
     """The 0700 directory secrets pass through and live in, when this host gets any."""
-    if plan.release.netrc or hf_token(plan):
+    if plan.release.netrc or hf_token(plan) or plan.settings.api_key:
         ensure.directory(plan, SECRETS_DIR, mode="700")
+
+
+def api_key(plan: HostPlan) -> None:
+    """The servers' API key, as the EnvironmentFile their units name (systemd reads it as root
+    and gives the server VLLM_API_KEY; the gate reads it from there). Written before the
+    converge: a new key is a new unit sha, so every server restarts through the gate with it."""
+    key = plan.settings.api_key
+    if key:
+        ensure.secret(plan, "Write the servers' API key (0600)", API_KEY_FILE, api_key_file(key))
