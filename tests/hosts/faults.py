@@ -14,8 +14,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTING = re.compile(r"--> Starting (?:[a-z ,]+ )?operation: (.*)$")
 PORTS = [8000 + i for i in range(4)]
+DRAIN = ["--shutdown-timeout", "60"]  # what the deploy adds after --port (serve_shutdown_timeout)
 
 # The recompiling change the fault tests make, from the default data: every phase runs
 # (driver, release, models, units, pre-warm, restarts).
@@ -40,6 +43,34 @@ DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
 
 def secrets(state: dict[str, Any]) -> dict[str, str]:
     return {name: Path(path).read_text().strip() for name, path in state["secrets"].items()}
+
+
+@contextmanager
+def argv_watch(*needles: bytes | str) -> Iterator[list[str]]:
+    """Every process command line on this machine (the lab hosts' included) that holds one of
+    ``needles``, sampled every 50 ms while the ``with`` runs (a secret there is a leak)."""
+    wanted = [n.encode() if isinstance(n, str) else n for n in needles]
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    data = cmdline.read_bytes()
+                except OSError:
+                    continue
+                if any(n in data for n in wanted):
+                    seen.append(data.replace(b"\0", b" ").decode(errors="replace")[:200])
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        sampler.join()
 
 
 def pyinfra_cmd(*args: str, deploy_file: str = "deploys/serve.py") -> list[str]:
@@ -180,7 +211,7 @@ def record(state: dict[str, Any], host: str, port: int) -> dict[str, Any] | None
 def runs_argv(state: dict[str, Any], host: str, port: int, argv: list[str]) -> bool:
     """The server recorded on ``port`` got ``argv`` + --port, and is alive now."""
     rec = record(state, host, port)
-    if not rec or rec["argv"][1:] != argv[1:] + ["--port", str(port)]:
+    if not rec or rec["argv"][1:] != argv[1:] + ["--port", str(port), *DRAIN]:
         return False
     return on_host(state, host, f"kill -0 {rec['pid']}", check=False).returncode == 0
 

@@ -14,13 +14,11 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import make_change_cold, resolved, secrets
+from faults import DRAIN, argv_watch, make_change_cold, resolved, secrets
 from labhelpers import lab_up, on_host
 
 from servefleet.lab import layout
@@ -124,7 +122,7 @@ def assert_records(state: dict[str, Any], spec: dict[str, Any]) -> None:
             rec = json.loads(on_host(state, host, f"cat /run/rbln-sim/vllm-{port}.json").stdout)
             assert Path(rec["argv"][0]).name == "vllm"
             assert rec["argv"][0].startswith("/opt/servefleet/releases/")
-            assert rec["argv"][1:] == server["argv"][1:] + ["--port", str(port)]
+            assert rec["argv"][1:] == server["argv"][1:] + ["--port", str(port), *DRAIN]
             env = {k: v for k, v in rec["env"].items() if k not in SYSTEMD_ENV}
             unit = on_host(
                 state, host, f"cat /etc/systemd/system/servefleet-vllm-{i}.service"
@@ -208,27 +206,8 @@ def test_bad_data_changes_nothing_on_any_host(
 def test_fresh_hosts_to_serving_without_leaking_secrets(fresh: dict[str, Any]) -> None:
     lab = fresh
     secret_values = [v.encode() for v in secrets(lab).values()]
-    seen: list[str] = []
-    stop = threading.Event()
-
-    def sample() -> None:  # every process's command line on this machine, hosts' included
-        while not stop.is_set():
-            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    data = cmdline.read_bytes()
-                except OSError:
-                    continue
-                if any(s in data for s in secret_values):
-                    seen.append(data.replace(b"\0", b" ").decode(errors="replace")[:200])
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with argv_watch(*secret_values) as seen:
         proc = ok(deploy(lab, "-vvv", "--diff"))
-    finally:
-        stop.set()
-        sampler.join()
     assert not seen, f"a secret was in a process's command line: {seen[:3]}"
     output = (proc.stdout + proc.stderr).encode()
     assert not [s for s in secret_values if s in output], "a secret is in pyinfra's output"

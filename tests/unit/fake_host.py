@@ -3,7 +3,8 @@
 + ``FakeSystemd``: ``systemctl`` and ``journalctl`` executables on PATH that answer from files
   the test writes, and log every call.
 + ``Stub``: a vllm-like HTTP server on 127.0.0.1 (random free port) in a thread, answering
-  ``/health`` and ``/v1/chat/completions`` as configured.
+  ``/health`` and ``/v1/chat/completions`` as configured (with ``api_key``, as vLLM's
+  ``--api-key``: every ``/v1`` request without ``Authorization: Bearer KEY`` gets 401).
 + ``stub_process``: the same stub in a subprocess (a listener that is not the test's own).
 + ``serving``: any ``ThreadingHTTPServer`` run in a thread for the length of a ``with``.
 
@@ -115,13 +116,22 @@ class FakeSystemd:
 
 class Stub:
     """A vllm-like server on 127.0.0.1: ``/health`` answers ``health``, the chat completion
-    ``chat`` (a JSON body) with ``chat_status``. Requests are kept in ``requests``."""
+    ``chat`` (a JSON body) with ``chat_status``; with ``api_key`` a ``/v1`` request without
+    ``Authorization: Bearer <api_key>`` gets 401. Requests are kept in ``requests``, their
+    Authorization headers (or None) in ``auth``."""
 
     def __init__(
-        self, health: int = 200, chat: Any = REPLY, chat_status: int = 200, port: int = 0
+        self,
+        health: int = 200,
+        chat: Any = REPLY,
+        chat_status: int = 200,
+        port: int = 0,
+        api_key: str | None = None,
     ) -> None:
         self.health, self.chat, self.chat_status = health, chat, chat_status
+        self.api_key = api_key
         self.requests: list[tuple[str, Any]] = []
+        self.auth: list[str | None] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.port = int(self.server.server_address[1])
         self._running = ExitStack()
@@ -130,14 +140,28 @@ class Stub:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
+            def _refused(self) -> bool:
+                """vLLM's --api-key: /v1/* need the key, /health stays open."""
+                stub.auth.append(self.headers.get("Authorization"))
+                if stub.api_key is None or not self.path.startswith("/v1"):
+                    return False
+                if self.headers.get("Authorization") == f"Bearer {stub.api_key}":
+                    return False
+                self._answer(401, b'{"error": "Unauthorized"}')
+                return True
+
             def do_GET(self) -> None:
                 stub.requests.append((self.path, None))
+                if self._refused():
+                    return
                 code = stub.health if self.path == "/health" else 404
                 self._answer(code, b"" if code == 200 else b'{"error": "stub"}')
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 stub.requests.append((self.path, json.loads(self.rfile.read(length) or b"null")))
+                if self._refused():
+                    return
                 if self.path != "/v1/chat/completions":
                     self._answer(404, b"{}")
                 else:

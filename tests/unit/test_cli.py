@@ -99,7 +99,8 @@ def test_shell_and_unit_of_the_fixture_card() -> None:
     words = shlex.split(run(*args, "--format", "shell").output)
     assert words == [f"{k}={v}" for k, v in spec["env"].items()] + spec["argv"]
     argv, env = parse_unit(run(*args, "--format", "unit").output)
-    assert argv[0].endswith("/bin/vllm") and argv[1:] == [*spec["argv"][1:], "--port", "8000"]
+    assert argv[0].endswith("/bin/vllm")
+    assert argv[1:] == [*spec["argv"][1:], "--port", "8000", "--shutdown-timeout", "60"]
     assert {k: env[k] for k in spec["env"]} == spec["env"]
 
 

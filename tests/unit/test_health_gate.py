@@ -196,3 +196,65 @@ def test_a_prewarm_answering_unhealthy_fails_after_answered_timeout(
         why = health.check(UNIT, stub.port, MODEL, 3600.0, answered_timeout=1.0)
     assert time.monotonic() - started < 10
     assert why == f"not healthy within 1s: http://127.0.0.1:{stub.port}/health answered 500"
+
+
+# -- the API key: read from the files the unit's EnvironmentFile= names, sent as a Bearer ------
+
+KEY = "sk-" + "0123456789abcdef" * 2
+
+
+def keyed(env_file: Path, **props: Any) -> dict[str, Any]:
+    """Our running unit whose EnvironmentFile= is ``env_file`` (as ``systemctl show`` says it)."""
+    return ours(EnvironmentFiles=f"{env_file} (ignore_errors=no)", **props)
+
+
+def test_the_gate_sends_the_key_of_the_units_environment_file(
+    systemd: FakeSystemd, tmp_path: Path
+) -> None:
+    env_file = tmp_path / "vllm-api-key.env"
+    env_file.write_text(f"# written by servefleet\nVLLM_API_KEY={KEY}\n")
+    env_file.chmod(0o600)
+    systemd.show(keyed(env_file))
+    with Stub(api_key=KEY) as stub:
+        proc = gate(systemd, stub.port, 10)
+    assert proc.returncode == 0, proc.stderr
+    assert [path for path, _ in stub.requests] == ["/health", "/v1/chat/completions"]
+    assert stub.auth == [None, f"Bearer {KEY}"]  # /health is open: the key goes to /v1 only
+    assert KEY not in proc.stdout + proc.stderr
+    assert all(KEY not in " ".join(call) for call in systemd.calls())
+
+
+def test_without_the_units_key_the_server_answers_401_and_the_gate_fails(
+    systemd: FakeSystemd, tmp_path: Path
+) -> None:
+    """The stub answers 401 without the key: the gate must send it to pass (so it can fail).
+    A 401 fails at once (TIMEOUT 60 s; the run is cut at 15 s): waiting cannot change the key."""
+    systemd.show(ours())  # a unit without EnvironmentFile=
+    with Stub(api_key=KEY) as stub:
+        proc = gate(systemd, stub.port, 60)
+    url = f"http://127.0.0.1:{stub.port}/v1/chat/completions"
+    refused(proc, f"{url} answered 401 Unauthorized without an API key (the unit has none)")
+    assert set(stub.auth) == {None}
+    wrong = tmp_path / "wrong.env"
+    wrong.write_text('VLLM_API_KEY="sk-another-key-of-16-chars"\n')
+    systemd.show(keyed(wrong))
+    with Stub(api_key=KEY) as stub:
+        proc = gate(systemd, stub.port, 60)
+    url = f"http://127.0.0.1:{stub.port}/v1/chat/completions"
+    refused(proc, f"{url} answered 401 Unauthorized with the unit's API key")
+    assert "Bearer sk-another-key-of-16-chars" in stub.auth  # quotes as systemd reads them
+
+
+def test_the_last_key_of_the_units_files_counts(
+    systemd: FakeSystemd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", systemd.env()["PATH"])
+    first, second = tmp_path / "a.env", tmp_path / "b.env"
+    first.write_text("VLLM_API_KEY=sk-first-key-0000000\nOTHER=1\n")
+    second.write_text(f"; a comment\n VLLM_API_KEY = '{KEY}'\n")
+    st = health.UnitState("loaded", "active", "running", "", 0, 0, 0, 1, "", (str(first),))
+    assert health.api_key(st) == "sk-first-key-0000000"
+    both = health.UnitState("loaded", "active", "running", "", 0, 0, 0, 1, "", (str(first), str(second)))  # fmt: skip
+    assert health.api_key(both) == KEY
+    gone = health.UnitState("loaded", "active", "running", "", 0, 0, 0, 1, "", (str(tmp_path / "x"),))  # fmt: skip
+    assert health.api_key(gone) is None

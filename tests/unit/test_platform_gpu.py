@@ -56,7 +56,7 @@ def test_the_recipe_resolves_to_one_server_on_the_first_gpus() -> None:
     exec_argv, env = parse_unit(inst.text)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "RBLN_VISIBLE_DEVICES" not in env
     assert exec_argv[0] == f"{plan.release.path}/bin/vllm"
-    assert exec_argv[1:] == [*resolved()[1:], "--port", "8000"]
+    assert exec_argv[1:] == [*resolved()[1:], "--port", "8000", "--shutdown-timeout", "60"]
     state = plan.desired_state()
     assert state["devices_env"] == "CUDA_VISIBLE_DEVICES"
     assert state["prewarm_timeout"] == 1800 and state["instances"][0]["fingerprint"] == "-"

@@ -90,3 +90,22 @@ def test_the_fleet_prewarm_roles_follow_the_inventory() -> None:
     assert {h: run.role(h) for h in "abc"} == want
     run.join(entry("d"))  # roles are decided once, when the first operation asks
     assert run.role("d") is None
+
+
+def test_status_sends_the_units_api_key(tmp_path: Path) -> None:
+    key = "sk-" + "fedcba9876543210" * 2
+    env_file = tmp_path / "vllm-api-key.env"
+    env_file.write_text(f"VLLM_API_KEY={key}\n")
+    systemd = FakeSystemd(tmp_path / "host")
+    ours = running(MainPID=os.getpid(), ControlGroup="/system.slice/x.service")
+    systemd.show({**ours, "EnvironmentFiles": f"{env_file} (ignore_errors=no)"})
+    with Stub(api_key=key) as keyed:
+        assert status(systemd, [[UNITS[0], keyed.port]]) == {str(keyed.port): "ok"}
+    assert keyed.auth == [None, f"Bearer {key}"]
+    systemd.show(ours)  # the same server, a unit that names no key: 401, unhealthy
+    with Stub(api_key=key) as keyed:
+        found = status(systemd, [[UNITS[0], keyed.port]])
+    assert found == {
+        str(keyed.port): f"http://127.0.0.1:{keyed.port}/v1/chat/completions answered 401 "
+        "Unauthorized without an API key (the unit has none)"
+    }

@@ -282,6 +282,7 @@ def owner_problem(unit: str, port: int, host: str, st: UnitState, answered: bool
 # sets http_proxy would otherwise ask the proxy for 127.0.0.1, and every gate would fail)
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 MAX_REPLY = 1 << 20  # bytes of a chat reply the gate reads (a one-token reply is far smaller)
+UNAUTHORIZED = "answered 401 Unauthorized"  # the server wants another key: waiting cannot help
 
 
 def probe(base: str, model: str, limit: float, key: str | None = None) -> str | None:
@@ -309,7 +310,7 @@ def probe(base: str, model: str, limit: float, key: str | None = None) -> str | 
     except urllib.error.HTTPError as e:
         if e.code == 401:
             sent = "with the unit's API key" if key else "without an API key (the unit has none)"
-            return f"{e.url} answered 401 Unauthorized {sent}"
+            return f"{e.url} {UNAUTHORIZED} {sent}"
         return f"{e.url} answered {e.code}"
     except (OSError, ValueError) as e:
         return f"not answering: {e}"
@@ -342,9 +343,13 @@ def check(
         if fatal:
             return fatal
         why = probe(base, model, max(1.0, deadline - time.monotonic()), api_key(st))
-        if why is None:
+        if why is None or UNAUTHORIZED in why:
             st = unit_state(unit)
-            return state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, True)
+            return (
+                state_problem(unit, st, baseline)
+                or owner_problem(unit, port, host, st, True)
+                or why
+            )
         if answered_timeout is not None and not answered and not why.startswith("not answering"):
             answered = True
             if time.monotonic() + answered_timeout < deadline:
