@@ -189,7 +189,7 @@ class Settings:
     creds_api_key_env: str = key(
         _env_name,
         "SERVEFLEET_API_KEY",
-        "API key the servers require on /v1 (VLLM_API_KEY, from a 0600 root file); unset: none",
+        "API key the servers require on /v1 (VLLM_API_KEY from a 0600 root file); unset: open",
     )
 
     # --- serve: what to serve, and where it lives on the host
@@ -226,7 +226,7 @@ class Settings:
     serve_extra_args: tuple[str, ...] = key(
         c.extra_args,
         [],
-        "more `vllm serve` flags for each server, checked against the host platform's flag table",
+        "more `vllm serve` flags for each server, checked by the platform's flag table (a recompile)",
     )
     serve_extra_env: dict[str, str] = key(
         c.extra_env, {}, "more variables for each server (a `VLLM_*` one must be vLLM's)"
