@@ -37,6 +37,7 @@ def lab_unavailable_reason() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = None
     checked = False
