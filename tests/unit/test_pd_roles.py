@@ -29,7 +29,7 @@ from servefleet.hostplan import resolve_for
 from servefleet.kinds.rbln.card import card_from_dict, load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.roles import bind, placeholders, serving_roles, shell_word
-from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
+from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.pd import pool_modes
 from servefleet.settings import load_defaults, settings_from
 
@@ -147,6 +147,9 @@ def test_placeholders_stay_symbolic_as_the_site_prints_them() -> None:
 def test_pd_layers_per_role() -> None:
     r = load_vllm_recipe(LAYERS)
     assert pool_modes(r) == ["tp", "dep"]  # tep is narrowed away by pool_modes
+    shown = describe_vllm(r)["strategy_details"]
+    assert shown["pd_cluster"]["pool_parallelism"] == ["tp", "dep"]
+    assert "pool_parallelism" not in shown["single_node_tp"]
     spec = resolve_vllm(r, hardware="h200", strategy="pd_cluster")
     prefill, decode = spec.servers
     nixl = '{"kv_connector":"NixlConnector","kv_role":"kv_%s","kv_load_failure_policy":"fail"}'
