@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -120,12 +119,16 @@ def _given(value: Any) -> bool:
 
 
 def shell_command(server: Any) -> str:
-    """One pasteable line: env assignments then the argv, each quoted for a POSIX shell.
+    """One pasteable line: env assignments then the argv, each quoted for a POSIX shell; a
+    placeholder (``$PREFILL_NODE_1``) is left for the shell to expand, as the recipes site
+    prints it.
 
     + server: a :class:`servefleet.spec.Server`
     """
-    words = [f"{k}={shlex.quote(v)}" for k, v in server.env.items()]
-    words += [shlex.quote(a) for a in server.argv]
+    from servefleet.kinds.roles import shell_word
+
+    words = [f"{k}={shell_word(v)}" for k, v in server.env.items()]
+    words += [shell_word(a) for a in server.argv]
     return " ".join(words)
 
 
@@ -133,9 +136,14 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     if fmt == "json":
         return json.dumps(spec.to_json(), indent=2, ensure_ascii=False)
     if fmt == "shell":
-        if len(spec.servers) == 1:
+        if len(spec.servers) == 1 and not spec.router:
             return shell_command(spec.servers[0])
-        return "\n".join(f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers)
+        lines = [f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers]
+        if spec.router:
+            from servefleet.spec import Server
+
+            lines.append(f"# router\n{shell_command(Server('router', spec.router, {}))}")
+        return "\n".join(lines)
     if len(spec.servers) != 1:
         roles = ", ".join(s.role for s in spec.servers)
         raise RecipeError(f"--format unit renders one server; this selection has {roles}")
@@ -172,6 +180,12 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     "--kv-offload", default=None, metavar="NAME", help="vLLM: a KV-offload option of the taxonomy."
 )
 @click.option("--task", default=None, help="vLLM: an omni recipe's task (default: its first).")
+@click.option(
+    "--pool-parallelism",
+    default=None,
+    metavar="tp|tep|dep",
+    help="vLLM: pd_cluster only: the prefill and decode pools' parallelism (default: the recipe's).",
+)
 @click.option(
     "--format",
     "fmt",

@@ -199,6 +199,7 @@ def test_vllm_dispatch(vllm_stub: list[dict]) -> None:
         "no_features": ["d"],
         "kv_offload": None,
         "task": None,
+        "pool_parallelism": None,
     }
     shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b").output)
     assert shown == {"recipe": "vllm/openai/gpt-oss-120b", "kind": "vllm", "hardware": ["h200"]}
