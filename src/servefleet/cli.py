@@ -517,15 +517,9 @@ def lock_cmd(
 def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True) -> dict[str, Any]:
     """``KEY=VALUE`` options as a dict: ``--data`` values as pyinfra reads them (``parse``),
     ``--selection`` values as strings."""
-    from servefleet.inventory import parse_data_value
+    from servefleet.inventory import data_overrides
 
-    overrides = {}
-    for item in data:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"{option} {item!r}: expected KEY=VALUE")
-        overrides[key] = parse_data_value(value) if parse else value
-    return overrides
+    return data_overrides(data, option, parse)
 
 
 @main.command("wheelhouse")

@@ -69,9 +69,23 @@ def pyinfra_cli() -> Any:
     return sys.modules["pyinfra_cli"]
 
 
-def parse_data_value(value: str) -> Any:
-    """A ``--data`` value as pyinfra reads it (``true``, numbers, JSON lists and objects)."""
-    return pyinfra_cli().util.parse_cli_arg(value)
+def data_overrides(
+    items: Sequence[str], option: str = "--data", parse: bool = True
+) -> dict[str, Any]:
+    """``KEY=VALUE`` options as a dict, each value as pyinfra reads ``--data`` (``true``,
+    numbers, JSON lists and objects), or as the string given (``parse=False``).
+
+    + items: the options' values
+    + option: the option's name, for the error
+    + parse: read values as pyinfra does
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key:
+            raise ServefleetError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key] = pyinfra_cli().util.parse_cli_arg(value) if parse else value
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,12 +116,7 @@ class PyinfraOptions:
         except Exception as e:  # noqa: BLE001 (click's own parse errors: one line)
             raise ServefleetError(f"pyinfra arguments {' '.join(args)}: {e}") from None
         params = ctx.params
-        data: dict[str, Any] = {}
-        for item in params.get("data") or ():
-            key, sep, value = str(item).partition("=")
-            if not sep or not key:
-                raise ServefleetError(f"--data {item!r}: expected KEY=VALUE")
-            data[key] = parse_data_value(value)
+        data = data_overrides(params.get("data") or ())
         data.update({k: params[k] for k in _SSH_OPTIONS if params.get(k)})
         return cls(
             limit=tuple(params.get("limit") or ()),
