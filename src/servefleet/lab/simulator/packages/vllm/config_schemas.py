@@ -13,7 +13,8 @@ What the schemas cannot show, written here once:
   there any name-shaped string (a Python identifier once upper-cased) passes and anything else is
   refused with the first sentence of vLLM's message.
 - pydantic's error text is reproduced without the ``For further information visit`` URL line
-  (its pydantic version is not in the dumps) and with Python's JSON error for invalid JSON.
+  (its pydantic version is not in the dumps); text that is not JSON at all is refused before
+  any class is asked (``Invalid JSON: ...``, Python's words).
 """
 
 from __future__ import annotations
@@ -400,29 +401,3 @@ def check_config(flag: str, value: Any, platform: str = DEFAULT_PLATFORM) -> str
         return None
     errors = _Validator(schema.get("$defs", {})).check(schema, value, ())
     return validation_message(str(schema["title"]), errors) if errors else None
-
-
-def check_config_json(
-    flag: str, text: str, platform: str = DEFAULT_PLATFORM
-) -> tuple[Any, str | None]:
-    """``TypeAdapter(cls).validate_json(text)`` for ``flag``'s class: (the value, pydantic's
-    message or None).
-
-    + flag: the flag's first spelling
-    + text: the argument's text
-    + platform: ``rbln`` or ``upstream``
-    """
-    schema = config_schema(flag, platform)
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        if schema is None:
-            raise
-        where = (
-            f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-            if isinstance(exc, json.JSONDecodeError)
-            else str(exc)
-        )
-        error = LineError((), "json_invalid", f"Invalid JSON: {where}", text)
-        return None, validation_message(str(schema["title"]), [error])
-    return value, check_config(flag, value, platform)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .common import DEFAULT_PLATFORM, ENVS_FILE, FLAGS_DIR, PLATFORM_DEFAULTS, PLATFORMS, PROG
-from .config_schemas import check_config_json, config_schema
+from .config_schemas import check_config, config_schema
 
 # vLLM's value parsers, by the names the dumps give them. Their __name__ is what argparse shows
 # in "argument --x: invalid <name> value: 'v'", as vLLM's functions of the same name would.
@@ -47,24 +47,29 @@ def human_readable_int_or_auto(value: str) -> int:
     return human_readable_int(value)
 
 
+def _json_object_text(val: str) -> Any:
+    try:
+        return json.loads(val)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"Invalid JSON: {exc}") from None
+
+
 def parse_dataclass(val: str) -> dict[str, Any]:
     """A config dataclass from JSON, for a class the configs dumps give no schema of
     (``--quantization-config``, ``--ir-op-priority``): a JSON object, any keys."""
-    try:
-        value = json.loads(val)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"Invalid JSON: {exc}") from None
+    value = _json_object_text(val)
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"Input should be a JSON object: {val!r}")
     return value
 
 
 def _config_type(flag: str, platform: str) -> Callable[[str], Any]:
-    """vLLM's ``parse_dataclass`` of ``flag``'s config class: ``TypeAdapter(cls).validate_json``,
-    its ValidationError as the argument's error (:mod:`vllm.config_schemas`)."""
+    """vLLM's ``parse_dataclass`` of ``flag``'s config class: the JSON validated against the
+    class's schema, pydantic's message as the argument's error (:mod:`vllm.config_schemas`)."""
 
     def parse_dataclass(val: str) -> Any:
-        value, message = check_config_json(flag, val, platform)
+        value = _json_object_text(val)
+        message = check_config(flag, value, platform)
         if message is not None:
             raise argparse.ArgumentTypeError(message)
         return value
