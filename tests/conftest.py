@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import gevent.monkey
 import pytest
@@ -43,8 +44,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/hosts/" in item.nodeid or item.get_closest_marker("hosts"):
             item.add_marker(pytest.mark.hosts)
-            # one lab: every host test runs on one xdist worker, in this order
-            item.add_marker(pytest.mark.xdist_group("lab"))
             if not checked:
                 reason, checked = lab_unavailable_reason(), True
             if reason and os.environ.get("CI", "").lower() in ("true", "1"):
@@ -54,6 +53,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 LAB_MISSING_IN_CI = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """One lab, so one worker for every host test, in collection order (one scope); each unit
+    test is a scope of its own, spread over the other worker (and this one, once it is free)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneLab(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "lab" if nodeid.startswith("tests/hosts/") else nodeid
+
+    return OneLab(config, log)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,14 +1,14 @@
 """``servefleet``: a thin click CLI over the library (recipes, resolve, lab).
 
 User errors (:class:`ServefleetError`, click usage errors) print one line
-``servefleet: error: ...`` on stderr and exit 2, never a traceback.
+``servefleet: error: ...`` on stderr and exit 2, never a traceback. Every exit status is one of
+:class:`servefleet.exitcodes.Exit` (docs/exit-codes.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from servefleet.errors import RecipeError, ServefleetError
+from servefleet.exitcodes import Exit
 
 
 class _Group(click.Group):
@@ -35,13 +36,14 @@ class _Group(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as exc:
-            _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code)
+            usage = isinstance(exc, click.UsageError)
+            _fail(exc.format_message(), Exit.USAGE if usage else exc.exit_code)
         except ServefleetError as exc:
-            _fail(str(exc), 2)
+            _fail(str(exc), Exit.USAGE)
         except click.Abort:
             click.echo("Aborted!", err=True)
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
+            sys.exit(Exit.FAILED)
+        sys.exit(rv if isinstance(rv, int) else Exit.OK)
 
 
 def _fail(message: str, code: int) -> None:
@@ -120,12 +122,16 @@ def _given(value: Any) -> bool:
 
 
 def shell_command(server: Any) -> str:
-    """One pasteable line: env assignments then the argv, each quoted for a POSIX shell.
+    """One pasteable line: env assignments then the argv, each quoted for a POSIX shell; a
+    placeholder (``$PREFILL_NODE_1``) is left for the shell to expand, as the recipes site
+    prints it.
 
     + server: a :class:`servefleet.spec.Server`
     """
-    words = [f"{k}={shlex.quote(v)}" for k, v in server.env.items()]
-    words += [shlex.quote(a) for a in server.argv]
+    from servefleet.kinds.roles import shell_word
+
+    words = [f"{k}={shell_word(v)}" for k, v in server.env.items()]
+    words += [shell_word(a) for a in server.argv]
     return " ".join(words)
 
 
@@ -133,9 +139,14 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     if fmt == "json":
         return json.dumps(spec.to_json(), indent=2, ensure_ascii=False)
     if fmt == "shell":
-        if len(spec.servers) == 1:
+        if len(spec.servers) == 1 and not spec.router:
             return shell_command(spec.servers[0])
-        return "\n".join(f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers)
+        lines = [f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers]
+        if spec.router:
+            from servefleet.spec import Server
+
+            lines.append(f"# router\n{shell_command(Server('router', spec.router, {}))}")
+        return "\n".join(lines)
     if len(spec.servers) != 1:
         roles = ", ".join(s.role for s in spec.servers)
         raise RecipeError(f"--format unit renders one server; this selection has {roles}")
@@ -172,6 +183,12 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     "--kv-offload", default=None, metavar="NAME", help="vLLM: a KV-offload option of the taxonomy."
 )
 @click.option("--task", default=None, help="vLLM: an omni recipe's task (default: its first).")
+@click.option(
+    "--pool-parallelism",
+    default=None,
+    metavar="tp|tep|dep",
+    help="vLLM: pd_cluster only: the prefill and decode pools' parallelism (default: the recipe's).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -223,89 +240,170 @@ def _unit(spec: Any, compiler_version: str | None) -> str:
 
 
 DEPLOYS = Path(__file__).resolve().parents[2] / "deploys"
-
-
-@main.command(
-    "rollback", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+_FLEET = {"ignore_unknown_options": True}
+_LIMIT = click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only these hosts: a group name, else a glob of host names (repeatable, as pyinfra's "
+    "--limit; a --limit after -- counts too).",
 )
-@click.argument("inventory")
-@click.option("--limit", default=None, help="Only these hosts or groups (as pyinfra's --limit).")
-@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
-def rollback_cmd(inventory: str, limit: str | None, pyinfra_args: tuple[str, ...]) -> None:
-    """Roll hosts back to the state before their last good deploy (units, release, servers),
-    through the health gate. Arguments after ``--`` go to pyinfra as they are."""
+_PYINFRA_ARGS = click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+
+
+def _pyinfra() -> str:
+    return str(Path(sys.executable).parent / "pyinfra")
+
+
+def _fleet(inventory: str, limits: tuple[str, ...], pyinfra_args: tuple[str, ...]) -> Any:
+    """The command's hosts, read with pyinfra's loader (:class:`servefleet.inventory.FleetArgs`);
+    a pattern that matches no host is said on stderr, as pyinfra says it."""
+    from servefleet.inventory import FleetArgs
+
+    return FleetArgs.read(
+        inventory, limits, pyinfra_args, warn=lambda m: click.echo(f"servefleet: {m}", err=True)
+    )
+
+
+def _run_pyinfra(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """One pyinfra run, its exit status and everything it printed (stdout and stderr, in order)."""
     import subprocess
 
-    pyinfra = str(Path(sys.executable).parent / "pyinfra")
-    cmd = [pyinfra, "-y", *(["--limit", limit] if limit else []), *pyinfra_args, inventory]
-    sys.exit(subprocess.run([*cmd, str(DEPLOYS / "rollback.py")]).returncode)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc.returncode, proc.stdout
 
 
-def _report(kind: str, inventory: str, pyinfra_args: tuple[str, ...]) -> dict[str, Any]:
-    """Run deploys/report.py over the inventory (the deploy's probe and planner, no operation)
-    and read each host's summary. Hosts that could not be reached are reported as such."""
-    import os
-    import subprocess
+def _report(
+    kind: str, inventory: str, hosts: Sequence[str], pyinfra_args: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """Run deploys/report.py over ``hosts`` (the deploy's probe and planner, no operation):
+    each host's summary, and each host that wrote none, ``unreachable`` (pyinfra's reason) or
+    ``failed`` (why). pyinfra refusing to start is one line (exit 2).
+
+    + kind: "plan" or "status"
+    + inventory: as pyinfra takes it
+    + hosts: the hosts of the run
+    + pyinfra_args: what else pyinfra gets (``--limit`` options that pick ``hosts`` first)
+    """
     import tempfile
 
-    from servefleet.fleetview import ReportRequest
+    from servefleet.fleetview import ReportRequest, missing_hosts, pyinfra_refusal
 
-    pyinfra = str(Path(sys.executable).parent / "pyinfra")
     with tempfile.TemporaryDirectory(prefix="servefleet-report-") as tmp:
         request = ReportRequest(kind, tmp)
-        cmd = [pyinfra, "-y", *pyinfra_args, inventory, str(DEPLOYS / "report.py")]
-        proc = subprocess.run(
-            cmd, env={**os.environ, **request.env()}, capture_output=True, text=True
-        )
+        cmd = [_pyinfra(), "-y", *pyinfra_args, inventory, str(DEPLOYS / "report.py")]
+        code, output = _run_pyinfra(cmd, {**os.environ, **request.env()})
         found = request.read()
-    if not found:
-        lines = [x for x in (proc.stdout + proc.stderr).splitlines() if "servefleet:" in x]
-        raise ServefleetError(lines[0] if lines else f"pyinfra found no host ({proc.returncode})")
-    if kind == "plan":
-        from servefleet.fleetview import fleet_plan
-
-        return fleet_plan(found)
-    return found
+    refusal = None if found else pyinfra_refusal(output, code)
+    if refusal:
+        raise ServefleetError(f"pyinfra: {refusal}")
+    return found, missing_hosts(hosts, found, output)
 
 
-_FLEET = {"ignore_unknown_options": True}
+def _say_missing(missing: dict[str, dict[str, str]]) -> None:
+    """One line for each host a run left without a summary: unreachable or failed, and why."""
+    for host, why in missing.items():
+        for state, reason in why.items():
+            click.echo(f"servefleet: {host}: {state}: {reason}", err=True)
+
+
+@main.command("rollback", context_settings=_FLEET)
+@click.argument("inventory")
+@_LIMIT
+@_PYINFRA_ARGS
+def rollback_cmd(inventory: str, limits: tuple[str, ...], pyinfra_args: tuple[str, ...]) -> None:
+    """Roll hosts back to the state before their last good deploy (units, release, servers),
+    through the health gate. Arguments after ``--`` go to pyinfra as they are; the exit status
+    is pyinfra's."""
+    import subprocess
+
+    fleet = _fleet(inventory, limits, pyinfra_args)
+    cmd = [_pyinfra(), "-y", *fleet.limit_args(), *pyinfra_args, inventory]
+    sys.exit(subprocess.run([*cmd, str(DEPLOYS / "rollback.py")]).returncode)
 
 
 @main.command("plan", context_settings=_FLEET)
 @click.argument("inventory")
+@_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
-def plan_cmd(inventory: str, as_json: bool, pyinfra_args: tuple[str, ...]) -> None:
+@_PYINFRA_ARGS
+def plan_cmd(
+    inventory: str, limits: tuple[str, ...], as_json: bool, pyinfra_args: tuple[str, ...]
+) -> None:
     """What a deploy would change on each host (driver, release and packages, models, restarts,
-    recompiles). Changes nothing. Arguments after ``--`` go to pyinfra (``--data``, ``--limit``)."""
-    from servefleet.fleetview import dumps, plan_table
+    recompiles). Changes nothing. Every host is shown; one that could not be planned
+    (unreachable, with pyinfra's reason) is named on stderr and the exit status is 1. Arguments
+    after ``--`` go to pyinfra (``--data``)."""
+    from servefleet.fleetview import dumps, fleet_plan, plan_table
 
-    plans = _report("plan", inventory, pyinfra_args)
+    fleet = _fleet(inventory, limits, pyinfra_args)
+    fleet.settings()
+    found, missing = _report("plan", inventory, fleet.hosts, (*fleet.limit_args(), *pyinfra_args))
+    plans = {**fleet_plan(found), **missing}
     click.echo(dumps(plans) if as_json else plan_table(plans))
+    _say_missing(missing)
+    sys.exit(Exit.FAILED if missing else Exit.OK)
 
 
 @main.command("status", context_settings=_FLEET)
 @click.argument("inventory")
+@_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
 @click.option(
-    "--prometheus", type=click.Path(path_type=Path), help="Write file_sd targets to this file."
+    "--prometheus",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write file_sd targets to this file (atomically): every instance of every host, "
+    'unreachable="1" on a host status could not reach.',
 )
-@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+@_PYINFRA_ARGS
 def status_cmd(
-    inventory: str, as_json: bool, prometheus: Path | None, pyinfra_args: tuple[str, ...]
+    inventory: str,
+    limits: tuple[str, ...],
+    as_json: bool,
+    prometheus: Path | None,
+    pyinfra_args: tuple[str, ...],
 ) -> None:
     """How each host runs against its data: driver, SKU, release and packages, each instance's
-    running vs desired unit and health. Exits 1 naming every host that drifts or is unhealthy."""
-    from servefleet.fleetview import dumps, prometheus_targets, status_problems, status_table
+    running vs desired unit and health. Every host is shown: one that cannot be reached as
+    unreachable, with pyinfra's reason. Exits 1 naming every host that is unreachable, drifts
+    or is unhealthy."""
+    from servefleet.fleetview import (
+        dumps,
+        missing_status,
+        planned_instances,
+        prometheus_targets,
+        seen_ports,
+        status_problems,
+        status_table,
+        write_atomic,
+    )
 
-    statuses = _report("status", inventory, pyinfra_args)
+    fleet = _fleet(inventory, limits, pyinfra_args)
+    settings = fleet.settings()
+    found, missing = _report("status", inventory, fleet.hosts, (*fleet.limit_args(), *pyinfra_args))
+    seen = seen_ports(prometheus) if prometheus else {}
+    statuses = dict(found)
+    for host, why in missing.items():
+        instances = planned_instances(settings[host], seen.get(host, ()))
+        statuses[host] = missing_status(why, fleet.fleet.host(host).address, instances)
     click.echo(dumps(statuses) if as_json else status_table(statuses))
     if prometheus:
-        prometheus.write_text(dumps(prometheus_targets(statuses)) + "\n")
+        write_atomic(prometheus, dumps(prometheus_targets(statuses)) + "\n")
     problems = [line for h, st in sorted(statuses.items()) for line in status_problems(h, st)]
     for line in problems:
         click.echo(f"servefleet: {line}", err=True)
-    sys.exit(1 if problems else 0)
+    sys.exit(Exit.FAILED if problems else Exit.OK)
+
+
+def _interactive() -> bool:
+    """Whether a prompt can be answered: stdin is a terminal."""
+    return sys.stdin.isatty()
+
+
+def _shows_progress() -> bool:
+    """Whether a progress bar is drawn: stderr is a terminal (a log gets the lines only)."""
+    return sys.stderr.isatty()
 
 
 @main.command("rollout", context_settings=_FLEET)
@@ -318,10 +416,12 @@ def status_cmd(
     help="Hosts a batch, as a percentage of the hosts.",
 )  # fmt: skip
 @click.option("--max-failures", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--limit", "limits", multiple=True, help="Hosts or groups (as pyinfra's --limit).")
+@_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="Per host: releases, result, rolled back.")
-@click.option("--yes", is_flag=True, help="Do not ask before starting.")
-@click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--yes", is_flag=True, help="Do not ask before starting (needed when stdin is no terminal)."
+)
+@_PYINFRA_ARGS
 def rollout_cmd(
     inventory: str,
     deploy: str | None,
@@ -338,32 +438,43 @@ def rollout_cmd(
     fails more hosts than --max-failures: failed hosts are back on what they served, hosts not
     reached are untouched. Arguments after ``--`` go to pyinfra (e.g. ``--data k=v``)."""
     from servefleet.fleetview import dumps, table
-    from servefleet.rollout import Rollout, batches, inventory_hosts, limit_hosts, summary_rows
+    from servefleet.rollout import Rollout, batches, summary_rows
 
     if batch_size and batch_percent:
         raise click.UsageError("--batch-size and --batch-percent: give one of them")
+    if not yes and not _interactive():
+        raise click.UsageError(
+            "rollout asks before it starts and stdin is not a terminal: pass --yes"
+        )
     if deploy and deploy.startswith("-"):
         pyinfra_args, deploy = (deploy, *pyinfra_args), None
-    order, groups = inventory_hosts(inventory)
-    hosts = limit_hosts(order, groups, limits)
+    fleet = _fleet(inventory, limits, pyinfra_args)
+    fleet.settings()
+    hosts = fleet.hosts
+    passed_on = list(fleet.options.rest)  # each batch is limited to its own hosts
     plan = batches(hosts, canary, batch_size, batch_percent)
     echo = (lambda _m: None) if as_json else click.echo
-    echo(f"rollout of {len(hosts)} host(s) in {len(plan)} batch(es): "
-         + " | ".join(", ".join(b) for b in plan))  # fmt: skip
-    if not yes and not as_json:
-        click.confirm("Start?", abort=True)
+    line = (f"rollout of {len(hosts)} host(s) in {len(plan)} batch(es): "
+            + " | ".join(", ".join(b) for b in plan))  # fmt: skip
+    echo(line)
+    if not yes:
+        if as_json:
+            click.echo(line, err=True)
+        click.confirm("Start?", abort=True, err=as_json)
 
     def report(kind: str, some: list[str]) -> dict[str, Any]:
-        limit = [a for h in some for a in ("--limit", h)]
+        from servefleet.inventory import limit_pattern
+
+        limit = [a for h in some for a in ("--limit", limit_pattern(h))]
         try:
-            return _report(kind, inventory, (*limit, *pyinfra_args))
+            return _report(kind, inventory, some, (*limit, *passed_on))[0]
         except ServefleetError:
             return {}
 
     rollout = Rollout(
         inventory=inventory,
         deploy=deploy or str(DEPLOYS / "serve.py"),
-        pyinfra_args=list(pyinfra_args),
+        pyinfra_args=passed_on,
         report=report,
         echo=lambda m: echo(m),
     )
@@ -373,7 +484,7 @@ def rollout_cmd(
     else:
         header = ("host", "before", "after", "result", "rolled back", "why")
         click.echo(table(summary_rows(rollout.results), header))
-    sys.exit(0 if ok else 1)
+    sys.exit(Exit.OK if ok else Exit.FAILED)
 
 
 @main.command("lock")
@@ -413,22 +524,16 @@ def lock_cmd(
     for line in problems:
         click.echo(f"servefleet: lock: {line}", err=True)
     if problems:
-        sys.exit(1)
+        sys.exit(Exit.FAILED)
     click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
 
 
 def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True) -> dict[str, Any]:
     """``KEY=VALUE`` options as a dict: ``--data`` values as pyinfra reads them (``parse``),
     ``--selection`` values as strings."""
-    from pyinfra_cli.util import parse_cli_arg
+    from servefleet.inventory import data_overrides
 
-    overrides = {}
-    for item in data:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"{option} {item!r}: expected KEY=VALUE")
-        overrides[key] = parse_cli_arg(value) if parse else value
-    return overrides
+    return data_overrides(data, option, parse)
 
 
 @main.command("wheelhouse")
@@ -448,7 +553,8 @@ def wheelhouse_cmd(
     """Download every file of a lock into DIRECTORY: each stack's wheels and sdists, the driver
     runfiles, the model archives, each checked against the lock's sha256 (a file that differs
     is named with both hashes and not kept; exit 1). Files already there with the right sha256
-    are not downloaded again. Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY.
+    are not downloaded again; on a terminal a progress bar counts the files as they arrive.
+    Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY.
 
     Credentials come from the variables the data's creds_*_env name (the defaults' without
     --inventory), the index's only to an index that needs them, the token only to the store.
@@ -475,7 +581,13 @@ def wheelhouse_cmd(
     files, hub = lock_files(load_lock(where))
     for model in hub:
         click.echo(f"model {model}: from the hub in the lock (no store archive); not included")
-    done = fill(directory, files, creds, click.echo)
+
+    def bar(count: int) -> Any:
+        return click.progressbar(
+            length=count, label=f"downloading {count} file(s)", file=sys.stderr
+        )
+
+    done = fill(directory, files, creds, click.echo, progress=bar if _shows_progress() else None)
     for line in done.failed:
         click.echo(f"servefleet: wheelhouse: {line}", err=True)
     click.echo(
@@ -483,7 +595,7 @@ def wheelhouse_cmd(
         f"{len(done.present)} already there, {len(done.failed)} failed"
     )
     if done.failed:
-        sys.exit(1)
+        sys.exit(Exit.FAILED)
 
 
 def _register() -> None:

@@ -3,12 +3,19 @@ each host runs now, both read from the deploy's own HostPlan (one probe, the sam
 
 Pure (no pyinfra import): ``report()`` in :mod:`servefleet.steps.report` writes one summary per
 host where the CLI asked (:class:`ReportRequest`), the CLI reads them and prints a table or JSON.
+A host of the run that wrote none is still reported: ``unreachable`` with pyinfra's reason it
+could not connect (or the deploy's ``connection lost``), else ``failed`` with the line that says
+why (:func:`missing_hosts`); ``status`` gives it the instances the controller plans for it
+(:func:`planned_instances`), so its Prometheus targets stay, labelled ``unreachable="1"``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,6 +23,8 @@ from typing import Any
 
 from servefleet.hostplan import HostPlan
 from servefleet.prewarm_store import WarmEntry, prewarm_roles
+from servefleet.remote.layout import unit_name
+from servefleet.settings import Settings
 
 REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where each host's summary goes: <host>.json
 REPORT_ENV = "SERVEFLEET_REPORT"  # which summary: "plan" or "status"
@@ -42,14 +51,117 @@ class ReportRequest:
         return {REPORT_DIR_ENV: str(self.directory), REPORT_ENV: str(self.kind)}
 
     def write(self, host: str, summary: Mapping[str, Any]) -> None:
+        """Write one host's summary (a file named by a hash of the host's name: a name such as
+        ``@docker/x`` or ``../x`` is no path)."""
         if self.directory is None:
             raise KeyError(REPORT_DIR_ENV)
-        (Path(self.directory) / f"{host}.json").write_text(json.dumps(summary, sort_keys=True))
+        name = hashlib.sha256(host.encode()).hexdigest()[:32]
+        text = json.dumps({"host": host, "summary": summary}, sort_keys=True)
+        (Path(self.directory) / f"{name}.json").write_text(text)
 
     def read(self) -> dict[str, Any]:
         """host -> summary, for each host that wrote one."""
-        found = Path(self.directory or ".").glob("*.json")
-        return {p.stem: json.loads(p.read_text()) for p in found}
+        found = [json.loads(p.read_text()) for p in Path(self.directory or ".").glob("*.json")]
+        return {doc["host"]: doc["summary"] for doc in found}
+
+
+# ---------------------------------------------------------------------------------------------
+# hosts a run left without a summary
+
+LOST = "connection lost"  # what the deploy says of a host whose connection dropped
+_CONNECT_STAGE = "--> Connecting to hosts"  # pyinfra's stage line before it connects
+# the reasons pyinfra's connectors give when a host cannot be connected (pyinfra/connectors)
+CONNECT_ERRORS = (
+    "Could not resolve hostname",
+    "Could not connect",
+    "SSH error",
+    "EOF error",
+    "Authentication error",
+    "SSH host key error",
+    "Unable to establish SFTP",
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _lines(output: str) -> list[str]:
+    return [_ANSI.sub("", x).rstrip() for x in re.split(r"[\r\n]+", output)]
+
+
+def connection_errors(output: str, hosts: Iterable[str]) -> dict[str, str]:
+    """host -> the reason pyinfra printed for not connecting to it: its ``[host] ...`` line
+    while pyinfra connects (anything but ``Connected``), or anywhere one of the connectors'
+    reasons (:data:`CONNECT_ERRORS`).
+
+    + output: what the pyinfra run printed (stdout and stderr)
+    + hosts: the hosts of the run (``lab1`` is not ``lab10``: a name is matched whole)
+    """
+    names = sorted(set(hosts), key=len, reverse=True)
+    found: dict[str, str] = {}
+    connecting = False
+    for line in _lines(output):
+        if line.startswith("-->"):
+            connecting = line.startswith(_CONNECT_STAGE)
+            continue
+        text = line.strip()
+        host = next((h for h in names if text.startswith(f"[{h}]")), None)
+        if host is None or host in found:
+            continue
+        said = text[len(host) + 2 :].strip()
+        if (connecting and not said.startswith("Connected")) or said.startswith(CONNECT_ERRORS):
+            found[host] = " ".join(said.split())
+    return found
+
+
+def failure(output: str, host: str) -> tuple[bool, str]:
+    """Why a pyinfra run failed on ``host``, from what it printed: (unreachable, reason).
+    Unreachable: pyinfra could not connect (its reason), or the deploy says ``connection lost``;
+    else the first ``servefleet:`` line naming the host, else ``failed``.
+
+    + output: what the run printed
+    + host: one host of the run
+    """
+    named = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])")  # lab1, not lab10
+    mine = [x for x in _lines(output) if named.search(x) and "servefleet:" in x]
+    mine = [x for x in mine if LOST in x] or mine  # a lost connection first
+    why = mine[0].split("servefleet:", 1)[1].strip() if mine else ""
+    if why.startswith(LOST):
+        return True, why
+    connect = connection_errors(output, [host]).get(host)
+    if connect:
+        return True, connect
+    return False, why or "failed"
+
+
+def missing_hosts(
+    hosts: Iterable[str], found: Mapping[str, Any], output: str
+) -> dict[str, dict[str, str]]:
+    """The hosts of a report run that wrote no summary: host -> ``{"unreachable": reason}`` or
+    ``{"failed": reason}``.
+
+    + hosts: the run's hosts
+    + found: the summaries read (:meth:`ReportRequest.read`)
+    + output: what the run printed
+    """
+    out = {}
+    for host in hosts:
+        if host not in found:
+            unreachable, why = failure(output, host)
+            out[host] = {"unreachable" if unreachable else "failed": why}
+    return out
+
+
+def pyinfra_refusal(output: str, code: int) -> str | None:
+    """pyinfra's own error when a run never got to connect (bad arguments, no deploy file):
+    its last error line; None when it connected.
+
+    + output: what the run printed
+    + code: its exit status
+    """
+    lines = _lines(output)
+    if any(x.startswith(_CONNECT_STAGE) for x in lines):
+        return None
+    said = [x.strip() for x in lines if "error" in x.lower() and x.strip()]
+    return said[-1] if said else f"pyinfra exited {code} before it connected to any host"
 
 
 def plan_summary(
@@ -154,8 +266,65 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
     }
 
 
+def planned_instances(settings: Settings, seen: Sequence[int] = ()) -> list[tuple[str | None, int]]:
+    """The instances (unit, port) the controller plans for a host it has no probe of: the ports
+    its targets had in the last Prometheus file (``seen``), else ``serve_instances`` (default 1)
+    from ``serve_base_port`` (the device count that splits a host comes from its probe).
+
+    + settings: the host's validated data
+    + seen: the ports of its targets in the last Prometheus file
+    """
+    base = settings.serve_base_port
+    ports = list(seen) or [base + i for i in range(settings.serve_instances or 1)]
+    return [(unit_name(p - base) if p >= base else None, p) for p in ports]
+
+
+def missing_status(
+    why: Mapping[str, str], address: str, instances: Sequence[tuple[str | None, int]]
+) -> dict[str, Any]:
+    """The status of a host that wrote none: the keys of :func:`status_summary` (nothing known),
+    its ``unreachable`` or ``failed`` reason, and the instances the controller plans for it.
+
+    + why: ``{"unreachable": reason}`` or ``{"failed": reason}`` (:func:`missing_hosts`)
+    + address: where its instances are reached from outside
+    + instances: (unit, port) of each (:func:`planned_instances`)
+    """
+    health = "unreachable" if "unreachable" in why else "unknown"
+    return {
+        **dict(why),
+        "address": address,
+        "refusal": None,
+        "driver": None,
+        "sku": None,
+        "devices": None,
+        "release": None,
+        "good_release": None,
+        "packages": {},
+        "instances": [
+            {
+                "unit": unit,
+                "port": port,
+                "active": "unknown",
+                "running": None,
+                "desired": None,
+                "drift": None,
+                "health": health,
+            }
+            for unit, port in instances
+        ],  # fmt: skip
+        "stale_units": [],
+        "warm": None,
+        "fingerprint": None,
+    }
+
+
 def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
-    """One line for each thing wrong on the host (drift, unhealthy, stale units)."""
+    """One line for each thing wrong on the host (unreachable, failed, drift, unhealthy,
+    stale units)."""
+    if status.get("unreachable"):
+        return [f"{host}: unreachable: {status['unreachable']}"]
+    if status.get("failed"):
+        return [f"{host}: failed: {status['failed']}"]
     out = [f"{host}: {status['refusal']}"] if status.get("refusal") else []
     for inst in status["instances"]:
         if inst["drift"]:
@@ -168,14 +337,66 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
 
 
 def prometheus_targets(statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Prometheus ``file_sd`` target groups: one per host, its instances' ports."""
+    """Prometheus ``file_sd`` target groups: one per host, its instances' ports, labelled
+    ``unreachable="1"`` when status could not reach the host (its instances are the ones
+    planned for it: Prometheus keeps scraping them, so ``up == 0`` fires)."""
     groups = []
     for host, st in sorted(statuses.items()):
         targets = [f"{st['address']}:{i['port']}" for i in st["instances"]]
         if targets:
             labels = {"host": host, "release": str(st["release"]), "job": "servefleet-vllm"}
+            if st.get("unreachable"):
+                labels["unreachable"] = "1"
             groups.append({"targets": targets, "labels": labels})
     return groups
+
+
+def seen_ports(path: Path) -> dict[str, list[int]]:
+    """host -> the ports of its targets in an earlier Prometheus file of ours (none when the
+    file is missing or not one: it is about to be replaced).
+
+    + path: the ``--prometheus`` file
+    """
+    try:
+        groups = json.loads(path.read_text())
+        out: dict[str, list[int]] = {}
+        for g in groups:
+            ports = [int(str(t).rsplit(":", 1)[1]) for t in g["targets"]]
+            out[str(g["labels"]["host"])] = sorted(p for p in ports if 0 < p < 65536)
+        return out
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return {}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader sees the old file or the new one, whole:
+    a temporary file in the same directory, written and fsynced, renamed over it, and the
+    directory fsynced. It keeps the old file's mode (new: 0644).
+
+    + path: the file
+    + text: its new content
+    """
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _cell(value: Any) -> str:
@@ -214,11 +435,19 @@ PLAN_COLUMNS = (
 STATUS_COLUMNS = ("host", "driver", "sku", "devices", "release", "instances", "warm")
 
 
+def _missing_cell(st: Mapping[str, Any]) -> str | None:
+    if st.get("unreachable"):
+        return f"unreachable: {st['unreachable']}"
+    return f"failed: {st['failed']}" if st.get("failed") else None
+
+
 def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
     rows: list[list[Any]] = []
     for host, p in sorted(plans.items()):
-        if p.get("refusal"):
-            rows.append([host, f"refused: {p['refusal']}"] + [None] * (len(PLAN_COLUMNS) - 2))
+        missing = _missing_cell(p)
+        if missing or p.get("refusal"):
+            first = missing or f"refused: {p['refusal']}"
+            rows.append([host, first] + [None] * (len(PLAN_COLUMNS) - 2))
             continue
         release = p["release"] or ([None, "install"] if p["install_release"] else None)
         if not p.get("locked", True):
@@ -238,6 +467,11 @@ def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
 def status_table(statuses: Mapping[str, Mapping[str, Any]]) -> str:
     rows = []
     for host, st in sorted(statuses.items()):
+        missing = _missing_cell(st)
+        if missing:
+            inst = [f"{i['port']}:{i['health']}" for i in st["instances"]]
+            rows.append([host, missing, None, None, None, inst, None])
+            continue
         inst = [
             f"{i['port']}:{i['active']}{' drift' if i['drift'] else ''}"
             f"{'' if i['health'] == 'ok' else ' unhealthy'}"

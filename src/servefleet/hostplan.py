@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
+import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.checks import MAX_PORT
@@ -44,7 +46,7 @@ __all__ = ["Hardware", "HostPlan", "plan_host"]
 _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")  # `uname -r`, as apt names take it
 REMOTE_SCRIPTS = (
     "layout.py", "trusted.py", "install_release.py", "fetch_model.py", "health.py", "instances.py",
-    "prewarm.py", "driver.py",
+    "prewarm.py", "driver.py", "preflight.py",
 )  # fmt: skip
 NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")
@@ -103,6 +105,7 @@ class HostPlan:
     builder: bool = False  # serve_prewarm_host: compiles only, serves nothing
     wheelhouse: tuple[Copy, ...] = ()  # sdk_source wheelhouse: the files this run's steps need
     wheelhouse_missing: frozenset[str] = frozenset()  # their host paths the host lacks
+    secret_key: bytes = field(default=b"", repr=False)  # the probe's key for secrets' digests
 
     def from_wheelhouse(self, kind: str, name: str) -> Copy | None:
         """The host's wheelhouse copy of what a step needs (the driver version, a model id)."""
@@ -112,6 +115,13 @@ class HostPlan:
     def platform(self) -> Kind:
         """What differs by hardware, for this host's recipe."""
         return kind_named(self.spec.kind)
+
+    def digest(self, path: str, data: bytes) -> str:
+        """The digest the probe reports for ``path`` holding ``data``: a secret's is its HMAC
+        under :attr:`secret_key` (``remote/probe.py``), any other file's its sha256."""
+        if posixpath.dirname(path) == SECRETS_DIR:
+            return hmac.new(self.secret_key, data, "sha256").hexdigest()
+        return hashlib.sha256(data).hexdigest()
 
     def has(
         self, path: str, kind: str, mode: str, user: str = "root", sha256: str | None = None
@@ -281,6 +291,7 @@ def plan_host(
     probe: dict[str, Any],
     spec: ServeSpec | None = None,
     builder: bool = False,
+    secret_key: bytes = b"",
 ) -> HostPlan:
     """Everything one host needs, from its validated data and its probe.
 
@@ -289,6 +300,7 @@ def plan_host(
     + spec: ``resolve_for(settings)``, when the caller has it already
     + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
       (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
+    + secret_key: the key the probe was given for the secrets' digests (``probe_args(keyed)``)
     """
     platform = kind_of(settings.serve_recipe)
     spec = spec or resolve_for(settings)
@@ -386,6 +398,7 @@ def plan_host(
         account=account,
         group_exists=bool(probe.get("group")),
         builder=builder,
+        secret_key=secret_key,
     )
 
 
@@ -435,10 +448,14 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE, API_KEY_FILE]
 
 
-def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
+def probe_args(
+    settings: Settings, spec: ServeSpec, files: bool = False, keyed: bool = False
+) -> str:
     """The probe's one argument (JSON, ``remote/probe.py``): paths, the serve user and the wanted models.
 
     + files: also read the file hashes the serving release was installed with (``plan``)
+    + keyed: the probe reads a key on stdin and reports the secrets' digests as HMACs under it
+      (without: no digest for them)
     """
     models = {m: settings.models_revisions.get(m) for m in spec.requirements.models}
     # the release depends on the host's glibc, which this probe reads: watch each one's plan
@@ -458,6 +475,7 @@ def probe_args(settings: Settings, spec: ServeSpec, files: bool = False) -> str:
             "models": models,
             "paths": watched_paths(settings, *ids),
             "files": files,
+            "keyed": keyed,
             "python": settings.sdk_python,
         },
         sort_keys=True,

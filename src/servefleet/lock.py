@@ -259,14 +259,17 @@ def files_of(package: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def release_id(pylock: str) -> str:
     """The release id of a locked stack: the hash of its locked set (names, versions, indexes,
-    file hashes), independent of the lock file's layout.
+    file URLs and hashes), independent of the lock file's layout. A URL edited after locking
+    changes it, so the lock is refused rather than credentials sent to a new origin (#18
+    finding 7).
 
     + pylock: PEP 751 text
     """
     locked = sorted(
-        (p["name"], p["version"], p.get("index", ""), sorted(f["sha256"] for f in files_of(p)))
+        (p["name"], p["version"], p.get("index", ""),
+         sorted((f["url"], f["sha256"]) for f in files_of(p)))
         for p in packages(pylock)
-    )
+    )  # fmt: skip
     return hashlib.sha256(json.dumps(locked).encode()).hexdigest()[:16]
 
 
@@ -450,7 +453,7 @@ def _load(path: str, stamp: tuple[Any, ...]) -> Lock:
             text = (where / file).read_text()
             if release_id(text) != entry["release"]:
                 raise LockError(
-                    f"{where / file}: its packages differ from what was locked (release "
+                    f"{where / file}: its packages or their URLs differ from what was locked (release "
                     f"{entry['release']}); run `servefleet lock` again"
                 )
             stacks[name] = Locked(name, entry["input"], entry["inputs"], file, text,

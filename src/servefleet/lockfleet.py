@@ -1,6 +1,6 @@
 """``servefleet lock``: the stacks, driver and models an inventory's data asks for, locked.
 
-Reads the inventory and its group data as pyinfra does (no host is contacted), validates each
+Reads the inventory and its group data with pyinfra's loader (no host is contacted), validates each
 host's data, resolves its selection, and gathers what the lock covers: every distinct stack,
 the driver runfile of each driver version, and each model's revision and archive sha256.
 """
@@ -8,7 +8,6 @@ the driver runfile of each driver version, and each model's revision and archive
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -17,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.download import opener
-from servefleet.errors import DataError, RecipeError, ServefleetError
-from servefleet.inventory import inventory_error
+from servefleet.errors import DataError, RecipeError
+from servefleet.inventory import read_inventory
 from servefleet.lock import (
     Lock,
     LockError,
@@ -31,7 +30,7 @@ from servefleet.lock import (
     resolve,
     write_lock,
 )
-from servefleet.settings import Settings, settings_from
+from servefleet.settings import Settings
 from servefleet.spec import ServeSpec
 
 
@@ -47,26 +46,7 @@ class FleetLock:
 
 
 def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Settings]]:
-    from pyinfra.api import State
-    from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory
-
-    if not Path(inventory).is_file():
-        raise ServefleetError(f"{inventory}: no such inventory file")
-    try:
-        with ctx_state.use(State(check_for_changes=False)):
-            inv = make_inventory(inventory, override_data=dict(overrides), cwd=os.getcwd())
-    except (Exception, SystemExit) as e:  # noqa: BLE001 (the operator's file: any error is one line)
-        raise inventory_error(inventory, e) from None
-    out = []
-    for host in inv:
-        try:
-            out.append((host.name, settings_from(host.data.get, keys=host.data.dict().keys())))
-        except ServefleetError as e:
-            raise DataError(f"{host.name}: {e}") from None
-    if not out:
-        raise ServefleetError(f"{inventory}: no hosts")
-    return out
+    return list(read_inventory(inventory, overrides).settings().items())
 
 
 def alternatives(settings: Settings, spec: ServeSpec) -> list[Stack]:

@@ -78,6 +78,10 @@ class Store:
                 raise ValueError("its manifest is missing or not JSON") from None
             if not isinstance(manifest, dict) or manifest.get("fingerprint") != fingerprint:
                 raise ValueError(f"its manifest is not one of fingerprint {fingerprint}")
+            if not manifest.get("seal") or manifest.get("seal") != manifest.get("files"):
+                raise ValueError(  # packed from a cache a serving process may have written
+                    "its files are not the seal root recorded when its compile ended"
+                )
             size, digest = tar_part.stat().st_size, sha256_of(tar_part)
             if [size, digest] != [manifest.get("tar_size"), manifest.get("tar_sha256")]:
                 raise ValueError(

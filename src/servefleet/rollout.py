@@ -12,11 +12,9 @@ stopped.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import re
-import runpy
 import subprocess
 import sys
 import threading
@@ -26,48 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servefleet.errors import ServefleetError
-from servefleet.inventory import inventory_error
+from servefleet.fleetview import LOST, failure
+from servefleet.inventory import limit_pattern
 
 TICK = 15.0  # seconds between the live lines of a running batch
-LOST = "connection lost"  # what the deploy says of a host whose connection dropped
-
-
-def inventory_hosts(path: str) -> tuple[list[str], dict[str, list[str]]]:
-    """Hosts of a Python inventory file in pyinfra's order (first appearance, groups in the
-    order they are defined), and each group's hosts."""
-    try:
-        names = runpy.run_path(path)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 (the operator's file: any error is one line)
-        raise inventory_error(path, e) from None
-    order: list[str] = []
-    groups: dict[str, list[str]] = {}
-    for group, value in names.items():
-        if group.startswith("_") or not isinstance(value, (list, tuple)):
-            continue
-        items = value[0] if isinstance(value, tuple) and len(value) == 2 and isinstance(
-            value[1], dict
-        ) else value  # fmt: skip
-        hosts = [h[0] if isinstance(h, tuple) else h for h in items]
-        if not all(isinstance(h, str) for h in hosts):
-            continue
-        groups[group] = hosts
-        order += [h for h in hosts if h not in order]
-    return order, groups
-
-
-def limit_hosts(order: list[str], groups: dict[str, list[str]], limits: Sequence[str]) -> list[str]:
-    """pyinfra's ``--limit``: host names, group names or glob patterns of host names."""
-    if not limits:
-        return order
-    wanted: set[str] = set()
-    for pattern in limits:
-        for part in pattern.split(","):
-            wanted |= set(groups.get(part, [])) | set(fnmatch.filter(order, part))
-    picked = [h for h in order if h in wanted]
-    if not picked:
-        raise ServefleetError(f"--limit {' '.join(limits)} matches no host of the inventory")
-    return picked
 
 
 def batches(
@@ -106,7 +66,7 @@ class Rollout:
         """One real pyinfra run limited to ``hosts``: (exit code, its --json results, stderr).
         While it runs, a line every TICK seconds names the hosts that pre-warm."""
         exe = str(Path(sys.executable).parent / "pyinfra")
-        limits = [a for h in hosts for a in ("--limit", h)]
+        limits = [a for h in hosts for a in ("--limit", limit_pattern(h))]
         cmd = [exe, "-y", "--json", *limits, *self.pyinfra_args, self.inventory, deploy]
         done = threading.Event()
         t0 = time.monotonic()
@@ -174,17 +134,16 @@ class Rollout:
         return len(failures) <= max_failures
 
     def judge(self, hosts: Sequence[str], failed: set[str], err: str) -> None:
-        """Each host's result from one pyinfra run: its exit, rollback and first servefleet line."""
+        """Each host's result from one pyinfra run: its exit, rollback and why it failed (its
+        first servefleet line, a lost connection first, or pyinfra's connection error)."""
         for host in hosts:
             r = self.results[host]
             r.result = "failed" if host in failed else "ok"
             r.rolled_back = bool(re.search(rf"\[{re.escape(host)}\].*rolled back to ", err))
             r.why = ""
             if host in failed:
-                named = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])")  # lab1, not lab10
-                mine = [x for x in err.splitlines() if named.search(x) and "servefleet:" in x]
-                mine = [x for x in mine if LOST in x] or mine  # a lost connection first
-                r.why = mine[0].split("servefleet:", 1)[1].strip() if mine else "failed"
+                unreachable, why = failure(err, host)
+                r.why = f"unreachable: {why}" if unreachable and not why.startswith(LOST) else why
 
     def settle(self, failed: list[str]) -> None:
         """Failed hosts serve what they served before: the deploy rolled back those whose gate

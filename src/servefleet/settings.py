@@ -400,6 +400,13 @@ def _wheelhouse(values: dict[str, Any], environ: Mapping[str, str]) -> None:
         )
 
 
+def netrc_bare(value: str) -> bool:
+    """Whether ``value`` is a token every netrc reader reads alike when written bare: printable
+    ASCII without whitespace, quotes or backslashes (Python 3.10's lexer keeps quotes as part of
+    a word, 3.11's unquotes and unescapes, uv has its own)."""
+    return all("!" <= ch <= "~" and ch not in "\"'\\" for ch in value)
+
+
 def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
     if values["sdk_source"] == "wheelhouse":  # hosts reach no index; `servefleet wheelhouse` did
         return
@@ -410,6 +417,13 @@ def _credentials(values: dict[str, Any], environ: Mapping[str, str]) -> None:
                     raise DataError(
                         f"{key}: environment variable {values[key]} is not set "
                         f"(needed for the {index.name} index)"
+                    )
+                if not netrc_bare(environ[values[key]]):  # the value itself is never shown
+                    raise DataError(
+                        f"{key}: the value of {values[key]} holds whitespace, a quote, a "
+                        "backslash or a non-ASCII character, which the hosts' netrc cannot carry "
+                        "alike for every reader; allowed: printable ASCII without whitespace, "
+                        "quotes or backslashes"
                     )
 
 

@@ -12,9 +12,10 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Server:
-    """One server process of a selection (role ``main`` for aggregated serving).
+    """One server process of a selection (role ``main`` for aggregated serving; ``prefill`` and
+    ``decode`` for prefill/decode disaggregation; ``companion-*`` for a helper beside a server).
 
-    + role: the card's role name (``main``)
+    + role: the role name (``main``, ``prefill``, ``decode``)
     + argv: the full command, launcher first: ``["vllm", "serve", MODEL, "--flag", "value", ...]``
     + env: environment variables the recipe sets, in the card's order
     + npus: devices this server takes (``RBLN_VISIBLE_DEVICES`` gets this many)
@@ -70,6 +71,8 @@ class ServeSpec:
     + requirements: packages, imports and models the selection needs
     + compile_fingerprint: sha256 of the compile inputs (RBLN only; None for GPU recipes)
     + skus: device SKUs the recipe is verified on (RBLN only)
+    + router: the ``vllm-router`` argv in front of a prefill/decode pair (empty for one role);
+      shown in JSON only when there is one
     """
 
     recipe: str
@@ -79,9 +82,10 @@ class ServeSpec:
     requirements: Requirements
     compile_fingerprint: str | None = None
     skus: list[str] = field(default_factory=list)
+    router: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "recipe": self.recipe,
             "kind": self.kind,
             "selection": dict(self.selection),
@@ -90,3 +94,6 @@ class ServeSpec:
             "compile_fingerprint": self.compile_fingerprint,
             "skus": list(self.skus),
         }
+        if self.router:
+            out["router"] = list(self.router)
+        return out

@@ -34,7 +34,8 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,7 @@ def fill(
     creds: Credentials,
     echo: Callable[[str], None] = print,
     timeout: float = 60,
+    progress: Callable[[int], AbstractContextManager[Any]] | None = None,
 ) -> Filled:
     """Download every file the directory lacks (or holds with another sha256), each checked
     against the lock; then write the manifest of the files checked.
@@ -255,6 +257,9 @@ def fill(
     + creds: the controller's secrets
     + echo: where a line per downloaded file goes
     + timeout: seconds for each connect and read
+    + progress: called with the number of files to download (when there are any); gives a
+      context manager whose value's ``update(1)`` is called as each one ends (click's
+      ``progressbar``)
     """
     root = Path(directory).expanduser()
     root.mkdir(parents=True, exist_ok=True)
@@ -262,8 +267,13 @@ def fill(
     wanted = list(files)
     missing = [f for f in wanted if sha256_of(root / f.path) != f.sha256]
     done.present = [f.path for f in wanted if f not in missing]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda f: _download(f, root / f.path, creds, timeout), missing))
+    bar = progress(len(missing)) if progress and missing else nullcontext()
+    with bar as shown, ThreadPoolExecutor(max_workers=4) as pool:
+        running = [pool.submit(_download, f, root / f.path, creds, timeout) for f in missing]
+        for _ in as_completed(running):
+            if shown is not None:
+                shown.update(1)
+        results = [r.result() for r in running]
     for f, (failure, size) in zip(missing, results, strict=True):
         if failure:
             done.failed.append(failure)

@@ -17,4 +17,4 @@ PACKAGES: dict[str, list[tuple[str, str, dict[str, str], list[str]]]] = {
         ("sfbroken", "1.0", {"sfbroken/__init__.py": "raise RuntimeError('no NPU here')\n"}, []),
     ],
 }
-OWNER_LOGIN = ("sf-user", "sf-pass")
+OWNER_LOGIN = ("sf-user", "sf-pass#h$!;&|<>(*)`")  # bare netrc tokens: uv and pip read them

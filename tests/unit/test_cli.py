@@ -7,6 +7,7 @@ import shlex
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -200,6 +201,7 @@ def test_vllm_dispatch(vllm_stub: list[dict]) -> None:
         "no_features": ["d"],
         "kv_offload": None,
         "task": None,
+        "pool_parallelism": None,
     }
     shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b").output)
     assert shown == {"recipe": "vllm/openai/gpt-oss-120b", "kind": "vllm", "hardware": ["h200"]}
@@ -234,3 +236,65 @@ def test_dash_h_is_help_everywhere(args: list[str]) -> None:
     result = CliRunner().invoke(main, [*args, "-h"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("Usage: ")
+
+
+def _commands(group: Any = main, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], bool]]:
+    """Every command's path under ``servefleet`` and whether it is a group."""
+    import click
+
+    out = [(path, isinstance(group, click.Group))]
+    if isinstance(group, click.Group):
+        for name, sub in sorted(group.commands.items()):
+            out += _commands(sub, (*path, name))
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_the_command_list_is_whole() -> None:
+    names = {" ".join(p) for p, _ in COMMANDS}
+    assert {"plan", "status", "rollout", "rollback", "lock", "wheelhouse", "lab up"} <= names
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+@pytest.mark.parametrize(
+    ("path", "group"), COMMANDS, ids=[" ".join(p) or "servefleet" for p, _ in COMMANDS]
+)
+def test_help_works_on_every_command(path: tuple[str, ...], group: bool, flag: str) -> None:
+    """Alone and, for a command, after an argument (an option after INVENTORY is rollback's own,
+    not pyinfra's)."""
+    for args in [[*path, flag]] + ([] if group else [[*path, "inventories/prod.py", flag]]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert result.output.startswith("Usage: "), (args, result.output)
+        assert f"{' '.join(path)} [OPTIONS]" in result.output.splitlines()[0]
+
+
+def test_the_exit_code_table_is_the_one_in_the_docs() -> None:
+    from servefleet.exitcodes import BEGIN, END, exit_code_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md").read_text()
+    table = doc.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+    assert table == exit_code_table(), "docs/exit-codes.md is stale: python -m servefleet.exitcodes"
+
+
+def test_every_exit_status_of_the_cli_is_from_the_table() -> None:
+    """No command exits with a number of its own: each sys.exit gets an Exit member, a name
+    bound to one, or (rollback) pyinfra's own status."""
+    import ast
+
+    import servefleet
+
+    root = Path(servefleet.__file__).resolve().parent
+    literal = []
+    for path in [root / "cli.py", *sorted((root / "lab").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) in ("sys.exit", "exit", "ctx.exit")
+                and any(isinstance(n, ast.Constant) and isinstance(n.value, int)
+                        for a in node.args for n in ast.walk(a))
+            ):  # fmt: skip
+                literal.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert literal == []

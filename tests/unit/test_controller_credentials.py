@@ -137,3 +137,67 @@ def test_uv_build_and_its_build_backend_see_no_credential(
         assert not {"HF_TOKEN", "RBLN_INDEX_PASSWORD", "RBLN_INDEX_USER"} & set(env)
         assert not any(k.startswith("UV_INDEX") for k in env)
         assert "index-secret" not in env.values() and "hf_secret" not in env.values()
+
+
+def _netrc_py310(text: str) -> dict[str, tuple[str, str]]:
+    """The machines of a netrc as Python 3.10's ``netrc`` module reads it: shlex, every
+    punctuation character a word character (quotes and backslashes stay part of a word)."""
+    import shlex
+
+    lexer = shlex.shlex(text)
+    lexer.wordchars += r"""!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~"""
+    lexer.commenters = lexer.commenters.replace("#", "")
+    words = list(iter(lexer.get_token, lexer.eof))
+    machines = {}
+    for i in range(0, len(words), 6):
+        machine, host, login, user, password, secret = words[i : i + 6]
+        assert (machine, login, password) == ("machine", "login", "password")
+        machines[host] = (user, secret)
+    return machines
+
+
+def _data(password: str) -> tuple[Any, dict[str, str]]:
+    from servefleet.settings import load_defaults
+
+    data = load_defaults()
+    env = {"RBLN_INDEX_USER": "lab-u1", "RBLN_INDEX_PASSWORD": password}
+    return data, env
+
+
+@pytest.mark.parametrize("password", ["pw", "x#h$!;&|<>(*)`-_=+%@", "#lead"])
+def test_the_netrc_holds_bare_tokens_every_netrc_lexer_reads_alike(
+    tmp_path: Path, password: str
+) -> None:
+    import netrc
+
+    from servefleet.settings import settings_from
+    from servefleet.steps.credentials import netrc as netrc_text
+
+    data, env = _data(password)
+    text = netrc_text(settings_from(data.get, env))
+    assert text and '"' not in text
+    path = tmp_path / "netrc"
+    path.write_text(text)
+    path.chmod(0o600)
+    new = netrc.netrc(str(path)).hosts  # this Python's lexer (3.11+: unquotes, unescapes)
+    old = _netrc_py310(text)
+    assert {h: (login, pw) for h, (login, _, pw) in new.items()} == old
+    assert set(old.values()) == {("lab-u1", password)}
+
+
+@pytest.mark.parametrize(
+    "password", ["with space", 'q"uote', "q'uote", "back\\slash", "tab\t", "é"]
+)
+def test_a_credential_a_bare_netrc_token_cannot_carry_is_refused_in_one_line(
+    password: str,
+) -> None:
+    from servefleet.errors import DataError
+    from servefleet.settings import settings_from
+
+    data, env = _data(password)
+    with pytest.raises(DataError) as e:
+        settings_from(data.get, env)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("creds_index_password_env: ")
+    assert "RBLN_INDEX_PASSWORD" in line and "allowed: printable ASCII" in line
+    assert password not in line

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -549,8 +550,10 @@ class RepositoryNotFoundError(Exception):
         self.response = type("R", (), {"status_code": status})()
 
 def snapshot_download(repo_id, revision=None):
-    seen = {k: os.environ.get(k) for k in
-            ("HF_HOME", "HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT")}
+    home = os.environ["HF_HOME"]
+    st = os.stat(home)
+    seen = {k: os.environ.get(k) for k in ("HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT")}
+    seen.update(home_dir=home, home_owner=[st.st_uid, st.st_mode & 0o777])
     pathlib.Path(os.environ["FAKE_HUB_LOG"]).write_text(json.dumps(dict(seen, revision=revision)))
     if os.environ.get("FAKE_HUB_FAIL"):
         raise RepositoryNotFoundError("401 Client Error.\\nRepository Not Found", 401)
@@ -588,8 +591,10 @@ def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
     assert marker(home) == REV2
     assert (home / "hub" / TOP / "refs" / "main").read_text() == REV2
     seen = json.loads(log.read_text())
+    # the client's HF_HOME is root's staging directory, by an inherited descriptor (#18)
+    assert re.fullmatch(r"/proc/self/fd/\d+", seen.pop("home_dir"))
+    assert seen.pop("home_owner") == [0, 0o700]
     assert seen == {
-        "HF_HOME": str(home),
         "HF_TOKEN_PATH": str(token_file),
         "HF_TOKEN": None,
         "HF_HUB_DOWNLOAD_TIMEOUT": "7",
@@ -621,3 +626,33 @@ def test_positionals_after_a_double_dash_are_never_options(tmp_path: Path) -> No
                           timeout=60)  # fmt: skip
     assert proc.returncode != 0 and "usage" not in proc.stdout, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "-h" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the serve user's links are planted as nobody")
+def test_a_hub_fetch_writes_nothing_through_links_the_serve_user_planted(
+    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """#18 finding 1 (hub): the serve user links its hub's model directory and ``.locks`` entry
+    to a root-owned directory; the download lands in root's staging, replaces the link, and the
+    root-owned directory keeps its owner and content."""
+    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
+    owner = pwd.getpwnam(OWNER)
+    sentinel = tmp_path / "root-only"
+    sentinel.mkdir(mode=0o700)
+    (sentinel / "keep").write_text("root's\n")
+    hub = home / "hub"
+    hub.mkdir(parents=True)
+    (hub / ".locks").mkdir()
+    for d in (home, hub, hub / ".locks"):
+        os.chown(d, owner.pw_uid, owner.pw_gid)
+    for link in (hub / TOP, hub / ".locks" / TOP):  # the serve user's links in its own tree
+        link.symlink_to(sentinel)
+        os.lchown(link, owner.pw_uid, owner.pw_gid)
+    proc = fetch(home, "--hub", str(hub_python))
+    assert proc.returncode == 0, proc.stderr
+    assert not (hub / TOP).is_symlink() and marker(home) == REV
+    assert sorted(p.name for p in sentinel.iterdir()) == ["keep"]
+    st = sentinel.lstat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
+    assert (sentinel / "keep").lstat().st_uid == 0
+    assert sorted(p.name for p in hub.iterdir()) == [".locks", TOP]  # no staging left

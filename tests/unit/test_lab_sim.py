@@ -32,6 +32,7 @@ from lab_sim_support import (
     metadata,
     pip,
 )
+from preflight_cases import run_preflight
 
 MODEL = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
@@ -305,8 +306,8 @@ def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
     flags = SIMULATOR / "packages" / "vllm" / "flags"
     with zipfile.ZipFile(_wheel(out / "index/vllm", "vllm-0.30.0+cpu")) as zf:
         carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
-    assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.glob("*.json")}
-    assert len(carried) == 3
+    assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.iterdir()}
+    assert len(carried) == 6  # two flag tables, the env vars, two config schemas, chat templates
 
 
 def test_squatters_outrank_private_packages(out: Path, venv: Path) -> None:
@@ -517,6 +518,33 @@ def test_warns_of_an_unknown_vllm_env_var(venv: Path, sim_env: dict[str, str]) -
     assert proc.returncode == 1 and len(warnings) == 1
     assert warnings[0].startswith("WARNING ")
     assert warnings[0].endswith("Unknown vLLM environment variable detected: VLLM_TYPO")
+
+
+def test_preflight_runs_unchanged_under_the_installed_wheel(
+    venv: Path, sim_env: dict[str, str]
+) -> None:
+    """remote/preflight.py under a release's python: the wheel's vLLM entry points, its
+    version as the pin, its flag table and checks (tests/unit/test_preflight.py: the details)."""
+    unit_env = {k: sim_env[k] for k in ("RBLN_SIM_ROOT", "HF_HOME", "RBLN_VISIBLE_DEVICES")}
+    ok = ["vllm", "serve", MODEL, "--chat-template", "template_chatml.jinja", "-cc.mode", "3"]
+    ok += ["--speculative-config.method", "eagle3", "--rbln-use-w8a8"]
+    key = ["vllm", "serve", MODEL, "--kv-transfer-config", '{"kv_role": "kv_both", "x": 1}']
+    instances = [
+        {"unit": "servefleet-vllm-0.service", "argv": ok, "env": unit_env},
+        {"unit": "servefleet-vllm-1.service", "argv": key, "env": unit_env},
+    ]
+    status, (first, second), err = run_preflight(instances, python=str(venv / "bin/python"))
+    assert status == 1, err
+    assert first == {"unit": "servefleet-vllm-0.service", "ok": True}
+    assert second["line"] == (
+        "servefleet-vllm-1.service: --kv-transfer-config: argument --kv-transfer-config: 1 "
+        "validation error for KVTransferConfig x Unexpected keyword argument "
+        "[type=unexpected_keyword_argument, input_value=1, input_type=int]"
+    )
+    assert second["gap"] == (
+        "the recipe needs a newer vLLM than the pin 0.30.0 (key x of --kv-transfer-config is "
+        "not in it)"
+    )
 
 
 def test_needs_lmcache_for_lmcache_connector(

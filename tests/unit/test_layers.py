@@ -31,8 +31,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("settings", ("servefleet.settings", "servefleet.checks")),
     ("kinds", ("servefleet.kinds",)),
     ("spec", ("servefleet.spec",)),
-    ("base", ("servefleet.errors", "servefleet.shipped", "servefleet.vllm_args",
-              "servefleet.flags", "servefleet.download", "servefleet.subenv",
+    ("base", ("servefleet.errors", "servefleet.exitcodes", "servefleet.shipped",
+              "servefleet.vllm_args", "servefleet.flags", "servefleet.download",
+              "servefleet.subenv",
               "servefleet.remote")),
 ]  # fmt: skip
 

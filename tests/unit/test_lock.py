@@ -219,6 +219,8 @@ def test_the_release_id_is_the_locked_set_not_the_file_layout() -> None:
     reordered = "\n\n".join([blocks[0], blocks[2].rstrip("\n"), blocks[1]]) + "\n"
     assert release_id(reordered) == release_id(text)
     assert release_id(pylock(b="3" * 64)) != release_id(text)
+    moved = text.replace("https://i.example/files/b-2.0", "https://elsewhere.example/b-2.0")
+    assert release_id(moved) != release_id(text)  # a URL alone edited (#18 finding 7)
     with pytest.raises(LockError, match="not a valid pylock file"):
         release_id("[[packages]\n")
 
@@ -235,8 +237,11 @@ def test_a_lock_directory_round_trips_and_an_edited_pylock_is_refused(tmp_path: 
     assert lock.for_input(st.digest) == lock.stacks["s"]
     assert differences(lock, [st], {"3.5.1": {"url": "u", "sha256": "s"}}, {}) == []
     (tmp_path / "pylock.s.toml").write_text(pylock(a="9" * 64))
-    with pytest.raises(LockError, match="its packages differ from what was locked"):
+    with pytest.raises(LockError, match="its packages or their URLs differ from what was locked"):
         load_lock(tmp_path)
+    (tmp_path / "pylock.s.toml").write_text(pylock().replace("i.example/files", "evil.example"))
+    with pytest.raises(LockError, match="its packages or their URLs differ from what was locked"):
+        load_lock(tmp_path)  # the URL alone edited: refused, so `lock --check` refuses it too
     doc = json.loads((tmp_path / LOCK_FILE).read_text())
     doc["stacks"]["s"]["pylock"] = "../../etc/passwd"
     (tmp_path / LOCK_FILE).write_text(json.dumps(doc))

@@ -33,9 +33,8 @@ def warm_host(root: Path, dirs: list[str] | None = None) -> Path:
     (root / DIR / "rank1" / "mega_cache.bin").write_bytes(b"rank one")
     (root / "rbln" / "other-model" / "ffff").mkdir(parents=True)  # another fingerprint's cache
     (root / "rbln" / "other-model" / "ffff" / "x.bin").write_bytes(b"not copied")
-    marker = root / "servefleet-warm" / FP
-    marker.parent.mkdir()
-    marker.write_text(json.dumps({"dirs": [DIR] if dirs is None else dirs}))
+    # the marker as a compile leaves it: its directories and the seal of their files
+    prewarm.instances.mark_warm({"cache_root": str(root)}, FP, [DIR] if dirs is None else dirs)
     return root
 
 
@@ -170,6 +169,60 @@ def test_the_store_keeps_only_a_download_that_matches_its_manifest(tmp_path: Pat
     assert not store.has(FP) and not tar_part.exists() and not manifest_part.exists()
     with pytest.raises(ValueError, match="not a compile fingerprint"):
         store.tar("../x")
+
+
+def test_a_cache_written_since_its_seal_is_never_copied(tmp_path: Path) -> None:
+    """#18 finding 5: a serving process (the serve user) rewrites a bundle or adds a file after
+    the compile ended and its seal was recorded: the host gives no copy, and nothing is left."""
+    for change in ("rewrite", "add"):
+        src = warm_host(tmp_path / change)
+        if change == "rewrite":
+            (src / DIR / "rank0" / "mega_cache.bin").write_bytes(b"poisoned" * 750)
+        else:
+            (src / DIR / "rank1" / "extra.py").write_text("import os\n")
+        out = tmp_path / f"{change}-out" / f"{FP}.tar"
+        with pytest.raises(
+            prewarm.NoCopy, match="differs from its seal .* since its compile ended"
+        ):
+            prewarm.pack(src, FP, out)
+        assert not out.exists() and list(out.parent.iterdir()) == []
+
+
+def test_a_marker_without_a_seal_gives_no_copy(tmp_path: Path) -> None:
+    src = warm_host(tmp_path / "a")
+    marker = src / "servefleet-warm" / FP
+    marker.write_text(json.dumps({"dirs": [DIR], "source": "compiled"}))  # an older marker
+    with pytest.raises(prewarm.NoCopy, match="has no seal of its cache"):
+        prewarm.pack(src, FP, tmp_path / "out" / f"{FP}.tar")
+
+
+@pytest.mark.parametrize("seal", [None, {}, "other"])
+def test_the_store_keeps_only_a_copy_of_its_sealed_files(tmp_path: Path, seal: object) -> None:
+    src = warm_host(tmp_path / "a")
+    out = tmp_path / "out" / f"{FP}.tar"
+    prewarm.pack(src, FP, out)
+    manifest = json.loads(Path(f"{out}.json").read_text())
+    if seal == "other":
+        manifest["seal"] = dict(manifest["files"], **{f"{DIR}/rank0/mega_cache.bin": [1, "0" * 64]})
+    else:
+        manifest["seal"] = seal
+    store = Store(str(tmp_path / "store"))
+    tar_part, manifest_part = store.parts(FP, "host-a")
+    os.replace(out, tar_part)
+    manifest_part.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="not the seal root recorded when its compile ended"):
+        store.accept(FP, tar_part, manifest_part, "host-a")
+    assert not store.has(FP)
+
+
+def test_a_host_warm_from_a_copy_is_sealed_by_its_checked_manifest(tmp_path: Path) -> None:
+    store, _ = packed(tmp_path)
+    dest = tmp_path / "b"
+    dest.mkdir()
+    assert prewarm.main(["unpack", str(dest), FP, str(send(store, dest)), USER]) == 0
+    marker = json.loads((dest / "servefleet-warm" / FP).read_text())
+    assert marker["seal"] == store.manifest(FP)["files"]  # type: ignore[index]
+    prewarm.pack(dest, FP, tmp_path / "again" / f"{FP}.tar")  # it can give the copy on
 
 
 def entry(host: str, warm: bool = False, kept: bool = False, **kw: object) -> WarmEntry:

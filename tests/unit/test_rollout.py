@@ -1,4 +1,5 @@
-"""Rollout planning (pure): inventory order, --limit, canary and batches."""
+"""Rollout planning (pure): inventory order, --limit, canary and batches; the inventory read by
+pyinfra's own loader (servefleet.inventory), with pyinfra's group and --limit semantics."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from servefleet.errors import ServefleetError
-from servefleet.rollout import batches, inventory_hosts, limit_hosts
+from servefleet.inventory import FleetArgs, limit_pattern, read_inventory
+from servefleet.rollout import batches
 
 INVENTORY = """
 web = [("h3", {"x": 1}), "h1"]
@@ -18,17 +20,70 @@ not_hosts = 3
 """
 
 
-def test_inventory_order_is_first_appearance(tmp_path: Path) -> None:
+@pytest.fixture
+def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """INVENTORY as inv.py, read from a working directory with no group_data."""
+    monkeypatch.chdir(tmp_path)
     path = tmp_path / "inv.py"
     path.write_text(INVENTORY)
-    order, groups = inventory_hosts(str(path))
-    assert order == ["h3", "h1", "h2", "h4"]
-    assert groups == {"web": ["h3", "h1"], "npu": ["h2", "h1", "h4"], "canary": ["h2"]}
-    assert limit_hosts(order, groups, ["npu"]) == ["h1", "h2", "h4"]
-    assert limit_hosts(order, groups, ["h4", "canary"]) == ["h2", "h4"]
-    assert limit_hosts(order, groups, ["h[34]"]) == ["h3", "h4"]
+    return str(path)
+
+
+def test_inventory_order_is_first_appearance(inventory: str) -> None:
+    fleet = read_inventory(inventory)
+    assert fleet.order == ["h3", "h1", "h2", "h4"]
+    groups = {g: list(fleet.groups[g]) for g in ("web", "npu", "canary")}
+    assert groups == {"web": ["h3", "h1"], "npu": ["h1", "h2", "h4"], "canary": ["h2"]}
+    assert "_private" not in fleet.groups and "not_hosts" not in fleet.groups
+    assert fleet.select(["npu"]) == ["h1", "h2", "h4"]
+    assert fleet.select(["h4", "canary"]) == ["h2", "h4"]
+    assert fleet.select(["h[34]"]) == ["h3", "h4"]
     with pytest.raises(ServefleetError, match="matches no host"):
-        limit_hosts(order, groups, ["zz"])
+        fleet.select(["zz"])
+
+
+def test_pyinfra_groups_data_and_exclude(inventory: str) -> None:
+    fleet = read_inventory(inventory, {"serve_instances": 2})
+    assert fleet.select(["inv"]) == fleet.order  # pyinfra's group named after the file
+    assert fleet.select([], ["canary"]) == ["h3", "h1", "h4"]
+    assert fleet.host("h3").data["x"] == 1 and "x" not in fleet.host("h1").data
+    assert fleet.host("h4").data["serve_target"] == "Throughput"
+    assert fleet.host("h2").data["serve_instances"] == 2  # --data over everything
+    warned: list[str] = []
+    assert fleet.select(["canary", "zz"], warn=warned.append) == ["h2"]
+    assert warned == ["--limit zz matches no host of the inventory"]
+    with pytest.raises(ServefleetError, match="--exclude inv leaves no host"):
+        fleet.select(["npu"], ["inv"])
+
+
+def test_a_host_list_and_limits_after_double_dash(inventory: str) -> None:
+    assert read_inventory("h1,h2,h3").order == ["h1", "h2", "h3"]
+    args = FleetArgs.read(
+        inventory, ["web"], ["--limit", "canary", "--exclude=h1", "--data", "x=[1, 2]", "-v"]
+    )
+    assert args.hosts == ["h3", "h2"]
+    assert args.options.rest == ("--data", "x=[1, 2]", "-v")  # what each rollout batch gets
+    assert args.fleet.host("h2").data["x"] == [1, 2]  # as pyinfra parses --data
+    assert args.limit_args() == ["--limit", "web"]
+
+
+def test_a_limit_pattern_names_one_host_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fleet = read_inventory("h[1],h1,web*,web1")
+    assert fleet.matching(limit_pattern("h[1]")) == ["h[1]"]
+    assert fleet.matching(limit_pattern("web*")) == ["web*"]
+    assert fleet.matching("web*") == ["web*", "web1"]
+
+
+def test_no_hosts_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.py").write_text("nothing = []\n")
+    for inventory in ("empty.py", "inventories/prdo.py"):
+        with pytest.raises(ServefleetError) as e:
+            read_inventory(inventory)
+        assert str(e.value).startswith(f"{inventory}: no hosts (an inventory is a file")
 
 
 @pytest.mark.parametrize(
@@ -49,7 +104,7 @@ def test_an_inventory_that_exits_gives_one_line(tmp_path: Path) -> None:
     path = tmp_path / "inv.py"
     path.write_text("raise SystemExit('inv.py: the lab is not up')\n")
     with pytest.raises(ServefleetError, match="the lab is not up"):
-        inventory_hosts(str(path))
+        read_inventory(str(path))
 
 
 @pytest.mark.parametrize("body", ["hosts = [undefined_name]\n", "1/0\n", "def (:\n"])
@@ -60,7 +115,7 @@ def test_an_inventory_that_raises_gives_one_line_to_rollout_and_lock(
 
     path = tmp_path / "inv.py"
     path.write_text(body)
-    for read in (lambda: inventory_hosts(str(path)), lambda: fleet_lock(str(path), {})):
+    for read in (lambda: read_inventory(str(path)), lambda: fleet_lock(str(path), {})):
         with pytest.raises(ServefleetError) as e:
             read()
         assert str(e.value).startswith(f"{path}: cannot read the inventory: ")
@@ -120,3 +175,22 @@ def test_lab1_is_not_lab10() -> None:
         and not s.rollout.results["lab1"].retried
     )
     assert s.rollout.results["lab10"].result == "ok" and s.rollout.results["lab10"].retried
+
+
+def test_a_host_pyinfra_cannot_connect_to_is_named_with_its_reason_and_not_retried() -> None:
+    refused = (
+        "--> Connecting to hosts...\n"
+        "    [lab1]  Connected\n"
+        "    [lab10] Could not connect ([Errno None] Unable to connect to port 22 on 10.0.0.10)\n"
+        "--> Preparing operations...\n"
+    )
+    s = _Scripted([({"lab10"}, refused)])
+    assert not s.rollout.run([["lab1", "lab10"]], max_failures=0)
+    assert s.runs == [["lab1", "lab10"]]  # not a lost connection: no second run
+    r = s.rollout.results["lab10"]
+    assert (r.result, r.retried) == ("failed", False)
+    assert (
+        r.why
+        == "unreachable: Could not connect ([Errno None] Unable to connect to port 22 on 10.0.0.10)"
+    )
+    assert s.rollout.results["lab1"].result == "ok"

@@ -151,8 +151,8 @@ def test_the_deploy_writes_the_key_file_as_a_secret_and_watches_it(
     credentials.api_key(keyed)
     assert written == [("Write the servers' API key (0600)", API_KEY_FILE, api_key_file(KEY))]
     # the probe found the file as written: no operation (a re-run changes nothing)
-    sha = hashlib.sha256(api_key_file(KEY).encode()).hexdigest()
-    found = {"type": "file", "mode": "600", "user": "root", "group": "root", "sha256": sha}
+    digest = keyed.digest(API_KEY_FILE, api_key_file(KEY).encode())  # as the probe reports it
+    found = {"type": "file", "mode": "600", "user": "root", "group": "root", "sha256": digest}
     assert API_KEY_FILE in watched_paths(keyed.settings)
     done = plan_host(keyed.settings, probe(paths={API_KEY_FILE: found}))
     written.clear()

@@ -32,6 +32,12 @@ SIM = load_sim("servefleet_lab_vllm_sim_flags")
 FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
 REFERENCE = REPO.parent / "shared" / "reference" / "vllm-serve-flags"  # shared/ beside the repo
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
+# the config classes' schemas and the wheel's chat templates (tests/unit/test_sim_configs.py)
+CONFIGS = {
+    "rbln": "vllm-0.30.0-rbln-0.12.0-configs.json",
+    "upstream": "vllm-0.30.0-upstream-configs.json",
+}
+CHAT_TEMPLATES = "vllm-0.30.0-chat-templates.txt"
 VLLM_RECIPES = FILES / "recipes" / "vllm"
 BOOLS = ("BooleanOptionalAction", "_StoreRblnBool", "_StoreTrueAction")
 # Flags the property test leaves out, each for a reason
@@ -45,9 +51,28 @@ UNMODELED = {
 KNOWN_UNKNOWN_UPSTREAM: dict[str, str] = {}
 
 
+def _config_fields() -> dict[str, set[str]]:
+    """dest -> the fields of its config class, for the classes the configs dump has a schema of
+    (the two platforms' schemas are the same: test_sim_configs.py)."""
+    text = (FLAGS / CONFIGS["upstream"]).read_text()
+    classes = json.loads(text)
+    dests = {
+        e["flags"][0]: e["dest"]
+        for e in json.loads((FLAGS / PLATFORMS["upstream"]).read_text())["flags"]
+    }
+    return {
+        dests[flag]: set(c["schema"]["properties"])
+        for flag, c in classes.items()
+        if "properties" in c["schema"]
+    }
+
+
 def dump(platform: str) -> list[dict[str, Any]]:
     flags: list[dict[str, Any]] = json.loads((FLAGS / PLATFORMS[platform]).read_text())["flags"]
     return flags
+
+
+CONFIG_FIELDS = _config_fields()
 
 
 def run(platform: str, argv: list[str]) -> str:
@@ -73,12 +98,19 @@ def test_vendored_dumps_are_the_platform_tables() -> None:
     assert {p.name for p in FLAGS.glob("vllm-0.30.0-*.json")} == {
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
+        *CONFIGS.values(),
+    }
+    assert {p.name for p in FLAGS.iterdir()} == {
+        *PLATFORMS.values(),
+        "vllm-0.30.0-envs.json",
+        *CONFIGS.values(),
+        CHAT_TEMPLATES,
     }
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="the reference dumps are not on this machine")
 def test_vendored_dumps_are_verbatim_copies() -> None:
-    for name in PLATFORMS.values():
+    for name in [*PLATFORMS.values(), *CONFIGS.values(), CHAT_TEMPLATES]:
         assert (FLAGS / name).read_bytes() == (REFERENCE / name).read_bytes()
 
 
@@ -220,9 +252,15 @@ def accepts(name: str | None, dest: str, value: str) -> bool:
         return True
     if name == "loads":
         return _json(value)[0]
-    if name == "parse_dataclass":
+    if name == "parse_dataclass":  # a JSON object; with a schema, of the class's fields only
         ok, obj = _json(value)
-        return ok and isinstance(obj, dict)
+        if not (ok and isinstance(obj, dict)):
+            return False
+        fields = CONFIG_FIELDS.get(dest)
+        if fields is None:
+            return True
+        assert not set(obj) & fields, f"no oracle for the values of {dest}'s fields: {value}"
+        return not obj
     if name == "union_dict_and_str":
         return not re.match(r"(?s)^\s*{.*}\s*$", value) or _json(value)[0]
     if name == "human_readable_int_or_auto":

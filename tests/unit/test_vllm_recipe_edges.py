@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from servefleet.kinds.vllm import (
     single_node_strategies,
 )
 from servefleet.kinds.vllm.hardware import _keys, _variant_runs, fits_one_node, is_cpu
+from servefleet.kinds.vllm.pd import is_pd
 from servefleet.kinds.vllm.words import items, words
 from servefleet.shipped import FILES
 from servefleet.spec import ServeSpec
@@ -131,6 +133,19 @@ def test_every_shipped_recipe_resolves_on_every_listed_hardware(path: Path, gpu:
         for variant in r.variants:
             kw: dict[str, Any] = {"hardware": gpu, "strategy": strategy, "variant": variant}
             runs = _variant_runs(r, variant, gpu) and fits_one_node(r, variant, gpu)
+            if is_pd(r, strategy) and runs:
+                # prefill/decode: two roles, each a sane command of one node, and the router
+                pd_spec = resolve_vllm(r, **kw)
+                assert [s.role for s in pd_spec.servers] == ["prefill", "decode"]
+                for server in pd_spec.servers:
+                    _assert_sane(replace(pd_spec, servers=[server]), r, gpu, variant)
+                assert pd_spec.router[:4] == [
+                    "vllm-router",
+                    "--policy",
+                    "round_robin",
+                    "--vllm-pd-disaggregation",
+                ]
+                continue
             if strategy not in usable or not runs:
                 with pytest.raises(RecipeError) as err:
                     resolve_vllm(r, **kw)

@@ -147,6 +147,60 @@ def test_every_file_of_the_lock_is_downloaded_checked_and_a_rerun_downloads_noth
     assert sum(len(s.seen) for s in servers.values()) == asked  # not one request
 
 
+class Progress:
+    """Records what fill() tells a progress bar: the files to download, each one that ends."""
+
+    def __init__(self) -> None:
+        self.length: int | None = None
+        self.updates: list[int] = []
+        self.closed = False
+
+    def __call__(self, length: int) -> Progress:
+        self.length = length
+        return self
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed = True
+
+    def update(self, n: int) -> None:
+        assert not self.closed
+        self.updates.append(n)
+
+
+def test_a_progress_bar_counts_the_files_as_they_arrive(
+    tmp_path: Path,
+    servers: dict[str, Stub],
+    wheels: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from servefleet.cli import main
+
+    lock = make_lock(tmp_path, servers, wheels)
+    files, _ = lock_files(load_lock(lock))
+    bar = Progress()
+    fill(tmp_path / "wh", files, CREDS, echo=lambda _: None, progress=bar)
+    assert (bar.length, bar.updates, bar.closed) == (len(files), [1] * len(files), True)
+    again = Progress()
+    fill(tmp_path / "wh", files, CREDS, echo=lambda _: None, progress=again)
+    assert again.length is None  # nothing to download: no bar
+    # the command shows click's bar on stderr when that is a terminal
+    monkeypatch.setattr("servefleet.cli._shows_progress", lambda: True)
+    for name, value in zip(("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD"), OWNER_LOGIN, strict=True):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    result = CliRunner().invoke(
+        main, ["wheelhouse", str(tmp_path / "cli"), "--lock-dir", str(lock)]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"downloading {len(files)} file(s)" in result.stderr
+    assert f"{len(files)} downloaded" in result.stdout
+
+
 def test_a_file_that_differs_from_the_lock_is_named_with_both_hashes_and_not_kept(
     tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path]
 ) -> None:

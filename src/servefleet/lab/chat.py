@@ -9,6 +9,7 @@ import urllib.request
 import click
 
 from servefleet.errors import ServefleetError
+from servefleet.exitcodes import Exit
 from servefleet.lab.state import load_state
 
 
@@ -50,7 +51,7 @@ def chat(port: int, model: str, prompt: str) -> None:
         state = load_state()
     except ServefleetError as e:
         click.echo(f"servefleet lab: {e}", err=True)
-        sys.exit(2)
+        sys.exit(Exit.USAGE)
     failed = 0
     for host in state["hosts"]:
         try:
@@ -59,4 +60,4 @@ def chat(port: int, model: str, prompt: str) -> None:
         except (OSError, ValueError, KeyError) as e:  # URLError is an OSError
             failed += 1
             click.echo(f"{host['name']} ({host['address']}:{port}): no answer: {e}", err=True)
-    sys.exit(1 if failed else 0)
+    sys.exit(Exit.FAILED if failed else Exit.OK)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from servefleet.errors import ServefleetError
+from servefleet.exitcodes import Exit
 from servefleet.lab import layout
 from servefleet.lab.base import DEFAULT_SUITE, SUITES, base_note
 
@@ -26,7 +27,7 @@ def _one_line_errors(func: F) -> F:
             return func(*args, **kwargs)
         except ServefleetError as exc:
             click.echo(f"servefleet lab: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(Exit.USAGE)
 
     return wrapper  # type: ignore[return-value]
 

@@ -578,8 +578,9 @@ def _new_secret_files() -> dict[str, str]:
     layout.STATE_SECRETS.chmod(0o700)
     values = {
         "RBLN_INDEX_USER": f"lab-{secrets.token_hex(3)}",
-        # spaces, quotes, '#' and a backslash: every deploy test proves they survive
-        "RBLN_INDEX_PASSWORD": secrets.token_urlsafe(18) + " q\"u'o #h\\b",
+        # shell metacharacters and '#': every deploy test proves they survive (whitespace,
+        # quotes and backslashes no netrc reads alike: settings refuses them, #18 finding 10)
+        "RBLN_INDEX_PASSWORD": secrets.token_urlsafe(18) + "#h$!;&|<>(*)`",
         "HF_TOKEN": "hf_lab" + secrets.token_hex(16),
     }
     files = {}

@@ -24,7 +24,9 @@ wheelhouse copy, ``sdk_source = "wheelhouse"``): its sha256 is checked, then it 
 checked as a store archive is. No network.
 
 Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV)`` in PYTHON, with
-HF_TOKEN_PATH pointing at the token file.
+HF_TOKEN_PATH pointing at the token file and HF_HOME at root's own staging directory (the
+client inherits its descriptor), then checked and moved into place as an archive is: the serve
+user's hub is never the client's cache, so nothing planted there redirects a write.
 
 ``--revision REV`` (40 hex digits) pins a commit: the archive must hold ``snapshots/REV``
 (refs/main may name another; the fetcher then points refs/main at the pinned revision, since
@@ -499,6 +501,13 @@ def place(
         archive.unlink()
     rev = check_snapshot(repo, a.revision, source)
     give(repo, uid, gid)
+    move_in(hub, repo, top, tmp)
+    return rev
+
+
+def move_in(hub: Path, repo: Path, top: str, tmp: Path) -> None:
+    """Rename the checked ``repo`` (in root's staging ``tmp``) to ``hub/top``; what was there
+    goes aside into ``tmp`` (removed with it), and comes back if the rename fails."""
     target = hub / top
     old = tmp / "old"
     if target.exists() or target.is_symlink():
@@ -509,7 +518,6 @@ def place(
         if old.exists() or old.is_symlink():
             os.rename(old, target)
         raise
-    return rev
 
 
 HUB_CODE = r"""
@@ -548,10 +556,12 @@ def _hub_problem(a: argparse.Namespace, result: dict[str, Any]) -> str:
 
 
 def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
-    """Download a.model with snapshot_download in the release venv; return its revision."""
+    """Download a.model with snapshot_download in the release venv into root's own staging
+    directory (its HF_HOME: a descriptor the client inherits, so nothing the serve user plants
+    in its hub redirects a write), check it, give it to the owner and move it into hub; return
+    its revision."""
     env = {k: v for k, v in os.environ.items() if k not in HUB_ENV_DROPPED}
     env.update(
-        HF_HOME=str(a.hf_home),
         HF_HUB_DISABLE_TELEMETRY="1",
         HF_HUB_DISABLE_PROGRESS_BARS="1",
         HF_HUB_ETAG_TIMEOUT=f"{a.timeout:g}",
@@ -559,42 +569,44 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
     )
     if a.token_file:
         env["HF_TOKEN_PATH"] = a.token_file
-    try:
-        proc = subprocess.run(
-            [a.hub, "-c", HUB_CODE, a.model, a.revision or ""],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-    except OSError as exc:
-        raise Refusal(f"cannot run {a.hub}: {exc.strerror}") from None
-    lines = proc.stdout.strip().splitlines()
-    try:
-        result = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        result = {}
-    if proc.returncode != 0 or not isinstance(result.get("path"), str):
-        if result.get("error"):
-            raise Refusal(_hub_problem(a, result))
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise Refusal(f"downloading {a.model} from the Hugging Face hub failed: {tail}")
-    repo = hub / repo_dir_name(a.model)
-    snapshot = Path(result["path"])
-    wanted = a.revision or snapshot.name
-    named = a.hf_home / "hub" / repo.name  # where HF_HOME (a name) made the client write
-    if (
-        snapshot.parent != named / "snapshots"
-        or snapshot.name != wanted
-        or not REVISION_RE.fullmatch(wanted)
-    ):
-        raise Refusal(
-            f"snapshot_download gave {snapshot}, not {named}/snapshots/{a.revision or '<commit>'}"
-        )
-    rev = check_snapshot(repo, snapshot.name, "the hub")
-    give(repo, uid, gid)
-    locks = hub / ".locks" / repo.name
-    if locks.is_dir():
-        give(locks, uid, gid)
+    with staging(hub) as tmp:
+        env["HF_HOME"] = tmp  # /proc/self/fd/N: the same descriptor in the child (pass_fds)
+        try:
+            proc = subprocess.run(
+                [a.hub, "-c", HUB_CODE, a.model, a.revision or ""],
+                env=env,
+                capture_output=True,
+                text=True,
+                pass_fds=(int(tmp.rsplit("/", 1)[1]),),
+            )
+        except OSError as exc:
+            raise Refusal(f"cannot run {a.hub}: {exc.strerror}") from None
+        lines = proc.stdout.strip().splitlines()
+        try:
+            result = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            result = {}
+        if proc.returncode != 0 or not isinstance(result.get("path"), str):
+            if result.get("error"):
+                raise Refusal(_hub_problem(a, result))
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise Refusal(f"downloading {a.model} from the Hugging Face hub failed: {tail}")
+        top = repo_dir_name(a.model)
+        staged = Path(tmp) / "hub" / top
+        snapshot = Path(result["path"])
+        wanted = a.revision or snapshot.name
+        if (
+            snapshot.parent != staged / "snapshots"
+            or snapshot.name != wanted
+            or not REVISION_RE.fullmatch(wanted)
+        ):
+            raise Refusal(
+                f"snapshot_download gave {snapshot}, not "
+                f"{a.hf_home}/hub/{top}/snapshots/{a.revision or '<commit>'}"
+            )
+        rev = check_snapshot(staged, snapshot.name, "the hub")
+        give(staged, uid, gid)
+        move_in(hub, staged, top, Path(tmp))
     return rev
 
 

@@ -260,12 +260,26 @@ def bundle_dirs(state: dict[str, Any], unit: str, since: float) -> list[str]:
     return sorted(dirs)
 
 
-def mark_warm(state: dict[str, Any], fingerprint: str, dirs: list[str], source: str = "") -> None:
-    """The fingerprint is warm here; ``dirs`` hold its cache (a fleet pre-warm copies them)."""
+def mark_warm(
+    state: dict[str, Any],
+    fingerprint: str,
+    dirs: list[str],
+    source: str = "",
+    seal: dict[str, list[Any]] | None = None,
+) -> None:
+    """The fingerprint is warm here; ``dirs`` hold its cache (a fleet pre-warm copies them).
+
+    The record carries the cache's seal: each file's size and sha256 as root found them when
+    the compile ended (``seal``: a checked copy's manifest). A fleet copy is packed only from a
+    cache that still matches it, so what a serving process wrote since never leaves the host.
+    """
+    if seal is None:
+        seal = cache_seal(state["cache_root"], dirs)
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "dirs": dirs,
         "source": source or "compiled",
+        "seal": seal,
     }
     fd = warm_dir(state, create=True)
     assert fd is not None
@@ -273,6 +287,27 @@ def mark_warm(state: dict[str, Any], fingerprint: str, dirs: list[str], source: 
         trusted.write(fd, fingerprint, json.dumps(record, sort_keys=True) + "\n")
     finally:
         os.close(fd)
+
+
+def cache_seal(cache_root: str, dirs: list[str]) -> dict[str, list[Any]] | None:
+    """The files of ``dirs`` under the serve user's cache root, read through descriptors with no
+    link followed (None when one is not a plain tree: that cache is never copied)."""
+    cache = trusted.open_dir(cache_root)
+    if cache is None:
+        return None
+    try:
+        seal: dict[str, list[Any]] = {}
+        for d in dirs:
+            fd = trusted.open_below(cache, d)
+            try:
+                seal.update(trusted.digests(fd, d))
+            finally:
+                os.close(fd)
+        return seal
+    except OSError:
+        return None
+    finally:
+        os.close(cache)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

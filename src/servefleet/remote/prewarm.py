@@ -65,14 +65,18 @@ def state_of(cache_root: Path) -> dict[str, Any]:
     return {"cache_root": str(cache_root)}
 
 
-def marker_dirs(cache_root: Path, fingerprint: str) -> list[str]:
+def marker_dirs(
+    cache_root: Path, fingerprint: str
+) -> tuple[list[str], dict[str, list[Any]] | None]:
+    """The cache directories the warm marker names, and its seal (None: it has none)."""
     record = instances.warm_record(state_of(cache_root), fingerprint)
     if record is None:
         raise NoCopy(f"fingerprint {fingerprint} is not warm here with a known cache")
     dirs = record.get("dirs") if isinstance(record, dict) else None
     if not dirs or not all(isinstance(d, str) and _DIR.match(d) for d in dirs):
         raise NoCopy(f"the warm marker of {fingerprint} names no cache directory")
-    return list(dirs)
+    seal = record.get("seal")
+    return list(dirs), seal if isinstance(seal, dict) and seal else None
 
 
 class _Hashing:
@@ -107,7 +111,7 @@ def _open_cache_root(cache_root: Path) -> int:
 def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
     """The warm marker's directories as a tar and its manifest at ``out`` (root's own tree): the
     cache is read through directory descriptors, never following a link (#18 finding 2)."""
-    dirs = marker_dirs(cache_root, fingerprint)
+    dirs, seal = marker_dirs(cache_root, fingerprint)
     files: dict[str, list[Any]] = {}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -124,11 +128,22 @@ def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
         raise NoCopy(f"cannot read the cache of {fingerprint}: {e}") from None
     finally:
         os.close(cache)
+    if seal is None:
+        tmp.unlink()
+        raise NoCopy(f"the warm marker of {fingerprint} has no seal of its cache")
+    if files != seal:
+        tmp.unlink()
+        changed = sorted(n for n in set(files) | set(seal) if files.get(n) != seal.get(n))
+        raise NoCopy(
+            f"the cache of {fingerprint} differs from its seal ({len(changed)} file(s), "
+            f"{changed[0]} first) since its compile ended: not copied from this host"
+        )
     os.replace(tmp, out)
     manifest = {
         "fingerprint": fingerprint,
         "dirs": dirs,
         "files": files,
+        "seal": seal,
         "tar_size": out.stat().st_size,
         "tar_sha256": sha256_of(out),
     }
@@ -205,7 +220,9 @@ def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> Non
         os.close(cache)
     source = str(manifest.get("source") or "a fleet copy")
     dirs = manifest["dirs"]
-    instances.mark_warm(state_of(cache_root), fingerprint, dirs, source=f"copy of {source}")
+    instances.mark_warm(
+        state_of(cache_root), fingerprint, dirs, source=f"copy of {source}", seal=manifest["files"]
+    )
     print(f"{fingerprint}: {len(manifest['files'])} files checked and in place ({', '.join(dirs)})")
 
 

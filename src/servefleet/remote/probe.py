@@ -6,6 +6,10 @@ holds nothing yet.
 
 usage: probe.py ARGS_JSON      # ARGS_JSON: servefleet.hostplan.probe_args()
 
+With ``"keyed": true`` in ARGS_JSON, the first line of stdin is a key (hex) for the files in the
+secrets directory: their digest is HMAC-SHA256 under that key, never a plain sha256, which in
+pyinfra's fact output would let anyone with the log test guesses of a password offline.
+
 Prints one JSON object: the kernel release, the Python of sdk_python, glibc, the accelerators
 (``rbln-smi -j``, or ``lspci -n`` lines before a driver; ``nvidia-smi``/``amd-smi`` on GPU
 hosts), the complete releases, ``current`` and what it holds, the last good state, our units
@@ -18,6 +22,7 @@ from __future__ import annotations
 import glob
 import grp
 import hashlib
+import hmac
 import json
 import os
 import pwd
@@ -172,8 +177,9 @@ def _name(get: Any, i: int) -> str:
         return str(i)
 
 
-def stat(path: str) -> dict[str, str] | None:
-    """type, mode, owner and group of ``path`` (not followed), and a file's sha256."""
+def stat(path: str, key: bytes | None = None) -> dict[str, str] | None:
+    """type, mode, owner and group of ``path`` (not followed), and a file's sha256 (a secret's:
+    its HMAC under ``key``; none without a key)."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -181,8 +187,11 @@ def stat(path: str) -> dict[str, str] | None:
     kind = "dir" if S_ISDIR(st.st_mode) else "file" if S_ISREG(st.st_mode) else "other"
     info = {"type": kind, "mode": "%o" % (st.st_mode & 0o7777),
             "user": _name(pwd.getpwuid, st.st_uid), "group": _name(grp.getgrgid, st.st_gid)}  # fmt: skip
-    if kind == "file" and st.st_size < 1 << 24:
-        info["sha256"] = hashlib.sha256(read(path, "rb") or b"").hexdigest()
+    secret = os.path.dirname(path) == layout.SECRETS_DIR
+    if kind == "file" and st.st_size < 1 << 24 and (key or not secret):
+        data = read(path, "rb") or b""
+        digest = hmac.new(key, data, "sha256") if key and secret else hashlib.sha256(data)
+        info["sha256"] = digest.hexdigest()
     return info
 
 
@@ -198,6 +207,8 @@ def warm_markers(cache_root: str) -> list[str]:
 
 
 def probe(a: dict[str, Any]) -> dict[str, Any]:
+    # read first: the controller writes the key as the probe starts
+    key = bytes.fromhex(sys.stdin.readline().strip()) if a.get("keyed") else None
     root, hf_home, cache_root = a["root"], a["hf_home"], a["cache_root"]
     out: dict[str, Any] = {"kernel": os.uname().release}
     out["python"] = python_version(a["python"])
@@ -212,7 +223,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     out["warm"] = warm_markers(cache_root)
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]
     account(out, a["user"])
-    out["paths"] = {p: stat(p) for p in a.get("paths", [])}
+    out["paths"] = {p: stat(p, key) for p in a.get("paths", [])}
     return out
 
 

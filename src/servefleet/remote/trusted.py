@@ -13,10 +13,12 @@ Stdlib only; the host programs import it (the probe carries it inline, as it car
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
 import time
+from typing import Any
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_READ = 1 << 20  # a marker or manifest is small; a bigger file is not ours
@@ -143,6 +145,30 @@ def names(fd: int) -> list[str]:
         if stat.S_ISREG(st.st_mode):
             out.append(name)
     return sorted(out)
+
+
+def digests(base: int, prefix: str) -> dict[str, list[Any]]:
+    """Every file under the directory ``base`` as ``prefix/<path>`` -> [size, sha256], walked
+    through descriptors with no link followed; anything but a regular file or a directory
+    (a link, a fifo) raises OSError."""
+    out: dict[str, list[Any]] = {}
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=base, follow_symlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):  # links and other non-directories land here
+            rel = os.path.normpath(f"{prefix}/{dirpath}/{name}")
+            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                        dir_fd=dirfd)  # fmt: skip
+            try:
+                if not stat.S_ISREG(os.fstat(f).st_mode):
+                    raise OSError(f"{rel}: not a regular file or directory")
+                digest, size = hashlib.sha256(), 0
+                for block in iter(lambda: os.read(f, 1 << 20), b""):  # noqa: B023 (used here)
+                    digest.update(block)
+                    size += len(block)
+            finally:
+                os.close(f)
+            out[rel] = [size, digest.hexdigest()]
+    return out
 
 
 def is_file(fd: int, name: str) -> bool:

@@ -12,15 +12,11 @@ from servefleet.settings import Settings
 from servefleet.steps import ensure
 
 
-def netrc_token(value: str) -> str:
-    """A netrc token that netrc readers (Python's, hence pip's) give back exactly."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def netrc(s: Settings) -> str:
-    """The netrc of the index credentials: one line for each host of an index that needs them."""
+    """The netrc of the index credentials: one line for each host of an index that needs them,
+    its tokens bare (settings refuses a credential a bare token cannot carry)."""
     hosts = sorted({urlsplit(i.url).hostname or "" for i in s.pip_indexes if i.auth})
-    user, password = netrc_token(s.index_user or ""), netrc_token(s.index_password or "")
+    user, password = s.index_user or "", s.index_password or ""
     return "".join(f"machine {h} login {user} password {password}\n" for h in hosts)
 
 

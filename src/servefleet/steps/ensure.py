@@ -28,5 +28,5 @@ def upload(plan: HostPlan, name: str, data: bytes, dest: str) -> None:
 def secret(plan: HostPlan, name: str, dest: str, value: str) -> None:
     """A 0600 file holding ``value`` (and a newline), sent on stdin, never shown."""
     line = value if value.endswith("\n") else value + "\n"
-    if not plan.has(dest, "file", "600", sha256=hashlib.sha256(line.encode()).hexdigest()):
+    if not plan.has(dest, "file", "600", sha256=plan.digest(dest, line.encode())):
         put_secret(name=name, dest=dest, secret=line)

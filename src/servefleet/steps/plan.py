@@ -5,6 +5,8 @@ recipe stops the whole run here, in one line, and no host changes."""
 
 from __future__ import annotations
 
+import secrets
+
 from pyinfra import host
 
 from servefleet.hostplan import HostPlan, plan_host, probe_args, resolve_for
@@ -13,6 +15,7 @@ from servefleet.settings import Settings, settings_from
 from servefleet.steps import connection, driver
 from servefleet.steps.errors import one_line
 from servefleet.steps.facts import HostProbe
+from servefleet.steps.operations import Stdin
 from servefleet.steps.wheelhouse import with_wheelhouse
 from servefleet.steps.wheels import with_built_wheels
 
@@ -35,8 +38,11 @@ def host_plan(files: bool = False) -> HostPlan:
     with one_line():
         settings = with_locked_models(host_settings())
         spec = resolve_for(settings)
-        probe = host.get_fact(HostProbe, args=probe_args(settings, spec, files))
-        plan = plan_host(settings, probe, spec, builder=host.name == settings.serve_prewarm_host)
+        key = secrets.token_bytes(32)  # the secrets' digests in the probe's output: HMACs
+        args = probe_args(settings, spec, files, keyed=True)
+        probe = host.get_fact(HostProbe, args=args, _stdin=Stdin(key.hex()))
+        builder = host.name == settings.serve_prewarm_host
+        plan = plan_host(settings, probe, spec, builder=builder, secret_key=key)
         driver.check_data(plan)
         plan = with_wheelhouse(with_built_wheels(plan))
     return plan

@@ -8,6 +8,12 @@ once, naming the file, so a broken card reads as one line.
 What a card offers comes only from each grid's ``modes`` and ``options``; the top-level ``axes``
 list is kept for display (and for naming what a grid does *not* offer in error messages).
 
+Roles: a grid's ``base`` holds one role (aggregated serving, ``main`` on the published cards) or
+the two roles of prefill/decode disaggregation, ``prefill`` and ``decode``; a two-role grid may
+name the policy of the router in front of them (``router: {"policy": ...}``). Fields the
+resolver does not use yet are refused when set, until they mean something: a strategy's
+``nodes`` (every server runs on one host), a role's ``ranks``, ``scale`` and ``varies``.
+
 Recipe names are qualified by kind (``rbln/<name>``, ``vllm/<org>/<name>``); the registry of
 recipe sources (:mod:`servefleet.kinds`) finds and lists them, the functions at the end of this
 module are its names as callers knew them.
@@ -25,6 +31,7 @@ from typing import Any, TypeVar
 
 from servefleet.errors import RecipeError
 from servefleet.kinds.loader import load_json, read_recipe_text
+from servefleet.kinds.roles import PD_ROLES, ROUTER_POLICIES
 
 T = TypeVar("T")
 
@@ -76,6 +83,8 @@ class Grid:
     + recommended: axis -> value overlaid by ``--recommended``
     + excluded: partial selections that are refused
     + deltas: ``AXIS=VALUE`` -> role -> Delta
+    + router: the router's policy in front of prefill/decode roles (None: the default, or one
+      role)
     """
 
     model: str
@@ -86,6 +95,7 @@ class Grid:
     recommended: dict[str, str]
     excluded: list[dict[str, str]]
     deltas: dict[str, dict[str, Delta]]
+    router: str | None = None
 
     def offered(self) -> dict[str, list[str]]:
         """Every selectable axis with its values: modes first, then options."""
@@ -304,6 +314,47 @@ def _key_list(obj: Any, where: str, errors: _Errors) -> tuple[str, ...]:
     return tuple(obj)
 
 
+def _unused(obj: dict[str, Any], keys: tuple[str, ...], where: str, errors: _Errors) -> None:
+    """Refuse fields the resolver does not use yet when they are set (null is allowed)."""
+    for key in keys:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if key == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
+            errors.add(
+                f"{where}.nodes {_shown(value)} is not a node count; allowed: null (servefleet "
+                "serves every server of a card on one host)"
+            )
+        else:
+            errors.add(
+                f"{where}.{key} is set ({_shown(value)}) but servefleet does not use it yet; "
+                "allowed: null"
+            )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _parse_router(obj: Any, where: str, roles: list[str], errors: _Errors) -> str | None:
+    """A grid's ``router``: null, or ``{"policy": POLICY}`` in front of prefill/decode roles."""
+    if obj is None:
+        return None
+    allowed = f'null or {{"policy": {"|".join(ROUTER_POLICIES)}}}'
+    policy = obj.get("policy") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict) or set(obj) != {"policy"} or policy not in ROUTER_POLICIES:
+        errors.add(f"{where}.router {_shown(obj)} is not a router; allowed: {allowed}")
+        return None
+    if sorted(roles) != sorted(PD_ROLES):
+        errors.add(
+            f"{where}.router is set on a grid of one role; allowed: null (a router stands in "
+            "front of the roles prefill and decode)"
+        )
+        return None
+    return str(policy)
+
+
 def _parse_role(obj: Any, where: str, errors: _Errors) -> Role | None:
     if not isinstance(obj, dict):
         errors.add(f"{where} must be an object")
@@ -312,6 +363,9 @@ def _parse_role(obj: Any, where: str, errors: _Errors) -> Role | None:
     if not isinstance(role, str) or not role:
         errors.add(f"{where}.role must be a non-empty string")
         return None
+    if not _check(SLUG, role, f"{where}: role", errors):
+        return None
+    _unused(obj, ("ranks", "scale", "varies"), where, errors)
     launcher = obj.get("launcher")
     tokens: list[str] = []
     if not isinstance(launcher, str):
@@ -357,6 +411,12 @@ def _parse_grid(obj: Any, where: str, card_model: str, errors: _Errors) -> Grid 
     roles = {r.role for r in base}
     if len(roles) != len(base):
         errors.add(f"{where}.base has duplicate roles")
+    elif len(base) > 1 and sorted(roles) != sorted(PD_ROLES):
+        errors.add(
+            f"{where}.base has the roles {', '.join(r.role for r in base)}; allowed: one role, "
+            f"or the two roles {' and '.join(PD_ROLES)}"
+        )
+    router = _parse_router(obj.get("router"), where, [r.role for r in base], errors)
     modes = _values_map(obj.get("modes"), f"{where}.modes", errors)
     options = _values_map(obj.get("options"), f"{where}.options", errors)
     for axis in set(modes) & set(options):
@@ -428,6 +488,7 @@ def _parse_grid(obj: Any, where: str, card_model: str, errors: _Errors) -> Grid 
         recommended=recommended,
         excluded=excluded,
         deltas=deltas,
+        router=router,
     )
 
 
@@ -509,6 +570,7 @@ def card_from_dict(obj: dict[str, Any], *, name: str, path: Path | None = None) 
         if not _check(SLUG, slug, f"{where}: slug", errors):
             continue
         where = f"strategy {slug}"
+        _unused(s, ("nodes",), where, errors)
         opts_raw = s.get("options")
         if not isinstance(opts_raw, list) or not opts_raw:
             errors.add(f"{where}: 'options' must be a non-empty list")

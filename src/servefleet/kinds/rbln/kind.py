@@ -22,6 +22,7 @@ from servefleet.kinds.rbln.resolve import (
     pick_strategy,
     resolve_rbln,
 )
+from servefleet.kinds.roles import deployable
 from servefleet.spec import ServeSpec
 
 # PCI device ids of vendor 0x1eff (rbln-npu-feature-discovery's rebellions-pci.ids; rbln.md §1.3);
@@ -196,7 +197,7 @@ class Rbln(Kind):
 
     def resolve_data(self, settings: Wants, sku: str | None = None) -> ServeSpec:
         card = load_card(self.path_of(settings.serve_recipe), name=settings.serve_recipe)
-        return resolve_rbln(
+        spec = resolve_rbln(
             card,
             target=settings.serve_target,
             strategy=settings.serve_strategy,
@@ -205,6 +206,9 @@ class Rbln(Kind):
             sku=sku,
             compiler_version=settings.sdk_pins["rebel-compiler"],
         )
+        one = [s.slug for s in card.strategies if all(len(o.grid.base) == 1 for o in s.options)]
+        allowed = f"serve_strategy of one role: {', '.join(one)}" if one else "a card of one role"
+        return deployable(spec, allowed)
 
     def hardware(self, probe: dict[str, Any]) -> Hardware:
         return hardware_from_probe(probe)

@@ -12,6 +12,10 @@ Order of work (issue 2):
    additions; an added key that exists keeps its place, a new key is appended.
 5. argv = launcher + model + the args' tokens; requirements and the compile fingerprint are
    derived from the resolved argv/env.
+6. Prefill/decode roles: each must hand KV over (``--kv-transfer-config`` with a
+   ``kv_connector``, ``kv_role`` ``kv_producer`` on prefill and ``kv_consumer`` on decode, or
+   ``kv_both``); the spec gets the router in front of them (the grid's ``router.policy``, else
+   ``round_robin``), placeholders left as the card writes them (:mod:`servefleet.kinds.roles`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from servefleet.errors import RecipeError
 from servefleet.kinds.rbln.card import Card, Grid, Option, Strategy
 from servefleet.kinds.rbln.defaults import default_compiler_version as pinned
 from servefleet.kinds.rbln.fingerprint import compile_fingerprint, json_flag, scan_argv
+from servefleet.kinds.roles import DECODE, PD_ROLES, PREFILL, pd_router
 from servefleet.spec import Requirements, Server, ServeSpec
 
 
@@ -165,8 +170,13 @@ def requirements(servers: list[Server], model: str) -> Requirements:
     for server in servers:
         scanned = scan_argv(server.argv)
         kv = json_flag(scanned, "kv-transfer-config")
-        if kv and "LMCache" in str(kv.get("kv_connector", "")) and "kv-connectors" not in extras:
+        connector = str((kv or {}).get("kv_connector", ""))
+        # lmcache-rbln and nixl-rbln come with the kv-connectors extra (rbln.md §3.2)
+        if ("LMCache" in connector or connector.startswith("RblnNixl")) and (
+            "kv-connectors" not in extras
+        ):
             extras.append("kv-connectors")
+        if "LMCache" in connector and "lmcache_rbln" not in imports:
             imports.append("lmcache_rbln")
         spec = json_flag(scanned, "speculative-config") or {}
         if spec.get("method") == "suffix" and "arctic-inference" not in packages:
@@ -210,6 +220,7 @@ def resolve_rbln(
             f"(allowed: {', '.join(opt.skus)})"
         )
     servers = build_servers(grid, sel, opt.npus)
+    router = _pd_router(card, grid, servers)
     version = compiler_version or default_compiler_version()
     prints = [compile_fingerprint(s.argv, s.env, s.npus, sku, version) for s in servers]
     selection = dict(sel)
@@ -222,7 +233,29 @@ def resolve_rbln(
         requirements=requirements(servers, grid.model),
         compile_fingerprint=prints[0] if len(prints) == 1 else _combine(prints),
         skus=list(opt.skus),
+        router=router,
     )
+
+
+# The kv_role each role of a prefill/decode pair may take (kv_both: the proxy assigns it)
+KV_ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
+
+
+def _pd_router(card: Card, grid: Grid, servers: list[Server]) -> list[str]:
+    """The router in front of prefill/decode roles (none for one role), once each role is seen
+    to hand its KV over."""
+    by_role = {s.role: s for s in servers}
+    if sorted(by_role) != sorted(PD_ROLES):
+        return []
+    for role, allowed in KV_ROLES.items():
+        kv = json_flag(scan_argv(by_role[role].argv), "kv-transfer-config") or {}
+        if not kv.get("kv_connector") or kv.get("kv_role") not in allowed:
+            found = f"kv_role {kv.get('kv_role')!r}" if kv else "no --kv-transfer-config"
+            raise RecipeError(
+                f"{card.name}: role {role} has {found}; allowed: a --kv-transfer-config naming "
+                f"a kv_connector and kv_role {' or '.join(allowed)}"
+            )
+    return pd_router(grid.router or "round_robin", by_role[PREFILL], by_role[DECODE])
 
 
 def _combine(prints: list[str]) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 from servefleet.errors import RecipeError
 from servefleet.kinds.vllm.hardware import _variant_runs, offered_hardware, single_node_strategies
+from servefleet.kinds.vllm.pd import is_pd, pool_modes
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.resolve import kv_offload_offered, resolve_vllm
 
@@ -94,6 +95,9 @@ def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
         }
         for s in r.compatible_strategies
     }
+    for s in r.compatible_strategies:
+        if is_pd(r, s):  # --pool-parallelism: what its prefill and decode pools may take
+            strategy_details[s]["pool_parallelism"] = pool_modes(r)
     rec_hw = recommended.get("hardware")
     rec_strategy = recommended.get("strategy") or None
     kv = {

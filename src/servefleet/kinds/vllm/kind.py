@@ -19,6 +19,7 @@ from typing import Any
 
 from servefleet.errors import ProbeError
 from servefleet.kinds.base import Hardware, Kind, Wants
+from servefleet.kinds.roles import deployable
 from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.spec import ServeSpec
 
@@ -103,6 +104,7 @@ class Vllm(Kind):
         "--no-feature": "no_features",
         "--kv-offload": "kv_offload",
         "--task": "task",
+        "--pool-parallelism": "pool_parallelism",
     }
     name = "gpu"
     probe_commands = (
@@ -154,6 +156,7 @@ class Vllm(Kind):
             no_features=list(options.get("no_features", ())),
             kv_offload=options.get("kv_offload"),
             task=options.get("task"),
+            pool_parallelism=options.get("pool_parallelism"),
         )
 
     # -- hosts
@@ -167,16 +170,19 @@ class Vllm(Kind):
         features = settings.serve_features
         on = [n if m == "on" else f"{n}={m}" for n, m in features.items() if m != "off"]
         off = [n for n, m in features.items() if m == "off"]
-        from servefleet.kinds.vllm import resolve_vllm
+        from servefleet.kinds.vllm import resolve_vllm, single_node_strategies
 
-        return resolve_vllm(
-            self._recipe(settings),
+        recipe = self._recipe(settings)
+        spec = resolve_vllm(
+            recipe,
             hardware=settings.serve_hardware,
             strategy=settings.serve_strategy,
             variant=settings.serve_variant,
             features=on,
             no_features=off,
         )
+        usable = single_node_strategies(recipe, spec.selection["hardware"])
+        return deployable(spec, f"serve_strategy of one host: {', '.join(usable) or 'none'}")
 
     def hardware(self, probe: dict[str, Any]) -> Hardware:
         amd = probe.get("amd") or []

@@ -35,9 +35,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.roles import PD_ROLES, pd_router
+from servefleet.kinds.vllm import pd
 from servefleet.kinds.vllm.features import _feature_block, _parse_features, _select_features
 from servefleet.kinds.vllm.hardware import (
     _default_hardware,
@@ -87,7 +90,13 @@ _PARALLEL = {
 #   then of the variant (hardware class: generation, else brand)
 # + recipe_gpu / strategy_gpu: ``hardware_overrides.<gpu>`` of the recipe, then of
 #   ``strategy_overrides.<s>`` (exact hardware)
+# + role_gpu: a pd_cluster role's ``strategy_overrides.<s>.<role>.hardware_overrides.<gpu>``
 # (HARDWARE_ORDER: the hardware layers, the hardware class before the exact hardware)
+#
+# A pd_cluster role (prefill, decode) takes the same layers, with its own: strategy is the
+# role's ``vllm_args`` and its pool's arguments (``pd.pool_items``) / the role's ``env`` and
+# its node's GPUs; strategy_overrides is ``strategy_overrides.<s>.<role>`` ``extra_args`` +
+# ``vllm_args`` / ``strategy_overrides.<s>.env`` + ``.<role>.env``.
 # + features: the enabled features in recipe order
 # + kv_offload: the composing KV-offload option (``taxonomy.kv_offload.<key>``)
 HARDWARE_ORDER = (
@@ -96,6 +105,7 @@ HARDWARE_ORDER = (
     "variant_generation",
     "recipe_gpu",
     "strategy_gpu",
+    "role_gpu",
 )
 ARG_ORDER = (
     "base",
@@ -146,8 +156,11 @@ def _block_layer(block: Any, where: str, args: tuple[str, ...], envs: tuple[str,
     return seq, env
 
 
-def _override_layers(r: VllmRecipe, vname: str, strategy: str | None, gpu: str) -> dict[str, Layer]:
-    """The override layers: variant_gpu, strategy_overrides and the hardware ones."""
+def _override_layers(
+    r: VllmRecipe, vname: str, strategy: str | None, gpu: str, role: str | None = None
+) -> dict[str, Layer]:
+    """The override layers: variant_gpu, strategy_overrides and the hardware ones (a pd_cluster
+    role's own strategy_overrides and role_gpu when ``role`` is given)."""
     n = r.name
     prof = r.profiles[gpu]
     variant = r.variants[vname]
@@ -167,6 +180,12 @@ def _override_layers(r: VllmRecipe, vname: str, strategy: str | None, gpu: str) 
         "recipe_gpu": _block_layer(r_ho.get(gpu), f"{n}: hardware_overrides.{gpu}", *extra),
         "strategy_gpu": _block_layer(s_ho.get(gpu), f"{sw}.hardware_overrides.{gpu}", *extra),
     }
+    if role is not None:
+        rb, rw = so.get(role) or {}, f"{sw}.{role}"
+        role_args, role_env = _block_layer(rb, rw, ("extra_args", "vllm_args"), ("env",))
+        out["strategy_overrides"] = (role_args, {**env_map(so.get("env"), f"{sw}.env"), **role_env})
+        r_gpu = (rb.get("hardware_overrides") or {}).get(gpu)
+        out["role_gpu"] = _block_layer(r_gpu, f"{rw}.hardware_overrides.{gpu}", *extra)
     strategy_gen = _generation_block(s_ho, prof)
     if strategy_gen is not None:
         out["strategy_generation"] = _block_layer(strategy_gen, f"{sw}.hardware_overrides", *extra)
@@ -204,8 +223,10 @@ def resolve_vllm(
     no_features: list[str] | tuple[str, ...] = (),
     kv_offload: str | None = None,
     task: str | None = None,
+    pool_parallelism: str | None = None,
 ) -> ServeSpec:
-    """Resolve a selection of a vLLM recipe to the ``vllm serve`` argv and env of one host.
+    """Resolve a selection of a vLLM recipe to the ``vllm serve`` argv and env of one host, or,
+    for a ``pd_cluster`` strategy, of its prefill and decode roles and the router in front.
 
     Unset axes take the recipe's defaults (the JSON form: its ``recommended_command``).
 
@@ -219,6 +240,8 @@ def resolve_vllm(
     + no_features: feature names to turn off
     + kv_offload: a composing KV-offload option of the taxonomy (``simple``, ``lmcache``, ...)
     + task: an omni recipe's task (``omni.tasks`` key or id; default: the first)
+    + pool_parallelism: ``pd_cluster`` only: both pools' parallelism (``tp``, ``tep``, ``dep``;
+      default: each role's own, see :mod:`servefleet.kinds.vllm.pd`)
     """
     r = recipe
     rec = r.recommended or {}
@@ -250,6 +273,13 @@ def resolve_vllm(
     count = int(r.profiles[hardware]["gpu_count"])
     if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= count):
         raise RecipeError(f"{r.name}: --tp {tp} out of range for {hardware} (1..{count})")
+    if pool_parallelism is not None and not (
+        strategy and strategy in r.strategies and pd.is_pd(r, strategy)
+    ):
+        raise RecipeError(
+            f"{r.name}: a pool parallelism ({pool_parallelism!r}) is given, but only a "
+            f"pd_cluster strategy has pools (strategy: {strategy or 'the default'})"
+        )
     if r.is_omni or not r.compatible_strategies:
         if strategy is not None:
             kind = "an omni recipe" if r.is_omni else "a recipe without strategies"
@@ -270,6 +300,10 @@ def resolve_vllm(
         raise RecipeError(
             f"{r.name}: {what} {strategy!r} on {hardware} "
             f"(single-node strategies: {', '.join(usable) or 'none'})"
+        )
+    if pd.is_pd(r, strategy):
+        return _resolve_pd(
+            r, variant, hardware, strategy, tp, features, no_features, kv_offload, pool_parallelism
         )
     if not _single_node(r, strategy):
         raise RecipeError(
@@ -300,6 +334,76 @@ def resolve_vllm(
         env,
         kv,
     )
+
+
+def _resolve_pd(
+    r: VllmRecipe,
+    variant: str,
+    hardware: str,
+    strategy: str,
+    tp: int | None,
+    features: list[str],
+    no_features: list[str],
+    kv_offload: str | None,
+    chosen: str | None,
+) -> ServeSpec:
+    """A ``pd_cluster`` selection: its prefill and decode roles, one node each, and the router
+    (:mod:`servefleet.kinds.vllm.pd`). Refused: ``--tp`` (a pool's size comes from its
+    parallelism), KV offload (the strategy owns ``--kv-transfer-config``), a feature that runs a
+    companion (the site renders none under pd_cluster), and a variant one node cannot hold."""
+    if tp is not None:
+        raise RecipeError(
+            f"{r.name}: --tp sizes a single-node strategy; {strategy}'s pools take every GPU "
+            f"of their node (pool parallelism: {', '.join(pd.pool_modes(r))})"
+        )
+    _kv_option(r, kv_offload, strategy, hardware)
+    if not fits_one_node(r, variant, hardware):
+        need = r.variants[variant].get("vram_minimum_gb") or 0
+        have = r.profiles[hardware].get("vram_gb") or 0
+        raise RecipeError(
+            f"{r.name}: variant {variant} needs {need:g} GB (vram_minimum_gb) but one {hardware} "
+            f"node has {have:g} GB (vram_gb), so a {strategy} pool of one node cannot hold it; "
+            "servefleet renders one node per pool and cannot render pools spanning several "
+            "nodes yet"
+        )
+    enabled = _select_features(r, variant, strategy, hardware, features, no_features)
+    helpers = [f for f in enabled if (r.features[f].get("companion") or {}).get("command")]
+    if helpers:
+        raise RecipeError(
+            f"{r.name}: feature {helpers[0]} runs a companion beside its server, which "
+            f"{strategy} does not render; allowed: --no-feature {helpers[0]}"
+        )
+    count = int(r.profiles[hardware]["gpu_count"])
+    model_id = str(r.variants[variant].get("model_id") or r.data["model"]["model_id"])
+    servers, modes, locals_ = [], [], []
+    for role in PD_ROLES:
+        mode = pd.parallelism(r, strategy, role, chosen)
+        args, env = _build(r, variant, strategy, hardware, count, enabled, None, role, mode)
+        servers.append(
+            Server(
+                role=role,
+                argv=["vllm", "serve", model_id, *args],
+                env=env,
+                npus=_devices(r, hardware, args),
+            )
+        )
+        modes.append(mode)
+        locals_.append(pd.dp_local(r, strategy, role, mode, count))
+    selection = {"hardware": hardware, "strategy": strategy, "variant": variant}
+    selection["pool_parallelism"] = (
+        modes[0]
+        if len(set(modes)) == 1
+        else ",".join(f"{p}={m}" for p, m in zip(PD_ROLES, modes, strict=True))
+    )
+    prefill, decode = servers
+    router = pd_router(
+        pd.router_policy(r, strategy), prefill, decode, pd.intra_node_dp(r, strategy, locals_)
+    )
+    launcher = ["vllm", "serve", model_id]
+    spec = _spec(r, selection, enabled, None, launcher, prefill.argv[3:], prefill.env, None)
+    models = list(dict.fromkeys(m for s in servers for m in _models(model_id, s.argv[3:])))
+    requirements = replace(spec.requirements, models=models)
+    return replace(spec, servers=servers, router=router, requirements=requirements)
 
 
 def _resolve_unstrategied(
@@ -381,13 +485,16 @@ def _build(
     size: int,
     enabled: dict[str, str | None],
     kv: dict[str, Any] | None,
+    role: str | None = None,
+    pool_mode: str = "tp",
 ) -> tuple[list[str], dict[str, str]]:
     """The deduplicated arguments (after the model) and the env of a selection
-    (:data:`ARG_ORDER`, :data:`ENV_ORDER`)."""
+    (:data:`ARG_ORDER`, :data:`ENV_ORDER`); of one pd_cluster role and its pool's parallelism
+    ``pool_mode`` when ``role`` is given."""
     n = r.name
     model = r.data["model"]
     variant = r.variants[vname]
-    layers = _override_layers(r, vname, strategy, gpu)
+    layers = _override_layers(r, vname, strategy, gpu, role)
     layers["base"] = (
         items(model.get("base_args"), f"{n}: model.base_args"),
         env_map(model.get("base_env"), f"{n}: model.base_env"),
@@ -395,7 +502,15 @@ def _build(
     layers["variant"] = _block_layer(
         variant, f"{n}: variants.{vname}", ("extra_args",), ("extra_env",)
     )
-    if strategy:
+    if strategy and role is not None:
+        count = int(r.profiles[gpu]["gpu_count"])
+        block, where = r.strategies[strategy].get(role) or {}, f"strategy {strategy}.{role}"
+        layers["strategy"] = (
+            items(block.get("vllm_args"), f"{where}.vllm_args")
+            + pd.pool_items(r, strategy, role, pool_mode, count),
+            {**env_map(block.get("env"), f"{where}.env"), **pd.pool_env(count)},
+        )
+    elif strategy:
         strat = r.strategies[strategy]
         flag = str(strat.get("parallel_flag") or "--tensor-parallel-size")
         layers["strategy"] = (
@@ -415,7 +530,8 @@ def _build(
             items(kv.get("args"), "taxonomy kv_offload.args"),
             env_map(kv.get("env"), "taxonomy kv_offload.env"),
         )
-    return _apply(layers, ARG_ORDER, ENV_ORDER)
+    args, env = _apply(layers, ARG_ORDER, ENV_ORDER)
+    return args, (pd.drop_nvl4_env(env, gpu) if role is not None else env)
 
 
 def _omni_task(r: VllmRecipe, task: str | None) -> tuple[str | None, dict[str, Any]]:
@@ -515,6 +631,9 @@ def _kv_option(
 def _kv_refusal(r: VllmRecipe, key: str, strategy: str | None, gpu: str) -> str | None:
     """Why a KV-offload option is not offered (None when it is)."""
     opt = r.kv_offload_options[key]
+    deploy = r.strategies[strategy].get("deploy_type") if strategy else None
+    if deploy in ("pd_cluster", "kv_store_lb"):
+        return f"not with strategy {strategy} (it sets --kv-transfer-config itself)"
     allow = opt.get("strategies")
     if allow and strategy not in allow:
         with_what = f"strategy {strategy}" if strategy else "a recipe without strategies"

@@ -279,7 +279,7 @@ def build_wheels(index: Path) -> None:
     ]
     for outdir, version, torch, build, tag in vllm_builds:
         vllm_files: dict[str, str | bytes] = {**package_files("vllm", version)}
-        for path in sorted((PACKAGES / "vllm" / "flags").glob("*.json")):  # verbatim data
+        for path in sorted((PACKAGES / "vllm" / "flags").iterdir()):  # verbatim data
             vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
         vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.common
         if build["device"] == "cuda":

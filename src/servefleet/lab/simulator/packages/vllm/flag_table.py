@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .common import DEFAULT_PLATFORM, ENVS_FILE, FLAGS_DIR, PLATFORM_DEFAULTS, PLATFORMS, PROG
+from .config_schemas import check_config, config_schema
 
 # vLLM's value parsers, by the names the dumps give them. Their __name__ is what argparse shows
 # in "argument --x: invalid <name> value: 'v'", as vLLM's functions of the same name would.
@@ -46,16 +47,34 @@ def human_readable_int_or_auto(value: str) -> int:
     return human_readable_int(value)
 
 
-def parse_dataclass(val: str) -> dict[str, Any]:
-    """A config dataclass from JSON: a JSON object. The dumps do not list each config class's
-    fields, so unknown keys pass here (real vLLM's pydantic check refuses them)."""
+def _json_object_text(val: str) -> Any:
     try:
-        value = json.loads(val)
+        return json.loads(val)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"Invalid JSON: {exc}") from None
+
+
+def parse_dataclass(val: str) -> dict[str, Any]:
+    """A config dataclass from JSON, for a class the configs dumps give no schema of
+    (``--quantization-config``, ``--ir-op-priority``): a JSON object, any keys."""
+    value = _json_object_text(val)
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"Input should be a JSON object: {val!r}")
     return value
+
+
+def _config_type(flag: str, platform: str) -> Callable[[str], Any]:
+    """vLLM's ``parse_dataclass`` of ``flag``'s config class: the JSON validated against the
+    class's schema, pydantic's message as the argument's error (:mod:`vllm.config_schemas`)."""
+
+    def parse_dataclass(val: str) -> Any:
+        value = _json_object_text(val)
+        message = check_config(flag, value, platform)
+        if message is not None:
+            raise argparse.ArgumentTypeError(message)
+        return value
+
+    return parse_dataclass
 
 
 def union_dict_and_str(val: str) -> Any:
@@ -107,11 +126,15 @@ _WRAPPERS = {"_optional_type": _optional_type, "_parse_type": _parse_type}
 _LAMBDAS = {"device_ids": _device_ids}
 
 
-def value_type(name: str | None, dest: str) -> Callable[[str], Any] | None:
+def value_type(
+    name: str | None, dest: str, flag: str = "", platform: str = DEFAULT_PLATFORM
+) -> Callable[[str], Any] | None:
     """The value parser a dump names, e.g. ``_optional_type(human_readable_int)``.
 
     + name: the dump's ``type`` (None: the text as is)
     + dest: the argument, for the dump's anonymous ``<lambda>`` parsers
+    + flag: the argument's first spelling, for the schema of its config class
+    + platform: whose config classes
     """
     if name is None:
         return None
@@ -119,9 +142,11 @@ def value_type(name: str | None, dest: str) -> Callable[[str], Any] | None:
         return _LAMBDAS.get(dest, _kernel_backend)
     wrapped = re.fullmatch(r"(\w+)\((.*)\)", name)
     if wrapped:
-        inner = value_type(wrapped.group(2), dest)
+        inner = value_type(wrapped.group(2), dest, flag, platform)
         assert inner is not None
         return _WRAPPERS[wrapped.group(1)](inner)
+    if name == "parse_dataclass" and config_schema(flag, platform) is not None:
+        return _config_type(flag, platform)
     return _VALUE_TYPES[name]
 
 
@@ -227,38 +252,6 @@ def unknown_env_vars(env: Mapping[str, str], platform: str = DEFAULT_PLATFORM) -
     return sorted(k for k in env if k.startswith("VLLM_") and k not in known)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse's format, exit 2
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-    @functools.cache  # noqa: B019 (parsers are built once per platform and kept)
-    def format_usage(self) -> str:  # some 440 spellings: wrapped once, not on every error
-        return super().format_usage()
-
-
-@functools.cache
-def build_parser(platform: str = DEFAULT_PLATFORM) -> argparse.ArgumentParser:
-    """The ``vllm serve`` parser of ``platform``: every action of the dump, argparse errors."""
-    parser = _Parser(prog=PROG, allow_abbrev=False, add_help=False)
-    parser.add_argument("model_tag", nargs="?", default=None, help="model id or path")
-    for entry in flag_table(platform):
-        flags, kind = entry["flags"], entry["action"]
-        kwargs: dict[str, Any] = {"action": _ACTIONS[kind]}
-        if kind != "_HelpAction":
-            kwargs.update(dest=entry["dest"], default=_default(entry))
-        if kind in _BOOL_ACTIONS:  # argparse makes the --no- spellings itself
-            flags = [f for f in flags if not (f.startswith("--no-") and "--" + f[5:] in flags)]
-        elif kind not in ("_HelpAction", "_StoreTrueAction"):
-            kwargs.update(type=value_type(entry["type"], entry["dest"]), choices=entry["choices"])
-            if entry["nargs"] is not None:
-                kwargs["nargs"] = entry["nargs"]
-            if entry["nargs"] == "?":  # --hf-token alone: use the stored token
-                kwargs["const"] = True
-        parser.add_argument(*flags, **kwargs)
-    return parser
-
-
 def _dotted_value(text: str) -> Any:
     if text in ("True", "False"):  # as pydantic reads them for a bool field
         return text == "True"
@@ -268,21 +261,24 @@ def _dotted_value(text: str) -> Any:
         return text
 
 
-def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """vLLM's FlexibleArgumentParser before argparse: ``--model X`` becomes the positional,
-    ``_`` counts as ``-`` in a ``--flag`` name up to its first ``.``, and dotted sub-keys
-    (``--a.b.c v``, ``-cc.x=v``, ``--a.b+ x,y`` for a list) are taken out and collected into one
-    object per flag. Returns (the remaining arguments, flag -> object)."""
+def _model_first(argv: Sequence[str]) -> list[str]:
+    """``vllm serve``'s ``--model X`` (or ``--model=X``) moved to the front, as the positional."""
     args = list(argv)
     for i, arg in enumerate(args):
         if arg.startswith("--model="):
-            args = [arg[len("--model=") :], *args[:i], *args[i + 1 :]]
-            break
+            return [arg[len("--model=") :], *args[:i], *args[i + 1 :]]
         if arg == "--model" and i + 1 < len(args):
-            args = [args[i + 1], *args[:i], *args[i + 2 :]]
-            break
+            return [args[i + 1], *args[:i], *args[i + 2 :]]
+    return args
+
+
+def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """FlexibleArgumentParser before argparse: ``_`` counts as ``-`` in a ``--flag`` name up to
+    its first ``.``, and dotted sub-keys (``--a.b.c v``, ``-cc.x=v``, ``--a.b+ x,y`` for a list)
+    are taken out and collected into one object per flag. Returns (the remaining arguments,
+    flag -> object)."""
     named = []
-    for arg in args:
+    for arg in argv:
         if arg.startswith("--"):
             key, eq, value = arg.partition("=")
             head, dot, tail = key[2:].partition(".")
@@ -299,7 +295,7 @@ def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]
         if not eq:
             following = next(items, None)
             if following is None:
-                _Parser(prog=PROG).error(f"argument {key}: expected one argument")
+                FlexibleArgumentParser(prog=PROG).error(f"argument {key}: expected one argument")
             value = str(following)
         if key.endswith("+"):
             key, value = key[:-1], json.dumps(value.split(","))
@@ -311,25 +307,89 @@ def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]
     return rest, dotted
 
 
+class FlexibleArgumentParser(argparse.ArgumentParser):
+    """vLLM's ``vllm.utils.argparse_utils.FlexibleArgumentParser``: argparse with vLLM's habits
+    (:func:`_flexible`; after ``serve``, ``--model X`` is the positional), no abbreviations,
+    argparse's errors (exit 2). Dotted sub-keys merge into the object the flag itself gives
+    (any spelling of it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> Any:  # argparse's format, exit 2
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    @functools.cache  # noqa: B019 (parsers are built once per platform and kept)
+    def format_usage(self) -> str:  # some 440 spellings: wrapped once, not on every error
+        return super().format_usage()
+
+    def _owner(self, head: Sequence[str]) -> argparse.ArgumentParser:
+        """The parser that holds the flags: this one, or the subcommand's (``serve``)."""
+        for action in self._actions:
+            if head and isinstance(action, argparse._SubParsersAction):
+                return action.choices[head[0]]
+        return self
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        items = list(sys.argv[1:] if args is None else args)
+        head = items[:1] if items[:1] == ["serve"] and self._subparsers is not None else []
+        rest, dotted = _flexible(_model_first(items[1:]) if head else items)
+        # as vLLM: each collected object goes back in as the flag's JSON text, for its value parser
+        tail = [item for flag, obj in dotted.items() for item in (flag, json.dumps(obj))]
+        ns = super().parse_args(head + rest + tail, namespace)
+        if dotted:  # ... merged here into the object the flag itself gives (any spelling of it)
+            given = vars(super().parse_args(head + rest))
+            for flag, extra in dotted.items():
+                dest = self._owner(head)._option_string_actions[flag].dest
+                if isinstance(getattr(ns, dest), dict):
+                    base = given[dest] if isinstance(given[dest], dict) else {}
+                    given[dest] = _update(copy.deepcopy(base), extra)
+                    setattr(ns, dest, given[dest])
+        return ns
+
+
+def add_serve_args(
+    parser: argparse.ArgumentParser, platform: str = DEFAULT_PLATFORM
+) -> argparse.ArgumentParser:
+    """vLLM's ``make_arg_parser``: the positional model and every action of ``platform``'s dump
+    (taken after vllm-rbln's ``pre_register_and_update``) on ``parser``; the dump's help action
+    only when the parser has none (a subcommand's parser comes with its own)."""
+    parser.add_argument("model_tag", nargs="?", default=None, help="model id or path")
+    for entry in flag_table(platform):
+        flags, kind = entry["flags"], entry["action"]
+        if kind == "_HelpAction" and any(f in parser._option_string_actions for f in flags):
+            continue
+        kwargs: dict[str, Any] = {"action": _ACTIONS[kind]}
+        if kind != "_HelpAction":
+            kwargs.update(dest=entry["dest"], default=_default(entry))
+        if kind in _BOOL_ACTIONS:  # argparse makes the --no- spellings itself
+            flags = [f for f in flags if not (f.startswith("--no-") and "--" + f[5:] in flags)]
+        elif kind not in ("_HelpAction", "_StoreTrueAction"):
+            parse = value_type(entry["type"], entry["dest"], entry["flags"][0], platform)
+            kwargs.update(type=parse, choices=entry["choices"])
+            if entry["nargs"] is not None:
+                kwargs["nargs"] = entry["nargs"]
+            if entry["nargs"] == "?":  # --hf-token alone: use the stored token
+                kwargs["const"] = True
+        parser.add_argument(*flags, **kwargs)
+    return parser
+
+
+@functools.cache
+def build_parser(platform: str = DEFAULT_PLATFORM) -> argparse.ArgumentParser:
+    """The ``vllm serve`` parser of ``platform``: every action of the dump, argparse errors."""
+    return add_serve_args(FlexibleArgumentParser(prog=PROG, add_help=False), platform)
+
+
 def parse_serve_args(argv: Sequence[str], platform: str = DEFAULT_PLATFORM) -> argparse.Namespace:
     """Parse the arguments after ``vllm serve`` (exits 2 on an unknown flag or bad value).
 
     + argv: the arguments after ``serve``
     + platform: the flag table, ``rbln`` or ``upstream``
     """
-    parser = build_parser(platform)
-    args, dotted = _flexible(argv)
-    # as vLLM: each collected object goes back in as the flag's JSON text, for its value parser
-    tail = [item for flag, obj in dotted.items() for item in (flag, json.dumps(obj))]
-    ns = parser.parse_args(args + tail)
-    if dotted:  # ... merged here into the object the flag itself gives (any spelling of it)
-        given = vars(parser.parse_args(args))
-        for flag, extra in dotted.items():
-            dest = parser._option_string_actions[flag].dest
-            if isinstance(getattr(ns, dest), dict):
-                base = given[dest] if isinstance(given[dest], dict) else {}
-                given[dest] = _update(copy.deepcopy(base), extra)
-                setattr(ns, dest, given[dest])
+    ns: argparse.Namespace = build_parser(platform).parse_args(_model_first(argv))
     ns.model = ns.model_tag or ns.model  # vllm serve: the positional model wins
     for dest, value in PLATFORM_DEFAULTS[platform].items():
         if getattr(ns, dest) is None:

@@ -97,8 +97,15 @@ from .common import (
 )
 from .compile_cache import _signature, bundle_path, cache_key
 from .cuda import start_cuda
-from .flag_table import _object, _Parser, build_parser, parse_serve_args, unknown_env_vars
+from .flag_table import (
+    FlexibleArgumentParser,
+    _object,
+    build_parser,
+    parse_serve_args,
+    unknown_env_vars,
+)
 from .http_api import _make_handler, _State
+from .serve_args import engine_config_error, platform_of, validate_parsed_serve_args
 
 # The console script's entry, and the simulated server's API in one namespace
 __all__ = [
@@ -199,9 +206,15 @@ def serve(argv: Sequence[str]) -> int:
     + argv: the arguments after ``serve``
     """
     env = dict(os.environ)
-    # the CUDA build is upstream vLLM whatever the host says; the CPU build asks the host
-    platform = "upstream" if BUILD["device"] == "cuda" else sim_platform(env)
+    platform = platform_of(env)
     ns = parse_serve_args(argv, platform)
+    try:  # what vLLM checks before it loads a model, then the config classes it builds
+        validate_parsed_serve_args(ns)
+    except (TypeError, ValueError) as exc:
+        raise SimError(f"{type(exc).__name__}: {exc}") from None
+    config_error = engine_config_error(ns, platform)
+    if config_error is not None:
+        raise SimError(f"pydantic_core._pydantic_core.ValidationError: {config_error}")
     host = ns.host or "0.0.0.0"  # no --host: every interface, as vLLM
 
     def _stop(signum: int, frame: Any) -> None:
@@ -239,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(VERSION)
         return 0
     if not args or args[0] != "serve":
-        top = _Parser(prog="vllm")
+        top = FlexibleArgumentParser(prog="vllm")
         top.add_argument("subcommand", choices=["serve"])
         top.parse_args(args[:1])
         return 2

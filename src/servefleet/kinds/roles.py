@@ -1,0 +1,188 @@
+"""Serving roles: one server (``main``), or prefill/decode disaggregation behind a router.
+
+Both recipe families resolve a prefill/decode selection the same way: a ``prefill`` server and
+a ``decode`` server (argv and env each, one pool node each), and the ``vllm-router`` command in
+P/D mode in front of them, as vLLM's recipes site prints it for ``pd_cluster``. What only a
+placement knows stays symbolic at resolve time, spelled as the site's shell variables
+(:data:`PLACEHOLDER`): the pool nodes' addresses (``$PREFILL_NODE_<i>``, ``$DECODE_NODE_<i>``,
+which also name the NIXL side-channel hosts), a DEP pool's coordinator port
+(``$PREFILL_DP_RPC_PORT``, ``$DECODE_DP_RPC_PORT``) and the router's own address
+(``$ROUTER_HOST``, ``$ROUTER_PORT``). :func:`bind` fills them in per host; a deploy refuses a
+selection it cannot place yet (:func:`deployable`). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import replace
+
+from servefleet.errors import RecipeError
+from servefleet.spec import Server, ServeSpec
+
+MAIN = "main"
+PREFILL = "prefill"
+DECODE = "decode"
+PD_ROLES = (PREFILL, DECODE)
+COMPANION = "companion-"  # the role prefix of a helper process beside a server
+
+# vllm-router's --policy values (vllm-project/router, docs/load_balancing)
+ROUTER_POLICIES = ("round_robin", "random", "consistent_hash", "power_of_two", "cache_aware")
+ROUTER = "vllm-router"
+VLLM_DEFAULT_PORT = "8000"  # what vllm serve listens on without --port
+
+# The placeholders a resolved selection may hold, as the recipes site names them.
+PLACEHOLDER = re.compile(
+    r"\$((?:PREFILL|DECODE)_NODE_[1-9][0-9]{0,2}|(?:PREFILL|DECODE)_DP_RPC_PORT"
+    r"|ROUTER_HOST|ROUTER_PORT)(?![A-Za-z0-9_])"
+)
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./=:@,+%-]*\Z")  # a piece the shell takes as it is
+# What a bound placeholder may become: a host name, an address or a port (never shell words).
+_BOUND = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}\Z|\[[0-9A-Fa-f:.]{2,45}\]\Z")
+
+
+def node(role: str, i: int = 1) -> str:
+    """The placeholder of a pool's ``i``-th node (1-based): ``$PREFILL_NODE_1``.
+
+    + role: ``prefill`` or ``decode``
+    + i: the node of the pool, from 1
+    """
+    return f"${role.upper()}_NODE_{i}"
+
+
+def dp_rpc_port(role: str) -> str:
+    """The placeholder of a DEP pool's coordinator port: ``$PREFILL_DP_RPC_PORT``."""
+    return f"${role.upper()}_DP_RPC_PORT"
+
+
+def last_value(argv: list[str], flag: str) -> str | None:
+    """The value vLLM's parser gives ``flag`` in an argv (its last ``--flag V`` or ``--flag=V``).
+
+    + argv: the server's argv
+    + flag: the long flag (``--port``)
+    """
+    value = None
+    for i, tok in enumerate(argv):
+        if tok == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif tok.startswith(flag + "="):
+            value = tok[len(flag) + 1 :]
+    return value
+
+
+def pd_router(policy: str, prefill: Server, decode: Server, intra_dp: int = 1) -> list[str]:
+    """The ``vllm-router`` argv in P/D mode in front of one prefill and one decode pool node,
+    as the recipes site prints it: each pool's first node on its server's ``--port``.
+
+    + policy: one of :data:`ROUTER_POLICIES`
+    + prefill: the prefill server
+    + decode: the decode server
+    + intra_dp: ``--intra-node-data-parallel-size`` (a DEP pool's local ranks, else 1)
+    """
+    pport = last_value(prefill.argv, "--port") or VLLM_DEFAULT_PORT
+    dport = last_value(decode.argv, "--port") or VLLM_DEFAULT_PORT
+    return [
+        ROUTER,
+        "--policy",
+        policy,
+        "--vllm-pd-disaggregation",
+        "--prefill",
+        f"http://{node(PREFILL)}:{pport}",
+        "--decode",
+        f"http://{node(DECODE)}:{dport}",
+        "--host",
+        "$ROUTER_HOST",
+        "--port",
+        "$ROUTER_PORT",
+        "--intra-node-data-parallel-size",
+        str(intra_dp),
+    ]
+
+
+def shell_word(text: str) -> str:
+    """One argv word or env value quoted for a POSIX shell, its placeholders left bare for the
+    shell to expand (``http://$PREFILL_NODE_1:8001``), the rest quoted as ``shlex.quote``
+    quotes it.
+
+    + text: the word
+    """
+    out, at = [], 0
+    for m in PLACEHOLDER.finditer(text):
+        out += [_quoted(text[at : m.start()]), m.group(0)]
+        at = m.end()
+    if not out:
+        return shlex.quote(text)
+    return "".join([*out, _quoted(text[at:])])
+
+
+def _quoted(piece: str) -> str:
+    return piece if _SHELL_SAFE.match(piece) else shlex.quote(piece)
+
+
+def serving_roles(spec: ServeSpec) -> list[str]:
+    """The roles of a spec's servers that serve requests (companions are helpers beside one)."""
+    return [s.role for s in spec.servers if not s.role.startswith(COMPANION)]
+
+
+def placeholders(spec: ServeSpec) -> list[str]:
+    """The placeholders a spec holds (names without ``$``), sorted.
+
+    + spec: a resolved spec
+    """
+    texts = [*spec.router]
+    for s in spec.servers:
+        texts += [*s.argv, *s.env.values()]
+    return sorted({m.group(1) for t in texts for m in PLACEHOLDER.finditer(t)})
+
+
+def bind(spec: ServeSpec, values: Mapping[str, str]) -> ServeSpec:
+    """The spec with its placeholders replaced by their values (argv, env and router).
+
+    + spec: a resolved spec
+    + values: placeholder name (``PREFILL_NODE_1``) -> a host, address or port; every
+      placeholder the spec holds must have one
+    """
+    missing = [p for p in placeholders(spec) if p not in values]
+    if missing:
+        raise RecipeError(
+            f"{spec.recipe}: no value for {', '.join('$' + p for p in missing)}; allowed: a "
+            "host, address or port for each placeholder the selection holds"
+        )
+    for name, value in values.items():
+        if not _BOUND.match(str(value)):
+            raise RecipeError(
+                f"{spec.recipe}: ${name}={str(value)[:60]!r} is not a host, address or port; "
+                "allowed: letters, digits and . : _ - (or an [IPv6] address)"
+            )
+
+    def sub(text: str) -> str:
+        return PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)
+
+    servers = [
+        replace(s, argv=[sub(a) for a in s.argv], env={k: sub(v) for k, v in s.env.items()})
+        for s in spec.servers
+    ]
+    return replace(spec, servers=servers, router=[sub(a) for a in spec.router])
+
+
+def deployable(spec: ServeSpec, allowed: str) -> ServeSpec:
+    """The spec, when a deploy can place it (one serving role, nothing left to bind); else a
+    one-line refusal. Placing prefill/decode roles on hosts is not built yet.
+
+    + spec: a resolved spec
+    + allowed: what the data may select instead (named in the message)
+    """
+    roles = serving_roles(spec)
+    if len(roles) > 1:
+        raise RecipeError(
+            f"{spec.recipe}: the selection has the roles {', '.join(roles)}, each its own "
+            f"server, and servefleet cannot place several roles on hosts yet; allowed: {allowed}"
+        )
+    unbound = placeholders(spec)
+    if unbound:
+        raise RecipeError(
+            f"{spec.recipe}: the selection holds {', '.join('$' + p for p in unbound)}, which "
+            f"only a placement of roles binds; allowed: {allowed}"
+        )
+    return spec

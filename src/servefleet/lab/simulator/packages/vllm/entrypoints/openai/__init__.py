@@ -1,0 +1,2 @@
+"""vLLM's ``vllm.entrypoints.openai``: the server's arguments. A SIMULATION for the servefleet
+lab."""

@@ -1,0 +1,113 @@
+"""A hostile serve user (issue #18): before each flow, the serve user plants links (and moves
+root's own directories aside) at every path root reads or writes in the trees it owns, each
+pointing at a sentinel: a root-only file, a root-only directory and ``/root/.ssh/authorized_keys``.
+After each flow the sentinels keep their owner, mode and content, and the run either converged
+or failed that host in one line.
+
+Flows: a deploy that fetches the model again from the store and, its warm markers gone,
+recompiles through a fleet pre-warm of two hosts; then a recompiling change with the compile
+cache itself linked away (the servers cannot compile there: the hosts fail, in one line each,
+and keep serving); then, the links removed, the next run converges.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import BARRIERS, run
+from labhelpers import on_host
+
+HOSTS = ["lab1", "lab2"]
+LIMIT = ["--limit", "lab1", "--limit", "lab2"]
+USER = "servefleet"
+CACHE = "/var/cache/servefleet/vllm"
+HUB = "/var/lib/servefleet/hf/hub"
+MODEL = "models--openai--gpt-oss-120b"
+SENTINELS = ["/root/sf-sentinel-file", "/root/sf-sentinel-dir", "/root/.ssh/authorized_keys"]
+CHANGE = ["--data", "serve_target=Throughput"]  # compile-affecting (--max-num-seqs)
+
+# as the serve user: root's directories in its cache moved aside and linked to the sentinel
+# directory; the model's hub directory, its .locks entry and a staging name likewise
+PLANT = f"""
+set -e
+for t in servefleet-warm .servefleet-incoming .servefleet-outgoing; do
+  if [ -e {CACHE}/$t ] || [ -L {CACHE}/$t ]; then mv {CACHE}/$t {CACHE}/$t.moved-$$; fi
+  ln -s /root/sf-sentinel-dir {CACHE}/$t
+done
+mv {HUB}/{MODEL} {HUB}/{MODEL}.moved-$$
+ln -s /root/sf-sentinel-dir {HUB}/{MODEL}
+mkdir -p {HUB}/.locks
+rm -rf {HUB}/.locks/{MODEL}
+ln -s /root/sf-sentinel-dir {HUB}/.locks/{MODEL}
+ln -s /root/.ssh/authorized_keys {HUB}/.fetch-planted
+"""
+PLANT_CACHE = f"mv {CACHE}/rbln {CACHE}/rbln.moved && ln -s /root/sf-sentinel-dir {CACHE}/rbln"
+UNPLANT_CACHE = f"rm {CACHE}/rbln && mv {CACHE}/rbln.moved {CACHE}/rbln"
+
+
+def ok(proc: Any) -> None:
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def as_serve_user(lab: dict[str, Any], host: str, script: str) -> None:
+    on_host(lab, host, f"setpriv --reuid={USER} --regid={USER} --clear-groups -- sh -c "
+            f"'{script}'")  # fmt: skip
+
+
+def sentinels(lab: dict[str, Any], host: str) -> str:
+    """Owner, mode and sha256 of every sentinel (the directory's files included)."""
+    return on_host(lab, host, "stat -c '%n %u %g %a' " + " ".join(SENTINELS) + " /root/sf-sentinel-dir/* "
+                   "&& sha256sum /root/sf-sentinel-file /root/sf-sentinel-dir/* "
+                   "/root/.ssh/authorized_keys").stdout  # fmt: skip
+
+
+def one_line_failures(proc: Any, hosts: list[str]) -> None:
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out[-3000:]
+    for host in hosts:
+        lines = [x for x in out.splitlines() if "servefleet:" in x and host in x]
+        assert lines, f"{host}: no one-line failure in:\n{out[-3000:]}"
+
+
+@pytest.fixture
+def planted_lab(lab: dict[str, Any]) -> Any:
+    for host in HOSTS:  # no fault switch of the simulation, no test barrier; the sentinels
+        on_host(lab, host, f"rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health {BARRIERS}")
+        on_host(lab, host, "umask 077 && echo root only > /root/sf-sentinel-file && "
+                "mkdir -p /root/sf-sentinel-dir && echo root dir > /root/sf-sentinel-dir/keep && "
+                "chmod 700 /root/sf-sentinel-dir && test -s /root/.ssh/authorized_keys")  # fmt: skip
+    ok(run(lab, *LIMIT))
+    yield lab
+    for host in HOSTS:  # whatever a failed assertion left: the links go, the next test converges
+        on_host(lab, host, f"[ -L {CACHE}/rbln ] && {UNPLANT_CACHE}; "
+                f"rm -rf /root/sf-sentinel-file /root/sf-sentinel-dir {HUB}/.fetch-planted "
+                f"{CACHE}/*.moved-* {HUB}/*.moved-*; true", check=False)  # fmt: skip
+
+
+def test_a_hostile_serve_user_never_redirects_roots_work(
+    planted_lab: dict[str, Any], tmp_path: Path
+) -> None:
+    lab = planted_lab
+    before = {host: sentinels(lab, host) for host in HOSTS}
+    for host in HOSTS:
+        as_serve_user(lab, host, PLANT)
+    store = tmp_path / "store"
+    fleet = ["--data", "serve_prewarm_scope=fleet", "--data", f"serve_prewarm_store={store}"]
+    # the model fetched again from the store, the warm markers gone: a fleet pre-warm recompiles
+    ok(run(lab, *LIMIT, *fleet, *CHANGE))
+    for host in HOSTS:
+        assert sentinels(lab, host) == before[host], host
+        on_host(lab, host, f"test ! -L {HUB}/{MODEL} && test -s {HUB}/{MODEL}/.servefleet-complete "
+                f"&& test ! -L {CACHE}/servefleet-warm")  # fmt: skip
+    # the compile cache itself linked to a root-only directory: the servers cannot compile
+    for host in HOSTS:
+        as_serve_user(lab, host, PLANT_CACHE)
+    failed = run(lab, *LIMIT)
+    assert failed.returncode != 0
+    one_line_failures(failed, HOSTS)
+    for host in HOSTS:
+        assert sentinels(lab, host) == before[host], host
+        as_serve_user(lab, host, UNPLANT_CACHE)
+    ok(run(lab, *LIMIT))

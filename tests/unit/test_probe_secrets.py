@@ -1,0 +1,64 @@
+"""The probe never puts a plain digest of a secret into pyinfra's fact output (issue #18 finding
+15): with ``-vvv`` or ``--debug-facts`` that output is logged, and a sha256 of a password lets
+anyone holding the log test guesses offline. The probe gets a per-run key on stdin and reports a
+secret's digest as an HMAC under it; the planner compares with the same HMAC."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from servefleet.hostplan import HostPlan
+from servefleet.remote import REMOTE
+
+# runs the probe's stat with the secrets directory moved to a scratch one (argv[1])
+STAT = """
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import layout
+layout.SECRETS_DIR = sys.argv[1]
+import probe
+a = json.loads(sys.argv[2])
+key = bytes.fromhex(sys.stdin.readline().strip()) if a["keyed"] else None
+print(json.dumps({p: probe.stat(p, key) for p in a["paths"]}))
+"""
+
+
+def _stat(secrets: Path, paths: list[Path], key: str | None) -> dict[str, dict[str, str]]:
+    args = json.dumps({"keyed": key is not None, "paths": [str(p) for p in paths]})
+    proc = subprocess.run(
+        [sys.executable, "-c", STAT, str(secrets), args, str(REMOTE)],
+        input=(key or "") + "\n", capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def test_a_secret_is_reported_as_an_hmac_under_the_runs_key(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    netrc, other = secrets / "netrc", tmp_path / "plain"
+    line = b"machine idx login u password weak-pw\n"
+    netrc.write_bytes(line)
+    other.write_bytes(b"not secret\n")
+    key = bytes(range(32))
+    found = _stat(secrets, [netrc, other], key.hex())
+    plain = hashlib.sha256(line).hexdigest()
+    assert plain not in json.dumps(found)
+    assert found[str(netrc)]["sha256"] == hmac.new(key, line, "sha256").hexdigest()
+    assert found[str(other)]["sha256"] == hashlib.sha256(b"not secret\n").hexdigest()
+    # without a key, no digest of a secret at all
+    assert "sha256" not in _stat(secrets, [netrc], None)[str(netrc)]
+
+
+def test_the_planner_compares_a_secret_by_the_same_hmac() -> None:
+    from servefleet.remote.layout import HF_TOKEN_FILE
+
+    key = b"k" * 32
+    plan = HostPlan.__new__(HostPlan)
+    object.__setattr__(plan, "secret_key", key)
+    assert plan.digest(HF_TOKEN_FILE, b"t\n") == hmac.new(key, b"t\n", "sha256").hexdigest()
+    assert plan.digest("/opt/servefleet/lib/probe.py", b"x") == hashlib.sha256(b"x").hexdigest()
