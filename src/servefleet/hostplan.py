@@ -64,6 +64,8 @@ class Instance:
     sha: str  # its SERVEFLEET_UNIT: sha256 of the text without that line (first 16 hex)
     written: bool  # the unit file on the host is this text already
     converged: bool  # its unit is active and its main process runs this sha
+    argv: tuple[str, ...] = ()  # its command line (ExecStart=), what the pre-flight checks
+    env: tuple[tuple[str, str], ...] = ()  # its Environment= (the unit's sha aside)
 
     def to_json(self, fingerprint: str) -> dict[str, Any]:
         return {
@@ -106,6 +108,28 @@ class HostPlan:
     wheelhouse: tuple[Copy, ...] = ()  # sdk_source wheelhouse: the files this run's steps need
     wheelhouse_missing: frozenset[str] = frozenset()  # their host paths the host lacks
     secret_key: bytes = field(default=b"", repr=False)  # the probe's key for secrets' digests
+    preflights: frozenset[str] = frozenset()  # the pre-flight keys that passed on this host
+
+    @property
+    def preflight_input(self) -> list[dict[str, Any]]:
+        """What ``remote/preflight.py`` checks: each instance's unit, command line and env."""
+        return [{"unit": i.unit, "argv": list(i.argv), "env": dict(i.env)} for i in self.instances]
+
+    @property
+    def preflight_key(self) -> str:
+        """The hash of the release and every instance's command line and env: a pre-flight that
+        passed for it once (its marker in ``state/preflight``) is not run again."""
+        doc = {"release": self.release.id, "instances": self.preflight_input}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def preflight_needed(self) -> bool:
+        """Some instance will restart on a command line its release's vLLM has not passed."""
+        return (
+            bool(self.instances)
+            and not self.converged
+            and (self.preflight_key not in self.preflights)
+        )
 
     def from_wheelhouse(self, kind: str, name: str) -> Copy | None:
         """The host's wheelhouse copy of what a step needs (the driver version, a model id)."""
@@ -233,6 +257,34 @@ def api_key_file(key: str) -> str:
     return f"{API_KEY_VAR}={key}\n"
 
 
+def instance_command(
+    settings: Settings,
+    spec: ServeSpec,
+    release: ReleasePlan,
+    index: int,
+    devices: str,
+    devices_env: str | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment instance ``index`` runs with (its unit's ExecStart= and
+    Environment=, before the unit's own sha): what the pre-flight checks (arguments as
+    :func:`render_instance`)."""
+    server = spec.servers[0]
+    port = settings.serve_base_port + index
+    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
+    if settings.serve_host:
+        exec_argv += ["--host", settings.serve_host]
+    exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
+    env = dict(server.env)
+    env.update(
+        {devices_env or kind_named(spec.kind).devices_env: devices},
+        VLLM_CACHE_ROOT=settings.serve_cache_root,
+        HOME=settings.serve_home,
+        HF_HOME=settings.models_hf_home,
+        HF_HUB_OFFLINE="1",
+    )
+    return exec_argv, env
+
+
 def render_instance(
     settings: Settings,
     spec: ServeSpec,
@@ -251,20 +303,8 @@ def render_instance(
     + devices: its devices (``0,1``)
     + devices_env: the variable that gives them (default: the spec's platform's)
     """
-    server = spec.servers[0]
+    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env)
     port = settings.serve_base_port + index
-    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
-    if settings.serve_host:
-        exec_argv += ["--host", settings.serve_host]
-    exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
-    env = dict(server.env)
-    env.update(
-        {devices_env or kind_named(spec.kind).devices_env: devices},
-        VLLM_CACHE_ROOT=settings.serve_cache_root,
-        HOME=settings.serve_home,
-        HF_HOME=settings.models_hf_home,
-        HF_HUB_OFFLINE="1",
-    )
     fields: dict[str, Any] = dict(
         exec_argv=exec_argv,
         recipe=spec.recipe,
@@ -359,11 +399,13 @@ def plan_host(
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
         text, sha = render_instance(settings, spec, release, i, devices, devices_env)
+        argv, env = instance_command(settings, spec, release, i, devices, devices_env)
         unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
         converged = on_host.get("active") == "active" and on_host.get("running") == sha
-        instances.append(Instance(i, unit, port, devices, text, sha, written, converged))
+        instances.append(Instance(i, unit, port, devices, text, sha, written, converged,
+                                  tuple(argv), tuple(sorted(env.items()))))  # fmt: skip
     if instances and instances[-1].port > MAX_PORT:
         raise DataError(
             f"serve_base_port: {settings.serve_base_port} + {len(instances) - 1} instances ends at port "
@@ -399,6 +441,7 @@ def plan_host(
         group_exists=bool(probe.get("group")),
         builder=builder,
         secret_key=secret_key,
+        preflights=frozenset(probe.get("preflight") or ()),
     )
 
 

@@ -280,3 +280,23 @@ def test_a_kernel_release_that_cannot_name_a_package_refuses_the_driver_step(ker
     plan = plan_host(settings(), probe(kernel=kernel))
     assert plan.refusal is not None and "kernel release" in plan.refusal
     assert plan_host(settings(), probe(kernel="6.1.0-18-amd64")).refusal is None
+
+
+def test_the_preflight_checks_what_the_units_run_and_runs_once_per_release_and_argv() -> None:
+    """#22: the pre-flight's input is each instance's ExecStart= and Environment=; its key
+    covers the release and every command line, and a key that passed on the host (the probe's
+    ``preflight`` list) is not checked again."""
+    plan = plan_host(settings(), probe())
+    from servefleet.systemd import environment_line, exec_line
+
+    first = plan.instances[0]
+    assert f"\nExecStart={exec_line(first.argv)}\n" in first.text and "--port" in first.argv
+    for name, value in first.env:
+        assert f"\nEnvironment={environment_line(name, value)}\n" in first.text
+    assert plan.preflight_input[0] == {"unit": first.unit, "argv": list(first.argv),
+                                       "env": dict(first.env)}  # fmt: skip
+    assert plan.preflight_needed
+    key = plan.preflight_key
+    assert not plan_host(settings(), probe(preflight=[key])).preflight_needed
+    other = plan_host(settings(serve_target="Throughput"), probe(preflight=[key]))
+    assert other.preflight_key != key and other.preflight_needed

@@ -6,7 +6,7 @@ operation is added: bad data stops the whole run there with one line, and no hos
 On a host, every failure is a failing command (never a Python exception inside an operation),
 so it fails that host alone.
 
-Order on each host: SKU check -> driver -> release -> models -> units -> restarts through the
+Order on each host: SKU check -> driver -> release -> models -> pre-flight -> units -> restarts through the
 health gate, one instance at a time, the first alone (it compiles) when the cache is cold.
 """
 
@@ -22,6 +22,7 @@ from servefleet.steps import (
     driver as driver_step,
     lib,
     models as models_step,
+    preflight,
     prewarm,
     release,
     units,
@@ -78,6 +79,7 @@ def serve(plan: HostPlan) -> None:
     driver_step.install(plan)
     release.install(plan)
     models_step.fetch(plan)
+    preflight.check(plan)
     units.cache_dirs(plan)
     credentials.api_key(plan)
     prewarm.converge(plan)

@@ -323,7 +323,13 @@ def main(argv: list[str]) -> int:
     results = preflight(instances)
     for result in results:
         print(json.dumps(result, sort_keys=True))
-    return 0 if all(r["ok"] for r in results) else 1
+    refused = [r for r in results if not r["ok"]]
+    if refused:  # one line for the operator (the JSON lines above say it all)
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more instance(s))" if len(refused) > 1 else ""
+        gap = f"; {first['gap']}" if first.get("gap") else ""
+        print(f"servefleet: pre-flight: {first['line']}{gap}{more}", file=sys.stderr)
+    return 0 if not refused else 1
 
 
 if __name__ == "__main__":

@@ -206,6 +206,14 @@ def warm_markers(cache_root: str) -> list[str]:
         os.close(fd)
 
 
+def preflights(path: str) -> list[str]:
+    """The keys of the pre-flights that passed (root's own tree, serve_root/state)."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def probe(a: dict[str, Any]) -> dict[str, Any]:
     # read first: the controller writes the key as the probe starts
     key = bytes.fromhex(sys.stdin.readline().strip()) if a.get("keyed") else None
@@ -221,6 +229,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     good_state(out, root)
     out["units"] = units()
     out["warm"] = warm_markers(cache_root)
+    out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]
     account(out, a["user"])
     out["paths"] = {p: stat(p, key) for p in a.get("paths", [])}

@@ -56,3 +56,26 @@ class WheelhouseFiles(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return json.loads("\n".join(output))
+
+
+class PreflightRefusal(FactBase):
+    """
+    Returns the pre-flight's line for the first instance the release's vLLM refuses (``<unit>:
+    <flag>: <vLLM's message>``, the version gap after it), or None when every one passes:
+    ``remote/preflight.py`` run as the serve user with the release's python. Changes nothing.
+    """
+
+    def command(self, user: str, python: str, script: str, instances: str) -> str:
+        run = shlex.join(["runuser", "-u", user, "--", python, script, instances])
+        return f"cd / && {run} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        for line in output:
+            try:
+                result = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(result, dict) and result.get("ok") is False:
+                gap = f"; {result['gap']}" if result.get("gap") else ""
+                return f"pre-flight: {result.get('line')}{gap}"
+        return None

@@ -9,10 +9,25 @@ import json
 from pyinfra import host
 
 from servefleet.fleetview import ReportRequest, plan_summary, status_summary
-from servefleet.steps.facts import InstanceHealth
+from servefleet.hostplan import HostPlan
+from servefleet.steps.facts import InstanceHealth, PreflightRefusal
 from servefleet.steps.fleet import warm_entry
 from servefleet.steps.plan import host_plan
 from servefleet.steps.wheels import changed_on_the_index
+
+
+def preflight_refusal(plan: HostPlan) -> str | None:
+    """The deploy's pre-flight, run now when the release is on the host already."""
+    if not (plan.release_complete and plan.preflight_needed):
+        return None
+    s = plan.settings
+    return host.get_fact(
+        PreflightRefusal,
+        user=s.serve_user,
+        python=f"{plan.release.path}/bin/python",
+        script=f"{plan.lib}/preflight.py",
+        instances=json.dumps(plan.preflight_input, sort_keys=True),
+    )
 
 
 def report() -> None:
@@ -35,4 +50,7 @@ def report() -> None:
     else:
         order = [h.name for h in host.state.inventory].index(host.name)
         summary = plan_summary(plan, warm_entry(plan), order, changed_on_the_index(plan))
+        refusal = preflight_refusal(plan)
+        if refusal:  # what the deploy's pre-flight would stop this host with
+            summary.update(refusal=refusal, changes=False)
     request.write(host.name, summary)
