@@ -286,13 +286,9 @@ def instance_command(
 
 
 def render_instance(
-    settings: Settings,
-    spec: ServeSpec,
-    release: ReleasePlan,
-    index: int,
-    devices: str,
+    settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
     devices_env: str | None = None,
-) -> tuple[str, str]:
+) -> tuple[str, str]:  # fmt: skip
     """The unit file of one instance and its SERVEFLEET_UNIT sha (pure: the deploy writes this
     text, ``servefleet resolve --format unit`` prints it).
 

@@ -84,7 +84,10 @@ def test_too_new_recipe_is_refused_in_one_line_per_instance(
     fits = command("fits-the-pin", "attention")
     instances.append({"unit": "ok.service", "argv": fits, "env": env(site, roots["upstream"])})
     status, results, err = run_preflight(instances, stdin=True)
-    assert status == 1 and err == ""
+    # stderr: one line for the operator, the first refusal (the deploy shows it)
+    assert status == 1 and err.count("\n") == 1
+    assert err.startswith(f"servefleet: pre-flight: {results[0]['line']}")
+    assert err.rstrip().endswith(f"(and {len(features) - 1} more instance(s))")
     assert [r["unit"] for r in results] == [i["unit"] for i in instances]  # in order
     assert results[-1] == {"unit": "ok.service", "ok": True}
     by = dict(zip(features, results[:-1], strict=True))
