@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from http import client as httpc
 from typing import Any
 
-from labbench import BIN, REPO, lab, lab_env
+from labbench import BIN, lab, timed
 
 TIMEOUTS = (0, 60)  # serve_shutdown_timeout: vLLM's default, then servefleet's
 MODEL = "openai/gpt-oss-120b"
@@ -108,21 +108,12 @@ def units(state: dict[str, Any], host: dict[str, Any]) -> list[dict[str, Any]]:
     return got
 
 
-def run(cmd: list[str]) -> float:
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=lab_env(), capture_output=True, text=True)
-    elapsed = time.monotonic() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return elapsed
-
-
 def trial(state: dict[str, Any], timeout: int, args: argparse.Namespace) -> dict[str, Any]:
     """Serve with ``serve_shutdown_timeout=timeout``, then roll a restarting change out under
     load; the tally and the rollout's wall time."""
     host = state["hosts"][0]
     data = ["--data", f"serve_shutdown_timeout={timeout}"]
-    run([str(BIN / "pyinfra"), "-y", *data, "inventories/lab.py", "deploys/serve.py"])
+    timed([str(BIN / "pyinfra"), "-y", *data, "inventories/lab.py", "deploys/serve.py"])
     before = units(state, host)
     auth = {"Authorization": f"Bearer {os.environ[args.api_key_env]}"} if args.api_key_env else {}
     wait = args.tokens / args.tokens_per_second + 120  # a request's client-side limit
@@ -148,7 +139,7 @@ def trial(state: dict[str, Any], timeout: int, args: argparse.Namespace) -> dict
             raise SystemExit("the clients did not start streaming within 60 s")
     cmd = [str(BIN / "servefleet"), "rollout", "inventories/lab.py", "--yes", "--canary", "1",
            "--batch-size", "1", "--", *data, "--data", "serve_selection=tool_calling=off"]  # fmt: skip
-    elapsed = run(cmd)
+    elapsed = timed(cmd)
     stop.set()
     for thread, _ in clients:
         thread.join(wait)
