@@ -237,7 +237,10 @@ def serve(argv: Sequence[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, SHUTDOWN_SIGNALS)
     httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
     httpd.daemon_threads = True
-    loop = threading.Thread(target=httpd.serve_forever, name="http", daemon=True)
+    # a short poll: httpd.shutdown() returns within 0.1 s of the drain's end
+    loop = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True
+    )
     _log(f"Starting vLLM API server on http://{host}:{ns.port}")
     try:
         loop.start()
