@@ -11,14 +11,13 @@ Needs root; brings an 8-host lab up and leaves the machine with the lab down.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from typing import Any
 
-from labbench import BIN, REPO, lab, lab_env
+from labbench import BIN, lab, timed
 
 CACHE = "/var/cache/servefleet/vllm"
 TARGETS = ("Throughput", "Latency")  # alternated: every trial is a compile-affecting change
@@ -35,15 +34,6 @@ def _compiles(hosts: list[str]) -> int:
     )
 
 
-def _run(cmd: list[str]) -> float:
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=lab_env(), capture_output=True, text=True)
-    elapsed = time.monotonic() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return elapsed
-
-
 def rollout_trial(hosts: list[str], scope: str, target: str, store: str) -> tuple[int, float]:
     for h in hosts:  # the change is cold everywhere (running servers keep what they loaded)
         _ssh(h, f"rm -rf {CACHE}/rbln {CACHE}/servefleet-warm")
@@ -53,7 +43,7 @@ def rollout_trial(hosts: list[str], scope: str, target: str, store: str) -> tupl
             "--data", f"serve_prewarm_store={store}"]  # fmt: skip
     cmd = [str(BIN / "servefleet"), "rollout", "inventories/lab.py", "--yes", "--canary", "1",
            "--batch-size", "4", *limit, "--", *data]  # fmt: skip
-    elapsed = _run(cmd)
+    elapsed = timed(cmd)
     return _compiles(hosts) - before, elapsed
 
 
@@ -79,8 +69,8 @@ def capacity_trial(host: str, address: str, ports: list[int]) -> tuple[int, int]
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     # tool calling is outside the compile key: every unit changes, every start is warm
-    _run([str(BIN / "pyinfra"), "-y", "--limit", host, "--data",
-          "serve_selection=tool_calling=off", "inventories/lab.py", "deploys/serve.py"])  # fmt: skip
+    timed([str(BIN / "pyinfra"), "-y", "--limit", host, "--data",
+           "serve_selection=tool_calling=off", "inventories/lab.py", "deploys/serve.py"])  # fmt: skip
     stop.set()
     thread.join()
     return low, samples
@@ -99,7 +89,7 @@ def main() -> int:
 
         state: dict[str, Any] = load_state()
         names = [h["name"] for h in state["hosts"]]
-        _run([str(BIN / "pyinfra"), "-y", "inventories/lab.py", "deploys/serve.py"])
+        timed([str(BIN / "pyinfra"), "-y", "inventories/lab.py", "deploys/serve.py"])
         trial = 0
         for n in counts:
             for scope in ("host", "fleet"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,3 +27,14 @@ def lab_env() -> dict[str, str]:
 
     secrets = {k: Path(p).read_text().strip() for k, p in load_state()["secrets"].items()}
     return {**os.environ, **secrets, "PYINFRA_PROGRESS": "off"}
+
+
+def timed(cmd: list[str]) -> float:
+    """Run ``cmd`` in the repository with the lab's credentials; its wall time. Exits the bench
+    with the tail of its output when it fails."""
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=lab_env(), capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return elapsed

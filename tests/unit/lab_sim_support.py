@@ -125,14 +125,15 @@ class Server:
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, timeout: float = 30, path: str = "/v1/models") -> None:
+        """Wait until GET ``path`` answers 200 (an API key guards /v1: then ask /health)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 out, err = self.proc.communicate()
                 raise AssertionError(f"server exited {self.proc.returncode}:\n{err}")
             try:
-                status, _ = http(self.port, "/v1/models")
+                status, _ = http(self.port, path)
                 if status == 200:
                     return
             except OSError:

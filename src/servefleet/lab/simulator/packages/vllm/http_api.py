@@ -1,6 +1,15 @@
 """The OpenAI-style HTTP API of the simulated server: /health (the fail-health switch),
-/v1/models, /version, /metrics and POST /v1/chat/completions (a fixed, predictable reply). A
-SIMULATION for the servefleet lab."""
+/v1/models, /version, /metrics, POST /v1/chat/completions and /v1/completions (a fixed,
+predictable reply at the lab's token rate, whole or streamed: :mod:`vllm.generation`), the API
+key and the shutdown (:mod:`vllm.lifecycle`). HTTP/1.1; a streamed answer is chunked, as
+uvicorn sends it. A SIMULATION for the servefleet lab.
+
+API key, as vLLM's ``AuthenticationMiddleware`` enforces it: the keys are ``--api-key`` (one or
+more), else ``$VLLM_API_KEY``; empty keys do not count, and without one every path is open.
+With keys, every request whose path starts with ``/v1`` (OPTIONS excepted) needs
+``Authorization: Bearer KEY`` (the scheme in any case) naming one of them, else 401 with
+``{"error": "Unauthorized"}``; /health, /metrics and /version stay open.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +17,54 @@ import argparse
 import hashlib
 import http.server
 import json
+import secrets
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from .checks import fault_switch
-from .common import VERSION
+from .common import VERSION, SimError
+from .generation import (
+    Job,
+    RequestError,
+    answer,
+    error_body,
+    first_events,
+    last_events,
+    parse_job,
+    ready_at,
+    token_event,
+    tokens_per_second,
+)
+from .lifecycle import Requests
 
-_REPLY_WORDS = (
-    "This is a simulated reply from the servefleet lab; no model ran to produce these words, "
-    "which repeat in a fixed order so that tests can predict them"
-).split()
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+SHUTTING_DOWN = "The server is shutting down and takes no new requests."
+MAX_BODY = 1 << 24  # bytes of a request body the server reads
+
+
+def api_key_hashes(ns: argparse.Namespace, env: Mapping[str, str]) -> list[bytes]:
+    """The sha256 of each API key the server requires: ``--api-key``'s, else
+    ``$VLLM_API_KEY``'s (vLLM: the flag takes precedence); empty keys do not count."""
+    keys = [k for k in (ns.api_key or [env.get("VLLM_API_KEY", "")]) if k]
+    return [hashlib.sha256(k.encode()).digest() for k in keys]
+
+
+def authorized(hashes: list[bytes], header: str | None) -> bool:
+    """Whether an ``Authorization`` header names one of the keys (compared by their hashes,
+    in constant time, as vLLM does)."""
+    if not header:
+        return False
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    digest = hashlib.sha256(token.encode()).digest()
+    match = False
+    for h in hashes:
+        match |= secrets.compare_digest(digest, h)
+    return match
 
 
 class _State:
@@ -29,15 +74,31 @@ class _State:
         self.info = info
         self.argv = list(sys.argv)  # this process's command line, for the fail-health switch
         self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
-        self.requests = 0
+        self.keys = api_key_hashes(ns, env)
+        self.requests = Requests()
+        self.successes = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.started = int(time.time())
+        self._lock = threading.Lock()
+
+    def count(self, job: Job, generated: int) -> None:
+        """A generation request has ended after ``generated`` tokens (a success: all)."""
+        with self._lock:
+            self.successes += generated == job.max_tokens
+            self.prompt_tokens += job.prompt_tokens
+            self.generation_tokens += generated
+
+
+class _Cut(Exception):
+    """The request stops here: the shutdown aborted it, or the client went away."""
 
 
 def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "vllm-sim/" + VERSION
+        protocol_version = "HTTP/1.1"
+        generated = 0  # tokens of the request in hand so far
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             sys.stderr.write(f"INFO: {self.address_string()} {format % args}\n")
@@ -50,11 +111,27 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _authorized(self) -> bool:
+            """vLLM's middleware: with keys, a /v1 path needs one (else 401 is sent here)."""
+            path = self.path.split("?")[0]
+            if not state.keys or self.command == "OPTIONS" or not path.startswith("/v1"):
+                return True
+            if authorized(state.keys, self.headers.get("Authorization")):
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self) -> None:  # noqa: N802
+            if not self._authorized():
+                return
             path = self.path.split("?")[0]
             if path == "/health":
-                failing = fault_switch(state.env, "fail-health", state.argv) is not None
-                self._send(500 if failing else 200, b"", "text/plain")
+                if state.requests.draining:  # vLLM: not ready while it drains
+                    code = 503
+                else:
+                    failing = fault_switch(state.env, "fail-health", state.argv) is not None
+                    code = 500 if failing else 200
+                self._send(code, b"", "text/plain")
             elif path == "/v1/models":
                 data = [
                     {
@@ -77,60 +154,85 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path.split("?")[0] != "/v1/chat/completions":
+            length = self.headers.get("Content-Length") or "0"
+            if not length.isdigit() or int(length) > MAX_BODY:
+                self.close_connection = True  # the body cannot be skipped
+                self._send(
+                    400, error_body(f"Content-Length must be 0 to {MAX_BODY}, not {length[:20]!r}")
+                )
+                return
+            raw = self.rfile.read(int(length))
+            if not self._authorized():
+                return
+            kind = ROUTES.get(self.path.split("?")[0])
+            if kind is None:
                 self._send(404, {"detail": "Not Found"})
                 return
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
-                req = json.loads(raw)
-                assert isinstance(req, dict) and isinstance(req.get("messages"), list)
-            except (ValueError, AssertionError):
-                self._send(400, _error("invalid request: expected a JSON object with messages"))
+                job = parse_job(kind, raw, state.names, state.ns.max_model_len)
+                rate = tokens_per_second(state.env)
+            except RequestError as exc:
+                self._send(exc.code, exc.body)
                 return
-            if req.get("model") not in state.names:
-                msg = f"The model `{req.get('model')}` does not exist."
-                self._send(404, _error(msg, "NotFoundError", 404))
+            except SimError as exc:
+                self._send(500, error_body(str(exc), "InternalServerError", 500))
                 return
-            self._send(200, _chat(state, req, raw))
+            if not state.requests.admit():
+                self._send(503, error_body(SHUTTING_DOWN, "ServiceUnavailableError", 503))
+                return
+            self.generated, aborted = 0, False
+            try:
+                self._generate(job, rate)
+            except _Cut:
+                aborted = state.requests.abort.is_set()
+                self.close_connection = True
+            finally:
+                state.count(job, self.generated)
+                state.requests.done(aborted)
+
+        def _generate(self, job: Job, rate: float) -> None:
+            """Produce ``job``'s tokens at ``rate`` (counted in ``self.generated``) and answer.
+            Raises _Cut when the shutdown aborts it or the client goes away."""
+            start, created = time.monotonic(), int(time.time())
+            if job.stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for event in first_events(job, created):
+                    self._event(event)
+            for i, token in enumerate(job.tokens()):
+                if state.requests.abort.wait(max(0.0, ready_at(start, i, rate) - time.monotonic())):
+                    raise _Cut(f"aborted after {i} tokens")
+                self.generated = i + 1
+                if job.stream:
+                    self._event(token_event(job, created, i, token))
+            if not job.stream:
+                self._send(200, answer(job, created))
+                return
+            for event in last_events(job, created):
+                self._event(event)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")  # the chunked body's end
+
+        def _event(self, event: dict[str, Any]) -> None:
+            self._chunk(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+
+        def _chunk(self, data: bytes) -> None:
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            except OSError:  # the client went away: vLLM aborts its request
+                raise _Cut("client disconnected") from None
 
     return Handler
-
-
-def _error(message: str, kind: str = "BadRequestError", code: int = 400) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def _chat(state: _State, req: dict[str, Any], raw: bytes) -> dict[str, Any]:
-    limit = req.get("max_tokens") or req.get("max_completion_tokens") or 16
-    limit = max(1, int(limit))
-    n = min(limit, len(_REPLY_WORDS))
-    text = " ".join(_REPLY_WORDS[:n])
-    prompt = sum(len(str(m.get("content", "")).split()) for m in req["messages"])
-    state.requests += 1
-    state.prompt_tokens += prompt
-    state.generation_tokens += n
-    return {
-        "id": "chatcmpl-" + hashlib.sha1(raw).hexdigest()[:16],
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": req["model"],
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "length" if n == limit else "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n},
-    }
 
 
 def _metrics(state: _State) -> str:
     label = f'model_name="{state.names[0]}"'
     rows = [
-        ("vllm:num_requests_running", "gauge", 0),
+        ("vllm:num_requests_running", "gauge", state.requests.running),
         ("vllm:num_requests_waiting", "gauge", 0),
-        ("vllm:request_success_total", "counter", state.requests),
+        ("vllm:request_success_total", "counter", state.successes),
         ("vllm:prompt_tokens_total", "counter", state.prompt_tokens),
         ("vllm:generation_tokens_total", "counter", state.generation_tokens),
         ("vllm_sim:compiled_at_start", "gauge", int(state.info["compiled"])),

@@ -10,7 +10,9 @@ This module is the entry point (``serve``, ``main``) and names the simulated ser
 namespace; the server is split by concern into the package's modules: :mod:`vllm.common`
 (build, simulation paths, config fields, SimError), :mod:`vllm.flag_table` (the parser),
 :mod:`vllm.compile_cache` (the cache key), :mod:`vllm.checks` (start-up checks, warm-up, fault
-switches), :mod:`vllm.cuda` (the CUDA build) and :mod:`vllm.http_api` (the HTTP API).
+switches), :mod:`vllm.cuda` (the CUDA build), :mod:`vllm.http_api` (the HTTP API and its API
+key), :mod:`vllm.generation` (the reply, its token rate and its streamed events) and
+:mod:`vllm.lifecycle` (the requests in flight and the shutdown).
 
 It behaves like a vLLM 0.30 + vllm-rbln 0.12 server from the outside: the real ``vllm serve``
 flag set (exit 2 on anything else), import checks of the RBLN packages, a Hugging Face cache
@@ -49,6 +51,12 @@ switch file fails every server; a switch file holding lines of text fails only t
 whose command line (their argv joined by single spaces) contains every line, e.g. the two lines
 ``--max-num-seqs 8`` and ``--port 8001``.
 
+Serving: replies take real time, ``/etc/rbln-sim/tokens-per-second`` (read for every request;
+a fast default without the file), whole or streamed as server-sent events. ``--api-key`` (or
+``$VLLM_API_KEY``) guards every ``/v1`` path as vLLM does. SIGTERM or SIGINT: vLLM 0.30's
+shutdown, no new request, the requests in flight drained for up to ``--shutdown-timeout``
+seconds (0, the default: none), the rest aborted, then exit 0.
+
 Every path under /etc/rbln-sim, /run/rbln-sim and /var/log/rbln-sim is prefixed by
 ``$RBLN_SIM_ROOT`` when that is set (tests only; a deploy never sets it).
 """
@@ -62,6 +70,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -104,8 +113,11 @@ from .flag_table import (
     parse_serve_args,
     unknown_env_vars,
 )
+from .generation import tokens_per_second
 from .http_api import _make_handler, _State
 from .serve_args import engine_config_error, platform_of, validate_parsed_serve_args
+
+SHUTDOWN_SIGNALS = {signal.SIGTERM, signal.SIGINT}  # vLLM handles both alike
 
 # The console script's entry, and the simulated server's API in one namespace
 __all__ = [
@@ -201,7 +213,8 @@ def _start_rbln(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[dict[st
 
 
 def serve(argv: Sequence[str]) -> int:
-    """``vllm serve ARGS``: checks, warm-up, then the HTTP API until SIGTERM.
+    """``vllm serve ARGS``: checks, warm-up, then the HTTP API until SIGTERM or SIGINT, then
+    vLLM's shutdown (:func:`_shut_down`).
 
     + argv: the arguments after ``serve``
     """
@@ -231,18 +244,38 @@ def serve(argv: Sequence[str]) -> int:
         info, fds = start_cuda(ns, env)
     else:
         info, fds = _start_rbln(ns, env)
+    tokens_per_second(env)  # a bad rate file fails the start, not the first request
     state = _State(ns, env, info)
+    # from here SIGTERM and SIGINT wait for sigwait (every thread started below inherits the mask)
+    signal.pthread_sigmask(signal.SIG_BLOCK, SHUTDOWN_SIGNALS)
     httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
     httpd.daemon_threads = True
+    # a short poll: httpd.shutdown() returns within 0.1 s of the drain's end
+    loop = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True
+    )
     _log(f"Starting vLLM API server on http://{host}:{ns.port}")
     try:
-        httpd.serve_forever()
+        loop.start()
+        _shut_down(state, signal.sigwait(SHUTDOWN_SIGNALS), ns.shutdown_timeout)
+        httpd.shutdown()
     finally:
         httpd.server_close()
         for fd in fds:
             os.close(fd)
         _log("Shutting down")
     return 0
+
+
+def _shut_down(state: _State, signum: int, timeout: int) -> None:
+    """vLLM's shutdown after ``signum`` (:mod:`vllm.lifecycle`): no new request, the requests in
+    flight drained for up to ``timeout`` seconds (0: not at all), the rest aborted."""
+    _log(f"[shutdown] API server: shutdown triggered ({signal.Signals(signum).name})")
+    mode = "drain" if timeout > 0 else "abort"
+    _log(f"[shutdown] API server: stopping engine client mode={mode} timeout={timeout}s")
+    in_flight, aborted = state.requests.shut_down(timeout)
+    _log(f"[shutdown] API server: engine client stopped ({in_flight} requests in flight at the "
+         f"signal, {aborted} aborted)")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
