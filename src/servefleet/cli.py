@@ -239,7 +239,30 @@ def _unit(spec: Any, compiler_version: str | None) -> str:
 # fleet
 
 
-DEPLOYS = Path(__file__).resolve().parents[2] / "deploys"
+def deploy_path(name: str) -> str:
+    """The deploy file ``name`` (``serve.py``) the fleet commands run: the fleet repository's own
+    (``./deploys``, as `servefleet init` makes it, or this checkout's), else the package's text
+    (:func:`servefleet.scaffold.deploy_file`) written for this process into a temporary
+    directory, next to the others (``rollout`` runs ``restore.py`` beside its deploy)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from servefleet.scaffold import DEPLOYS, deploy_file
+
+    here = Path("deploys") / name
+    if here.is_file():
+        return str(here)
+    global _SHIPPED
+    if _SHIPPED is None:
+        _SHIPPED = Path(tempfile.mkdtemp(prefix="servefleet-deploys-"))
+        atexit.register(shutil.rmtree, _SHIPPED, True)
+        for each in DEPLOYS:
+            (_SHIPPED / each).write_text(deploy_file(each))
+    return str(_SHIPPED / name)
+
+
+_SHIPPED: Path | None = None
 _FLEET = {"ignore_unknown_options": True}
 _LIMIT = click.option(
     "--limit",
@@ -292,7 +315,7 @@ def _report(
 
     with tempfile.TemporaryDirectory(prefix="servefleet-report-") as tmp:
         request = ReportRequest(kind, tmp)
-        cmd = [_pyinfra(), "-y", *pyinfra_args, inventory, str(DEPLOYS / "report.py")]
+        cmd = [_pyinfra(), "-y", *pyinfra_args, inventory, deploy_path("report.py")]
         code, output = _run_pyinfra(cmd, {**os.environ, **request.env()})
         found = request.read()
     refusal = None if found else pyinfra_refusal(output, code)
@@ -320,7 +343,7 @@ def rollback_cmd(inventory: str, limits: tuple[str, ...], pyinfra_args: tuple[st
 
     fleet = _fleet(inventory, limits, pyinfra_args)
     cmd = [_pyinfra(), "-y", *fleet.limit_args(), *pyinfra_args, inventory]
-    sys.exit(subprocess.run([*cmd, str(DEPLOYS / "rollback.py")]).returncode)
+    sys.exit(subprocess.run([*cmd, deploy_path("rollback.py")]).returncode)
 
 
 @main.command("plan", context_settings=_FLEET)
@@ -473,7 +496,7 @@ def rollout_cmd(
 
     rollout = Rollout(
         inventory=inventory,
-        deploy=deploy or str(DEPLOYS / "serve.py"),
+        deploy=deploy or deploy_path("serve.py"),
         pyinfra_args=passed_on,
         report=report,
         echo=lambda m: echo(m),
@@ -485,6 +508,23 @@ def rollout_cmd(
         header = ("host", "before", "after", "result", "rolled back", "why")
         click.echo(table(summary_rows(rollout.results), header))
     sys.exit(Exit.OK if ok else Exit.FAILED)
+
+
+@main.command("init")
+@click.argument("directory")
+def init(directory: str) -> None:
+    """A new fleet repository in DIRECTORY that depends on this package: inventories (prod with a
+    canary, lab), group_data (every key a site usually sets, commented with its default), thin
+    deploys/*.py, locks/. Refuses, changing nothing, when any of its files exists.
+
+    Example:
+
+        servefleet init fleet && cd fleet && servefleet lab up && pyinfra -y inventories/lab.py deploys/serve.py
+    """
+    from servefleet.scaffold import init as scaffold
+
+    for rel in scaffold(directory):
+        click.echo(f"{directory.rstrip('/')}/{rel}")
 
 
 @main.command("lock")

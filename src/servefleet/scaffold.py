@@ -1,0 +1,152 @@
+"""``servefleet init DIR``: an operator's fleet repository that depends on the installed
+package, and the deploy files every fleet command runs (``deploy_files``: this repository's own
+``deploys/*.py`` are these texts, a unit test holds them equal).
+
+The repository: ``inventories/prod.py`` (groups and a canary) and ``inventories/lab.py``,
+``group_data/all.py`` (every key a site usually sets, commented with its default and meaning,
+from the key table), ``group_data/cr13.py`` and ``group_data/lab.py``, the thin ``deploys/*.py``,
+``locks/``, a ``.gitignore`` and a short README."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from servefleet.errors import DataError
+from servefleet.settings import DEFAULTS, DOCS, KEYS
+
+# deploy file -> (its docstring, what it imports from servefleet.deploys, its one call)
+DEPLOYS = {
+    "serve.py": (
+        "Fresh hosts to warm, health-checked `vllm serve` instances; a re-run changes nothing.\n"
+        "\npyinfra inventories/lab.py deploys/serve.py\n",
+        "host_plan, serve",
+        "serve(plan=host_plan())",
+    ),
+    "driver.py": (
+        "Only the RBLN driver (after the SKU check): `pyinfra inventories/prod.py deploys/driver.py`.",
+        "driver, host_plan",
+        "driver(plan=host_plan())",
+    ),
+    "stack.py": (
+        "Only the pinned Python release (after the SKU check): `pyinfra INVENTORY deploys/stack.py`.",
+        "host_plan, stack",
+        "stack(plan=host_plan())",
+    ),
+    "report.py": (
+        "Used by `servefleet plan` and `servefleet status`: each host's summary, no operation.",
+        "report",
+        "report()",
+    ),
+    "rollback.py": (
+        "Back to each host's state before its last good deploy: `servefleet rollback INVENTORY`.",
+        "host_settings, rollback",
+        "rollback(settings=host_settings())",
+    ),
+    "restore.py": (
+        "Back to each host's last good state (used by `servefleet rollout` for failed hosts).",
+        "host_settings, rollback",
+        'rollback(settings=host_settings(), to="good")',
+    ),
+}
+
+# the keys a site usually sets (group_data/all.py lists them commented, with their defaults)
+SITE_KEYS = (
+    "driver_version", "driver_runfile_url", "driver_sha256", "sdk_pins", "sdk_lock",
+    "pip_indexes", "pip_public_index", "creds_index_user_env", "creds_index_password_env",
+    "creds_hf_token_env", "creds_api_key_env", "serve_recipe", "serve_target", "serve_selection",
+    "serve_base_port", "serve_host", "serve_shutdown_timeout", "serve_extra_args",
+    "serve_extra_env", "serve_prewarm_scope", "serve_prewarm_store", "models_store_url",
+    "models_revisions", "models_sha256",
+)  # fmt: skip
+
+
+def deploy_file(name: str) -> str:
+    """The text of ``deploys/<name>``."""
+    doc, names, call = DEPLOYS[name]
+    return f'"""{doc}"""\n\nfrom servefleet.deploys import {names}\n\n{call}\n'
+
+
+def _all_py() -> str:
+    lines = [
+        '"""Data for every host: uncomment and set what this site changes. Each key is shown',
+        "with its default and meaning (`servefleet` docs/data.md lists every key; per group:",
+        'group_data/<group>.py; per host: the inventory; per run: pyinfra --data KEY=VALUE)."""',
+        "",
+    ]
+    for name in SITE_KEYS:
+        if name in KEYS:
+            lines += [f"# {DOCS[name]}", f"# {name} = {DEFAULTS[name]!r}", ""]
+    return "\n".join(lines)
+
+
+PROD = '''"""The fleet: hosts by group (their group's group_data applies), and a canary rolled out first.
+
+pyinfra inventories/prod.py deploys/serve.py     servefleet rollout inventories/prod.py
+"""
+
+cr13 = [
+    "npu-a1.example.internal",
+    "npu-a2.example.internal",
+]
+
+canary = ["npu-a1.example.internal"]  # servefleet rollout --canary canary (or --limit canary)
+'''
+LAB_INVENTORY = '''"""The local lab fleet (`servefleet lab up`): try every command here before a real fleet."""
+
+from servefleet.lab.inventory import lab_inventory
+
+globals().update(lab_inventory())
+'''
+LAB_DATA = '''"""The lab fleet's own indexes, runfiles and model store (read from the lab state)."""
+
+from servefleet.lab.groupdata import lab_group_data
+
+globals().update(lab_group_data())
+'''
+CR13 = '''"""Hosts with RBLN-CR13 NPUs."""
+
+serve_recipe = "rbln/gpt-oss-120b"
+'''
+README = """# Our servefleet fleet
+
+- `servefleet lab up && pyinfra -y inventories/lab.py deploys/serve.py`: the lab, locally.
+- `servefleet plan inventories/prod.py`, then `servefleet rollout inventories/prod.py`.
+- `servefleet lock --inventory inventories/prod.py --lock-dir locks/prod`, then set
+  `sdk_lock = "locks/prod"` in group_data/all.py: every host installs the same bytes.
+- `servefleet status inventories/prod.py --prometheus /var/lib/prometheus/servefleet.json`.
+"""
+
+
+def files() -> dict[str, str]:
+    """Every file of a new fleet repository: relative path -> text."""
+    out = {f"deploys/{name}": deploy_file(name) for name in DEPLOYS}
+    out.update({
+        "inventories/prod.py": PROD,
+        "inventories/lab.py": LAB_INVENTORY,
+        "group_data/all.py": _all_py(),
+        "group_data/cr13.py": CR13,
+        "group_data/lab.py": LAB_DATA,
+        "locks/README.md": "One lock directory per fleet (`servefleet lock --lock-dir locks/prod`).\n",
+        ".gitignore": ".venv/\n__pycache__/\n",
+        "README.md": README,
+    })  # fmt: skip
+    return out
+
+
+def init(directory: str) -> list[str]:
+    """Write a new fleet repository into ``directory`` (made if missing); refuses, before
+    writing anything, when any of its files exists. Returns the files written."""
+    root = Path(directory)
+    wanted = files()
+    there = sorted(p for p in wanted if os.path.lexists(root / p))
+    if there:
+        raise DataError(
+            f"{directory}: {there[0]} exists; allowed: a directory without the scaffold's files "
+            f"({', '.join(sorted({p.split('/')[0] for p in wanted}))})"
+        )
+    for rel, text in wanted.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return sorted(wanted)
