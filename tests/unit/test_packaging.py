@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from wheel_venv import clean_env, run, wheel_venv
 
 from servefleet.cli import main
 from servefleet.datadoc import data_table
@@ -67,39 +64,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if os.environ.get("CI", "").lower() in ("true", "1"):
             pytest.fail(f"CI=true: {reason}", pytrace=False)
         pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("packaging")
-    tree = tmp / "tree"  # a copy: the build writes build/ and *.egg-info into its source tree
-    tree.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, tree / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    shutil.copytree(REPO / "src", tree / "src", ignore=ignore)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist"]
-    run([*build, str(tree)], cwd=tmp, env=os.environ)
-    (wheel,) = (tmp / "dist").glob("servefleet-*.whl")
-    env = clean_env()
-    run([sys.executable, "-m", "venv", "--without-pip", "venv"], cwd=tmp, env=env)
-    python = tmp / "venv" / "bin" / "python"
-    run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)], tmp, env)
-    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (Path(site.strip()) / "servefleet-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    return tmp / "venv"
-
-
-def clean_env() -> dict[str, str]:
-    """This environment without what would make the venv import this tree's servefleet."""
-    drop = ("PYTHONPATH", "SERVEFLEET_RECIPES", "SERVEFLEET_TEMPLATES", "VIRTUAL_ENV")
-    return {k: v for k, v in os.environ.items() if k not in drop}
-
-
-def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=clean_env() if env is None else env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, f"{cmd}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+    return wheel_venv(tmp_path_factory.mktemp("packaging"))
 
 
 def installed(venv: Path, tmp_path: Path, *cmd: str) -> str:
