@@ -1,7 +1,7 @@
 """The flow runs one way: every import statement of every module, function-level ones included,
 reaches only its own layer or a lower one, and the modules form no circle.
 
-The layers, written once here (top first; the README's architecture section describes them):
+The layers, written once here (top first; docs/design.md describes them):
 the CLI and the deploy steps use the fleet commands, which use the host plan, which uses the
 release (locks, builds, wheelhouse), which uses the renderer and the settings; the settings read
 the kinds (recipe families and their hosts), which resolve into a ServeSpec; everything stands on
