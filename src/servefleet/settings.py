@@ -1,7 +1,7 @@
 """Deploy data: every key, written once, and a host's data validated into :class:`Settings`.
 
 Each field of :class:`Settings` is one data key: its name, type, check (:mod:`servefleet.checks`),
-default and one-line meaning (``key(check, default, doc)``), in the order the README's data table
+default and one-line meaning (``key(check, default, doc)``), in the order the data table in docs/data.md
 lists them (``python -m servefleet.datadoc``). Override a key per group
 (``group_data/<group>.py``), per host (inventory host tuples) or per run (``pyinfra ... --data
 serve_target=Throughput``). Secrets are never data: data names the environment variables that

@@ -64,10 +64,11 @@ def sentinels(lab: dict[str, Any], host: str) -> str:
 
 
 def one_line_failures(proc: Any, hosts: list[str]) -> None:
+    """Each host failed with servefleet's line (the server's journal tail follows it, and a
+    server that cannot write its cache prints its own traceback there, as vLLM would)."""
     out = proc.stdout + proc.stderr
-    assert "Traceback" not in out, out[-3000:]
     for host in hosts:
-        lines = [x for x in out.splitlines() if "servefleet:" in x and host in x]
+        lines = [x for x in out.splitlines() if f"[{host}] servefleet: health gate:" in x]
         assert lines, f"{host}: no one-line failure in:\n{out[-3000:]}"
 
 
