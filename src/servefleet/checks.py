@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import os
 import posixpath
 import re
 import shlex
@@ -623,3 +624,28 @@ def override_names(value: Any) -> tuple[str, ...]:
             raise _bad(text, "is not a flag or a variable name", _OVERRIDE_ALLOWED)
         out.append(text)
     return tuple(out)
+
+
+_FILES_ALLOWED = (
+    "a mapping: the path a command line names (a chat template, a plugin, a config file) -> a "
+    "readable regular file on the controller"
+)
+
+
+def serve_files(value: Any) -> dict[str, str]:
+    """Files a command line names, shipped with the release: argv path -> controller file."""
+
+    def controller_file(v: Any) -> str:
+        path = _word(v, _FILES_ALLOWED)
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise _bad(path, "is not a readable regular file on the controller", _FILES_ALLOWED)
+        return path
+
+    def argv_path(v: Any) -> str:
+        path = _word(v, _FILES_ALLOWED)
+        if path.startswith("-"):
+            raise _bad(path, "is an option, not a path", _FILES_ALLOWED)
+        return path
+
+    result: dict[str, str] = entries(argv_path, controller_file, _FILES_ALLOWED)(value)
+    return result

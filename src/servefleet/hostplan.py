@@ -7,11 +7,13 @@ operations depend on is decided here, once, before any operation is added.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ from servefleet.flags import merge, table_for
 from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.kinds import Hardware, Kind, kind_named, kind_of
 from servefleet.lock import load_lock
-from servefleet.release import ReleasePlan, plan_release, unlocked
+from servefleet.release import ReleasePlan, plan_release, shipped_files, unlocked
 from servefleet.remote.layout import (
     API_KEY_FILE,
     API_KEY_VAR,
@@ -29,6 +31,7 @@ from servefleet.remote.layout import (
     LIB,
     NETRC,
     PLANS,
+    RELEASE_FILES,
     RELEASES,
     SECRETS_DIR,
     STATE,
@@ -37,6 +40,7 @@ from servefleet.remote.layout import (
 )
 from servefleet.render import render_unit
 from servefleet.settings import Settings
+from servefleet.shipped import VLLM_FLAGS_DIR
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import Copy, host_copies
@@ -257,6 +261,52 @@ def api_key_file(key: str) -> str:
     return f"{API_KEY_VAR}={key}\n"
 
 
+# The options whose value names a file the server reads (vLLM resolves a relative one from its
+# working directory; a chat template also among the wheel's own)
+FILE_OPTIONS = ("--chat-template", "--tool-parser-plugin")
+CHAT_TEMPLATES = VLLM_FLAGS_DIR / "vllm-0.30.0-chat-templates.txt"  # what the vllm wheel ships
+
+
+def shipped_paths(args: Sequence[str], release: ReleasePlan) -> list[str]:
+    """``args`` with each path ``serve_files`` ships replaced by the release's copy, and a file
+    option's relative path that neither it nor the vllm wheel provides refused (DataError)."""
+    shipped = {f.argv: f"{release.path}/{RELEASE_FILES}/{f.name}" for f in release.files}
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if eq and flag.startswith("--") and value in shipped:
+            out.append(f"{flag}={shipped[value]}")
+            continue
+        out.append(shipped.get(arg, arg))
+        before = args[i - 1] if i else ""
+        if before in FILE_OPTIONS and arg not in shipped:
+            _refuse_unshipped(before, arg)
+        elif eq and flag in FILE_OPTIONS:
+            _refuse_unshipped(flag, value)
+    return out
+
+
+def _refuse_unshipped(flag: str, path: str) -> None:
+    """A file option's value the host cannot have: a relative path (vLLM reads it from the
+    server's working directory, /) that is not a template the wheel ships."""
+    if posixpath.isabs(path):
+        return
+    templates = _wheel_templates()
+    if flag == "--chat-template" and (any(c in path for c in "{}\n") or path in templates):
+        return
+    shown = f" (the wheel's: {', '.join(sorted(templates))})" if flag == "--chat-template" else ""
+    raise DataError(
+        f"{flag} {path}: a relative path that the vllm wheel does not ship{shown}; allowed: "
+        f"ship it with serve_files = {{{path!r}: '<the file on the controller>'}}, or an "
+        "absolute path on the host"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _wheel_templates() -> frozenset[str]:
+    return frozenset(x.strip() for x in CHAT_TEMPLATES.read_text().splitlines() if x.strip())
+
+
 def instance_command(
     settings: Settings,
     spec: ServeSpec,
@@ -270,7 +320,8 @@ def instance_command(
     :func:`render_instance`)."""
     server = spec.servers[0]
     port = settings.serve_base_port + index
-    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *server.argv[1:], "--port", str(port)]
+    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release),
+                 "--port", str(port)]  # fmt: skip
     if settings.serve_host:
         exec_argv += ["--host", settings.serve_host]
     exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
@@ -484,7 +535,11 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     dirs += [SECRETS_DIR, settings.serve_cache_root, settings.models_hf_home]
     uv = [host_uv(root)] if settings.sdk_installer == "uv" else []
     plans = [f"{root}/{PLANS}/{i}.json" for i in dict.fromkeys(release_ids)]
-    return [*dirs, *lib, *uv, *plans, NETRC, HF_TOKEN_FILE, API_KEY_FILE]
+    shipped = []  # serve_files: each release's files/ and what it holds
+    for i in dict.fromkeys(release_ids) if settings.serve_files else ():
+        top = f"{root}/{RELEASES}/{i}/{RELEASE_FILES}"
+        shipped += [top, *(f"{top}/{f.name}" for f in shipped_files(settings))]
+    return [*dirs, *lib, *uv, *plans, *shipped, NETRC, HF_TOKEN_FILE, API_KEY_FILE]
 
 
 def probe_args(

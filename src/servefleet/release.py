@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
@@ -38,6 +40,31 @@ class Download:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "index": self.index, "auth": self.auth}
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """A file a command line names (``serve_files``), shipped into the release's ``files/``."""
+
+    argv: str  # the path the command line names
+    source: str  # the controller's file
+    name: str  # its name in <release>/files: a sha256 prefix and the file's own name
+    sha256: str
+    data: bytes = field(repr=False)
+
+
+def shipped_files(settings: Settings) -> tuple[ShippedFile, ...]:
+    """``serve_files``, read on the controller (each file's bytes and sha256)."""
+    out = []
+    for argv, source in sorted(settings.serve_files.items()):
+        try:
+            data = Path(source).read_bytes()
+        except OSError as e:
+            raise DataError(f"serve_files: {source!r} cannot be read ({e.strerror})") from None
+        digest = hashlib.sha256(data).hexdigest()
+        name = f"{digest[:16]}-{posixpath.basename(argv) or 'file'}"
+        out.append(ShippedFile(argv, source, name, digest, data))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,7 @@ class ReleasePlan:
     pylock: str | None = None  # its PEP 751 lock from the lock directory; None: unlocked
     built: tuple[dict[str, str], ...] = ()  # wheels built on the controller for sdist-only packages
     offline: dict[str, str] | None = None  # sdk_source wheelhouse: {"find_links", "requirements"}
+    files: tuple[ShippedFile, ...] = ()  # serve_files: shipped into <path>/files (in the id)
 
     @property
     def locked(self) -> bool:
@@ -248,6 +276,11 @@ def plan_release(
             "find_links": f"{settings.serve_root}/{HOST_DIR}/{PACKAGES_DIR}",
             "requirements": offline_requirements(pylock),
         }
+    files = shipped_files(settings)
+    if files:  # their bytes are part of what the release is
+        named = {f.name: f.sha256 for f in files}
+        digest = hashlib.sha256(json.dumps({"release": digest, "files": named},
+                                           sort_keys=True).encode()).hexdigest()[:16]  # fmt: skip
     return ReleasePlan(
         id=digest,
         path=f"{settings.serve_root}/{RELEASES}/{digest}",
@@ -266,4 +299,5 @@ def plan_release(
         stack=st,
         pylock=pylock,
         offline=offline,
+        files=files,
     )

@@ -236,6 +236,12 @@ class Settings:
         [],
         "flags (`--name`) and variables of the two above that replace the recipe's own",
     )
+    serve_files: dict[str, str] = key(
+        c.serve_files,
+        {},
+        "files a command line names (a chat template, a plugin) -> the controller's file, shipped "
+        "with the release (its sha256 in the release id) and named in argv by the shipped path",
+    )
     serve_user: str = key(c.user_name, "servefleet", "system user the servers run as")
     serve_root: str = key(
         c.directory,

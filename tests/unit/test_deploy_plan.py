@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from systemd_parse import parse_unit
 from servefleet.cli import main
 from servefleet.datadoc import BEGIN, END, data_table
 from servefleet.errors import DataError
-from servefleet.hostplan import plan_host, resolve_for
+from servefleet.hostplan import plan_host, resolve_for, watched_paths
 from servefleet.kinds.rbln.kind import hardware_from_probe
 from servefleet.release import plan_release
 from servefleet.settings import load_defaults, settings_from
@@ -300,3 +301,37 @@ def test_the_preflight_checks_what_the_units_run_and_runs_once_per_release_and_a
     assert not plan_host(settings(), probe(preflight=[key])).preflight_needed
     other = plan_host(settings(serve_target="Throughput"), probe(preflight=[key]))
     assert other.preflight_key != key and other.preflight_needed
+
+
+def test_serve_files_ship_with_the_release_and_the_argv_names_the_shipped_copy(
+    tmp_path: Path,
+) -> None:
+    """#22: a file a command names (a chat template) ships into the release: its sha256 enters
+    the release id, the argv names the shipped copy, and the probe watches it; a relative path
+    neither serve_files nor the vllm wheel provides is refused at plan time in one line."""
+    from servefleet.errors import DataError
+
+    template = tmp_path / "tool_chat_template_x.jinja"
+    template.write_text("{{ messages }}\n")
+    extra = ["--chat-template", "examples/tool_chat_template_x.jinja"]
+    with pytest.raises(DataError) as refused:
+        plan_host(settings(serve_extra_args=extra), probe())
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("--chat-template examples/tool_chat_template_x")
+    assert "serve_files" in line and "template_chatml.jinja" in line
+    files = {"examples/tool_chat_template_x.jinja": str(template)}
+    plain = plan_host(settings(), probe())
+    plan = plan_host(settings(serve_extra_args=extra, serve_files=files), probe())
+    shipped = plan.release.files[0]
+    assert shipped.sha256 == hashlib.sha256(template.read_bytes()).hexdigest()
+    dest = f"{plan.release.path}/files/{shipped.name}"
+    argv = plan.instances[0].argv
+    assert argv[argv.index("--chat-template") + 1] == dest
+    assert plan.release.id != plan_host(settings(serve_extra_args=extra[:0]), probe()).release.id
+    assert dest in watched_paths(plan.settings, plan.release.id)
+    template.write_text("{{ messages }} changed\n")  # other bytes: another release
+    again = plan_host(settings(serve_extra_args=extra, serve_files=files), probe())
+    assert again.release.id not in (plan.release.id, plain.release.id)
+    # a template the wheel ships and an absolute path need no serve_files
+    for ok in ("template_chatml.jinja", "/srv/templates/x.jinja"):
+        plan_host(settings(serve_extra_args=["--chat-template", ok]), probe())

@@ -20,6 +20,7 @@ WHEELHOUSE = "wheelhouse"  # sdk_source = "wheelhouse": the host's copy of the f
 # In a release.
 RELEASE_MARKER = ".servefleet-release.json"  # written last, after every check passed
 LOCKED = "locked.txt"  # what the release was installed from: every file's sha256
+RELEASE_FILES = "files"  # serve_files: the files its command lines name (shipped by the deploy)
 
 # In the state directory.
 DESIRED = "desired.json"  # what `instances.py converge` brings the host to

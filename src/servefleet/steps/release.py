@@ -14,7 +14,7 @@ from pyinfra.operations import files, server
 
 from servefleet.builds import cache_dir
 from servefleet.hostplan import HostPlan
-from servefleet.remote.layout import CURRENT, PLANS
+from servefleet.remote.layout import CURRENT, PLANS, RELEASE_FILES
 from servefleet.steps import ensure
 from servefleet.steps.credentials import netrc
 from servefleet.steps.lib import command
@@ -50,6 +50,11 @@ def install(plan: HostPlan) -> OperationMeta | None:
             marker=rel.marker,
             installer=f"{plan.lib}/install_release.py",
         )
+    if rel.files:  # serve_files: the files its command lines name, root's, next to its venv
+        ensure.directory(plan, f"{rel.path}/{RELEASE_FILES}")
+        for f in rel.files:
+            dest = f"{rel.path}/{RELEASE_FILES}/{f.name}"
+            ensure.upload(plan, f"Ship {f.source} as {f.argv}", f.data, dest)
     if plan.current != rel.id:
         server.shell(
             name=f"Point {s.serve_root}/{CURRENT} at release {rel.id}",
