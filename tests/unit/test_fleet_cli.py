@@ -226,7 +226,7 @@ def test_rollout_and_rollback_take_the_same_limit(
     # one pyinfra run for the batch, limited to its own hosts; --exclude applied, not passed on
     assert batch[batch.index("--json") + 1 :] == [
         "--limit", "h1", "--limit", "h3", "--data", "serve_target=Throughput", "inv.py",
-        str(cli.DEPLOYS / "serve.py"),
+        cli.deploy_path("serve.py"),
     ]  # fmt: skip
     assert len(runs.runs) == 1
     back = invoke("rollback", "inv.py", "--limit", "canary", "--limit", "h3")
@@ -304,6 +304,6 @@ def test_rollout_reads_pyinfra_inventory_forms(
         "h1": "ok",
         "h9": "ok",
     }
-    assert [r[-2:] for r in runs.runs] == [["h1,h9", str(cli.DEPLOYS / "serve.py")]] * 2
+    assert [r[-2:] for r in runs.runs] == [["h1,h9", cli.deploy_path("serve.py")]] * 2
     assert [r[r.index("--limit") + 1] for r in runs.runs] == ["h1", "h9"]
     assert fake.runs[0][-2] == "h1,h9"  # its status at the start, over the same inventory
