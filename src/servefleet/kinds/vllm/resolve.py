@@ -32,12 +32,13 @@ the KV-offload option's ``companion`` runs as a second server beside it.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.base import draft_model
+from servefleet.kinds.loader import load_json_text
 from servefleet.kinds.vllm.features import _feature_block, _parse_features, _select_features
 from servefleet.kinds.vllm.hardware import (
     _default_hardware,
@@ -663,10 +664,10 @@ def _models(model_id: str, argv: list[str]) -> list[str]:
         if raw is None:
             continue
         try:
-            cfg = json.loads(raw)
-        except json.JSONDecodeError:
+            cfg = load_json_text(raw, "--speculative-config")
+        except RecipeError:
             continue
-        draft = cfg.get("model") if isinstance(cfg, dict) else None
-        if isinstance(draft, str) and draft and draft not in models:
+        draft = draft_model(cfg, paths=True)
+        if draft is not None and draft not in models:
             models.append(draft)
     return models
