@@ -15,11 +15,10 @@ from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import server
 
-import servefleet
 from servefleet.errors import ProbeError, RecipeError, ServefleetError
 from servefleet.hostplan import HostPlan
 
-_OURS = Path(servefleet.__file__).resolve().parent
+_OURS = Path(__file__).resolve().parents[1]  # the servefleet package: "our code"
 
 
 @contextmanager
