@@ -13,6 +13,7 @@ from typing import Any
 
 from servefleet.errors import RecipeError
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # A token that starts with "-" but is a value, not a flag: a negative number.
 _NEGATIVE_NUMBER = re.compile(r"-\d")
 
@@ -40,7 +41,12 @@ def env_map(value: Any, where: str) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         raise RecipeError(f"{where}: expected a mapping of variables, got {type(value).__name__}")
-    return {str(k): token(v, f"{where}.{k}") for k, v in value.items()}
+    for k in value:
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise RecipeError(
+                f"{where}: {str(k)[:80]!r} is not a variable name; allowed: [A-Za-z_][A-Za-z0-9_]*"
+            )
+    return {k: token(v, f"{where}.{k}") for k, v in value.items()}
 
 
 def is_flag(tok: str) -> bool:

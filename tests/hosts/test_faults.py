@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -438,6 +439,40 @@ def test_hostile_card_is_refused_before_any_change(
     assert units_and_releases(lab) == before
     for host in ("lab1", "lab2", "lab3"):
         on_host(lab, host, "test ! -e /tmp/pwned")
+
+
+def test_odd_probe_output_on_one_host_fails_that_host_alone(settled: dict[str, Any]) -> None:
+    """#18 finding 14: lab2's rbln-smi prints JSON its parser cannot read. lab2 fails alone, in
+    one line, before any change; lab1 and lab3 run to the end (converged: nothing to change);
+    ``servefleet status`` names lab2 and only lab2."""
+    lab = settled
+    before = units_and_releases(lab)
+    odd = json.dumps({"KMD_version": "3.5.1", "devices": [{"npu": None, "name": "RBLN-CR13"}]})
+    script = f"#!/bin/sh\necho {shlex.quote(odd)}\n"
+    on_host(lab, "lab2", "mv /usr/bin/rbln-smi /usr/bin/rbln-smi.real && "
+            f"printf '%s' {shlex.quote(script)} > /usr/bin/rbln-smi && chmod 755 /usr/bin/rbln-smi")  # fmt: skip
+    try:
+        proc = run(lab, "--json")
+        status = subprocess.run(
+            [str(Path(sys.executable).parent / "servefleet"), "status", "inventories/lab.py"],
+            cwd=REPO, env={**os.environ, **secrets(lab)}, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+    finally:
+        on_host(lab, "lab2", "mv -f /usr/bin/rbln-smi.real /usr/bin/rbln-smi")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert json.loads(proc.stdout)["results"]["failed_hosts"] == ["lab2"], out[-3000:]
+    # the hosts' output goes to stderr (the --json on stdout lists the operation's arguments)
+    err = re.sub(r"\x1b\[[0-9;]*m", "", proc.stderr)
+    mine = [x.split("] ", 1)[-1].strip() for x in err.splitlines() if "servefleet: lab" in x]
+    assert len(mine) == 1, err[-3000:]
+    assert mine[0].startswith("servefleet: lab2: rbln-smi -j: unexpected output"), mine
+    assert units_and_releases(lab) == before
+    problems = [x for x in status.stderr.splitlines() if x.startswith("servefleet: ")]
+    assert status.returncode == 1 and len(problems) == 1, status.stdout + status.stderr
+    assert problems[0].startswith("servefleet: lab2: rbln-smi -j: unexpected output")
+    ok(run(lab))  # the real rbln-smi back: every host converged
 
 
 # -- a non-root operator with --sudo -----------------------------------------------------------

@@ -2,7 +2,9 @@
 host's plan. The top-level ``deploys/*.py`` files call these.
 
 All decisions are made in :func:`host_plan` (pure core + one probe of the host), before any
-operation is added: bad data stops the whole run there with one line, and no host changes.
+operation is added: bad data stops the whole run there with one line, and no host changes; a
+host whose plan fails otherwise (probe output it cannot read, a bug) has no plan (None) and
+fails alone, in one line.
 On a host, every failure is a failing command (never a Python exception inside an operation),
 so it fails that host alone.
 
@@ -36,10 +38,10 @@ __all__ = ["driver", "host_plan", "host_settings", "report", "models", "rollback
 
 
 @deploy("Driver", data_defaults=DEFAULTS)
-def driver(plan: HostPlan) -> OperationMeta | None:
+def driver(plan: HostPlan | None) -> OperationMeta | None:
     """Check the host's SKU, then install the wanted RBLN driver if it is missing or different;
     the servers of the host's last good state come back through the health gate."""
-    if refused(plan):
+    if plan is None or refused(plan):
         return None
     lib.upload(plan)
     wheelhouse.copy(plan, ["driver"])
@@ -47,10 +49,10 @@ def driver(plan: HostPlan) -> OperationMeta | None:
 
 
 @deploy("Release", data_defaults=DEFAULTS)
-def stack(plan: HostPlan) -> OperationMeta | None:
+def stack(plan: HostPlan | None) -> OperationMeta | None:
     """Check the host's SKU, then install the pinned release the selection needs. Running
     servers keep their release: units name it, and no release a unit or state names is removed."""
-    if refused(plan):
+    if plan is None or refused(plan):
         return None
     lib.upload(plan)
     credentials.secrets_dir(plan)
@@ -59,9 +61,9 @@ def stack(plan: HostPlan) -> OperationMeta | None:
 
 
 @deploy("Models", data_defaults=DEFAULTS)
-def models(plan: HostPlan) -> None:
+def models(plan: HostPlan | None) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
-    if not refused(plan):
+    if plan is not None and not refused(plan):
         lib.upload(plan)
         credentials.secrets_dir(plan)
         wheelhouse.copy(plan, ["models"])
@@ -69,9 +71,9 @@ def models(plan: HostPlan) -> None:
 
 
 @deploy("servefleet", data_defaults=DEFAULTS)
-def serve(plan: HostPlan) -> None:
+def serve(plan: HostPlan | None) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
-    if refused(plan):
+    if plan is None or refused(plan):
         return
     lib.upload(plan)
     credentials.secrets_dir(plan)

@@ -15,6 +15,7 @@ imports the settings layer above it. Pure: no pyinfra import.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,44 @@ from typing import Any, Protocol
 from servefleet.errors import RecipeError
 from servefleet.shipped import RECIPES_DIR
 from servefleet.spec import ServeSpec
+
+# A Hugging Face model id as every recipe names one and the host's fetcher takes it: ORG/NAME of
+# [A-Za-z0-9._-], each part starting with a letter or digit, no ".." anywhere
+MODEL_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+MODEL_ID_ALLOWED = "ORG/NAME of [A-Za-z0-9._-] (no '..')"
+# vLLM's recipes may also name a model by its local directory (an absolute path)
+MODEL_PATH = re.compile(r"(?!.*\.\.)/[A-Za-z0-9._/-]+\Z")
+MODEL_PATH_ALLOWED = f"{MODEL_ID_ALLOWED}, or an absolute path of [A-Za-z0-9._/-]"
+
+
+def model_problem(value: Any, where: str, paths: bool = False) -> str | None:
+    """Why ``value`` is not a model id (or, with ``paths``, a local model directory), or None.
+
+    + value: the model a recipe names
+    + where: how the message names it
+    + paths: accept an absolute path (vLLM's recipes)
+    """
+    if isinstance(value, str) and (MODEL_ID.match(value) or (paths and MODEL_PATH.match(value))):
+        return None
+    shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
+    allowed = MODEL_PATH_ALLOWED if paths else MODEL_ID_ALLOWED
+    return f"{where}: {shown} is not a model id; allowed: {allowed}"
+
+
+def draft_model(config: Any, paths: bool = False) -> str | None:
+    """The draft model a ``--speculative-config`` object names (None when it names none);
+    RecipeError when its ``model`` is not a model id.
+
+    + config: the flag's decoded JSON
+    + paths: accept a local model directory (vLLM's recipes)
+    """
+    draft = config.get("model") if isinstance(config, dict) else None
+    if draft is None:
+        return None
+    problem = model_problem(draft, "--speculative-config: draft model", paths)
+    if problem:
+        raise RecipeError(problem)
+    return str(draft)
 
 
 class Wants(Protocol):

@@ -4,12 +4,17 @@ A recipe is input from outside (a card from a vendor's page, a YAML from a repos
 loader refuses, in one line naming the file, what would make a parser misbehave instead of
 failing: YAML aliases (a few KB of anchors expand to gigabytes), duplicate keys (the last one
 silently wins in json and PyYAML), nesting deeper than :data:`MAX_DEPTH`, numbers longer than
-:data:`MAX_DIGITS` digits, and files larger than :data:`MAX_BYTES`.
+:data:`MAX_DIGITS` digits, files larger than :data:`MAX_BYTES`, keys that are not printable
+text (YAML's ``on:`` is a boolean, ``1:`` a number; a line break in a key would break the
+one-line error naming it) and text holding a NUL or a lone surrogate (no argument, unit or
+UTF-8 output can carry them). :func:`load_json_text` reads JSON held inside a recipe's text (an
+argument's value) under the same limits.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +46,51 @@ def _too_deep(label: str) -> str:
     return f"{label}: nested deeper than {MAX_DEPTH} levels; allowed: at most {MAX_DEPTH}"
 
 
-def _depth_ok(obj: Any, label: str) -> Any:
-    """``obj`` when no list or mapping in it is nested deeper than :data:`MAX_DEPTH`."""
-    stack = [(obj, 1)]
+# No text of a recipe holds a NUL (no process argument or unit can) or a lone surrogate (no
+# UTF-8 output can); no key holds a control character or line break (error messages name keys)
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+NOT_A_NAME = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
+
+
+def _at(where: str, key: str | int) -> str:
+    """The location of ``key`` inside ``where`` (``strategies[0].options``)."""
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    if not _NAME.match(key):
+        return f"{where}[{key!r}]"
+    return f"{where}.{key}" if where else key
+
+
+def _checked(obj: Any, label: str) -> Any:
+    """``obj`` when no list or mapping in it is nested deeper than :data:`MAX_DEPTH`, every key
+    is a string of printable text and no text holds a NUL or a lone surrogate."""
+    stack: list[tuple[Any, int, str]] = [(obj, 1, "")]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
+        item, depth, where = stack.pop()
+        if isinstance(item, str):
+            bad = _BAD_TEXT.search(item)
+            if bad:
+                raise RecipeError(
+                    f"{label}: {where or 'the document'}: text holding {bad.group()!r}; "
+                    "allowed: Unicode text without NUL or lone surrogates"
+                )
+        elif isinstance(item, (dict, list)):
             if depth > MAX_DEPTH:
                 raise RecipeError(_too_deep(label))
-            values = item.values() if isinstance(item, dict) else item
-            stack.extend((v, depth + 1) for v in values)
+            if isinstance(item, list):
+                stack.extend((v, depth + 1, _at(where, i)) for i, v in enumerate(item))
+                continue
+            for key, value in item.items():
+                if not isinstance(key, str) or NOT_A_NAME.search(key):
+                    raise RecipeError(
+                        f"{label}: {where or 'the document'}: the key {str(key)[:40]!r}"
+                        f"{'' if isinstance(key, str) else f' ({type(key).__name__})'}; allowed: "
+                        "keys of printable text (quote a YAML key such as on, off, yes or 1)"
+                    )
+                stack.append((value, depth + 1, _at(where, key)))
     return obj
 
 
@@ -66,13 +106,22 @@ def _pairs(label: str) -> Any:
     return hook
 
 
+def _digits_ok(text: str, label: str) -> None:
+    """Refuse a number whose integer part has more than :data:`MAX_DIGITS` digits (JSON's
+    ``-12.5e3``; YAML's ``+1_000``, ``0x1f``, ``1:30:00`` too: Python refuses to convert an int
+    of more than 4300 digits, and no count a recipe names needs more than a few)."""
+    whole = re.split(r"[.eE]", text.lstrip("+-"), maxsplit=1)[0]
+    if text[:2].lower() in ("0x", "0o", "0b") or ":" in text:
+        whole = text  # YAML's other bases and sexagesimal: every character counts
+    if len(whole.replace("_", "").replace(":", "")) > MAX_DIGITS:
+        raise RecipeError(
+            f"{label}: the number {text[:24]}... is too long; allowed: at most {MAX_DIGITS} digits"
+        )
+
+
 def _number(label: str, kind: type) -> Any:
     def parse(text: str) -> Any:
-        if len(text.lstrip("-").split(".")[0].split("e")[0].split("E")[0]) > MAX_DIGITS:
-            raise RecipeError(
-                f"{label}: the number {text[:24]}... is too long; allowed: at most "
-                f"{MAX_DIGITS} digits"
-            )
+        _digits_ok(text, label)
         return kind(text)
 
     return parse
@@ -102,11 +151,27 @@ def load_json(text: str, label: str, start: int | None = None) -> tuple[Any, int
         ) from None
     except RecursionError:
         raise RecipeError(_too_deep(label)) from None
-    return _depth_ok(obj, label), end
+    return _checked(obj, label), end
+
+
+def load_json_text(text: str, label: str) -> Any:
+    """A JSON value held in a recipe's text (an argument's value such as
+    ``--speculative-config``), read under the same limits as a recipe file.
+
+    + text: the JSON text
+    + label: how errors name it (``--speculative-config: not valid JSON: '...'``)
+    """
+    if len(text) > MAX_BYTES:
+        raise RecipeError(f"{label}: longer than {MAX_BYTES} characters")
+    try:
+        return load_json(text, "")[0]
+    except RecipeError as e:
+        raise RecipeError(f"{label}{e}") from None
 
 
 class _SafeLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses aliases and duplicate keys (checked by :func:`load_yaml`)."""
+    """PyYAML's safe loader that refuses aliases, duplicate keys and over-long numbers (checked by
+    :func:`load_yaml`)."""
 
     label = ""
     depth = 0
@@ -139,6 +204,31 @@ class _SafeLoader(yaml.SafeLoader):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: Any) -> Any:
+        _digits_ok(str(node.value), self.label)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: Any) -> Any:
+        _digits_ok(str(node.value), self.label)
+        return super().construct_yaml_float(node)
+
+    def construct_yaml_timestamp(self, node: Any) -> Any:
+        return str(node.value)  # a date (meta.date_added) stays its text, as JSON would hold it
+
+    def refuse_tag(self, node: Any) -> Any:
+        raise RecipeError(
+            f"{self.label}: a YAML {node.tag.rpartition(':')[2]} value at line "
+            f"{node.start_mark.line + 1}; allowed: strings, numbers, booleans, null, lists and "
+            "mappings"
+        )
+
+
+_SafeLoader.add_constructor("tag:yaml.org,2002:int", _SafeLoader.construct_yaml_int)
+_SafeLoader.add_constructor("tag:yaml.org,2002:float", _SafeLoader.construct_yaml_float)
+_SafeLoader.add_constructor("tag:yaml.org,2002:timestamp", _SafeLoader.construct_yaml_timestamp)
+for _tag in ("binary", "set", "omap", "pairs"):  # what no JSON holds
+    _SafeLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _SafeLoader.refuse_tag)
+
 
 def load_yaml(text: str, label: str) -> Any:
     """The YAML document in ``text``, through the safe loader with the refusals above.
@@ -159,7 +249,7 @@ def load_yaml(text: str, label: str) -> Any:
         raise RecipeError(_too_deep(label)) from None
     finally:
         loader.dispose()
-    return _depth_ok(obj, label)
+    return _checked(obj, label)
 
 
 def parse_recipe(text: str, label: str, json_form: bool) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from servefleet.errors import ProbeError
 from servefleet.remote import inline
 
 PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one round trip
@@ -28,7 +29,16 @@ class HostProbe(FactBase):
         return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return json.loads("\n".join(output))
+        text = "\n".join(output)
+        try:
+            found = json.loads(text)
+        except (ValueError, RecursionError):
+            found = None
+        if not isinstance(found, dict):
+            raise ProbeError(
+                f"host probe: unexpected output {text[:80]!r}; allowed: one JSON object"
+            )
+        return found
 
 
 class InstanceHealth(FactBase):

@@ -1,10 +1,12 @@
 """``servefleet plan`` / ``status``: this host's summary from the deploy's own plan, written on
 the controller where the CLI asked (:class:`servefleet.fleetview.ReportRequest`). Adds no
-operation: changes nothing."""
+operation: changes nothing. A host whose plan fails (probe output it cannot read, a bug) is
+reported as refused with that one line, so ``plan`` shows it and ``status`` names it."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pyinfra import host
 
@@ -12,7 +14,7 @@ from servefleet.fleetview import ReportRequest, plan_summary, status_summary
 from servefleet.hostplan import HostPlan
 from servefleet.steps.facts import InstanceHealth, PreflightRefusal
 from servefleet.steps.fleet import warm_entry
-from servefleet.steps.plan import host_plan
+from servefleet.steps.plan import plan_or_failure
 from servefleet.steps.wheels import changed_on_the_index
 
 
@@ -30,9 +32,42 @@ def preflight_refusal(plan: HostPlan) -> str | None:
     )
 
 
+def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, Any]:
+    """The summary of a host without a plan: refused with why, nothing known of it."""
+    if kind == "status":
+        unknown_now = ("driver", "sku", "devices", "release", "good_release", "warm", "fingerprint")
+        return {
+            **dict.fromkeys(unknown_now),
+            "address": address,
+            "refusal": why,
+            "packages": {},
+            "instances": [],
+            "stale_units": [],
+        }
+    unknown = ("driver", "release", "install_release", "locked", "warm_entry", "fingerprint")
+    return {
+        **dict.fromkeys(unknown),
+        "refusal": why,
+        "changed_on_index": {},
+        "packages": {},
+        "models": [],
+        "restarts": [],
+        "remove": [],
+        "recompile": False,
+        "prewarm": "host",
+        "order": order,
+        "changes": False,
+    }
+
+
 def report() -> None:
     request = ReportRequest.from_env()
-    plan = host_plan(files=request.kind == "plan")
+    plan = plan_or_failure(files=request.kind == "plan")
+    address = str(host.data.get("ssh_hostname") or host.name)
+    order = [h.name for h in host.state.inventory].index(host.name)
+    if isinstance(plan, str):
+        request.write(host.name, _failed(request.kind, plan, address, order))
+        return
     if request.kind == "status":
         desired = plan.desired_state()  # the model and address the deploy's gate checks
         checks = {
@@ -45,10 +80,8 @@ def report() -> None:
             if plan.instances
             else {}
         )
-        address = str(host.data.get("ssh_hostname") or host.name)
         summary = status_summary(plan, health, address)
     else:
-        order = [h.name for h in host.state.inventory].index(host.name)
         summary = plan_summary(plan, warm_entry(plan), order, changed_on_the_index(plan))
         refusal = preflight_refusal(plan)
         if refusal:  # what the deploy's pre-flight would stop this host with

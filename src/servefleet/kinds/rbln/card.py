@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.base import MODEL_ID
 from servefleet.kinds.loader import load_json, read_recipe_text
 from servefleet.kinds.roles import PD_ROLES, ROUTER_POLICIES
 
@@ -245,7 +246,6 @@ def _str_map(obj: Any, where: str, errors: _Errors) -> dict[str, Any]:
 
 SLUG = re.compile(r"[a-z0-9_-]+\Z")
 BARE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a launcher's words: vllm serve
-MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # ORG/NAME
 MAX_NPUS = 64  # devices one server may take (a CR13 host has 16)
 # what may stand in a unit's comments and Description= (model ids, targets, SKUs): no control
 # characters, no systemd specifier or variable characters

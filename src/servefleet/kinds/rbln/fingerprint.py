@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.loader import load_json_text
 
 # ---------------------------------------------------------------------------------------------
 # Value parsers
@@ -83,10 +84,7 @@ def _int_list(v: Any) -> list[int]:
 def _json(v: Any) -> Any:
     if not isinstance(v, str):
         return v
-    try:
-        return json.loads(v)
-    except (json.JSONDecodeError, RecursionError):
-        raise RecipeError(f"not valid JSON: {v[:80]!r}") from None
+    return load_json_text(v, f"not valid JSON: {v[:80]!r}")
 
 
 def _scalar(v: Any) -> Any:
@@ -438,9 +436,9 @@ def scan_argv(argv: Sequence[str]) -> ScannedArgv:
                 out.flags[flag] = True
         elif dot:
             try:
-                parsed = json.loads(val)
-            except json.JSONDecodeError:
-                parsed = val
+                parsed = load_json_text(val, f"--{flag}")
+            except RecipeError:
+                parsed = val  # a dotted value that is not JSON is a string
             out.dotted.setdefault(head, {})[sub] = parsed
         else:
             out.flags[flag] = val
@@ -458,12 +456,9 @@ def json_flag(scanned: ScannedArgv, flag: str) -> dict[str, Any] | None:
         return None
     value: dict[str, Any] = {}
     if isinstance(raw, str):
-        try:
-            loaded = json.loads(raw)
-        except json.JSONDecodeError:
-            raise RecipeError(f"--{flag}: not valid JSON: {raw!r}") from None
+        loaded = load_json_text(raw, f"--{flag}: not valid JSON: {raw[:80]!r}")
         if not isinstance(loaded, dict):
-            raise RecipeError(f"--{flag}: expected a JSON object, got {raw!r}")
+            raise RecipeError(f"--{flag}: expected a JSON object, got {raw[:80]!r}")
         value.update(loaded)
     value.update(scanned.dotted.get(flag, {}))
     return value

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.base import draft_model
 from servefleet.kinds.rbln.card import Card, Grid, Option, Strategy
 from servefleet.kinds.rbln.defaults import default_compiler_version as pinned
 from servefleet.kinds.rbln.fingerprint import compile_fingerprint, json_flag, scan_argv
@@ -182,8 +183,8 @@ def requirements(servers: list[Server], model: str) -> Requirements:
         if spec.get("method") == "suffix" and "arctic-inference" not in packages:
             packages.append("arctic-inference")
             imports.append("arctic_inference")
-        draft = spec.get("model")
-        if isinstance(draft, str) and draft and draft not in models:
+        draft = draft_model(spec)
+        if draft is not None and draft not in models:
             models.append(draft)
     return Requirements(vllm_rbln_extras=extras, packages=packages, imports=imports, models=models)
 

@@ -54,7 +54,7 @@ def _nvidia(lines: list[str]) -> Hardware | None:
 def _amd(text: str) -> Hardware | None:
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     gpus = (
         data

@@ -32,13 +32,14 @@ the KV-offload option's ``companion`` runs as a second server beside it.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import replace
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.base import draft_model
+from servefleet.kinds.loader import load_json_text
 from servefleet.kinds.roles import PD_ROLES, pd_router
 from servefleet.kinds.vllm import pd
 from servefleet.kinds.vllm.features import _feature_block, _parse_features, _select_features
@@ -782,10 +783,10 @@ def _models(model_id: str, argv: list[str]) -> list[str]:
         if raw is None:
             continue
         try:
-            cfg = json.loads(raw)
-        except json.JSONDecodeError:
+            cfg = load_json_text(raw, "--speculative-config")
+        except RecipeError:
             continue
-        draft = cfg.get("model") if isinstance(cfg, dict) else None
-        if isinstance(draft, str) and draft and draft not in models:
+        draft = draft_model(cfg, paths=True)
+        if draft is not None and draft not in models:
             models.append(draft)
     return models

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from servefleet.errors import RecipeError
+from servefleet.kinds.base import model_problem
+from servefleet.kinds.loader import NOT_A_NAME
 from servefleet.kinds.vllm import words
 from servefleet.vllm_args import env_map
 
@@ -45,6 +47,21 @@ def mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def entries(value: Any, where: str) -> dict[str, Any]:
+    """A mapping of named blocks (``variants``, ``features``, ``hardware_overrides``, ...), each
+    null one made ``{}`` in place (``amd_fp8:`` with nothing under it is a block with nothing
+    in it, as the site reads it), so nothing after the checks meets a null block.
+
+    + value: the value from the file
+    + where: the location, for the error message
+    """
+    m = mapping(value, where)
+    for key, block in m.items():
+        if block is None:
+            m[key] = {}
+    return m
+
+
 def _text(value: Any, where: str, required: bool = False) -> None:
     if value is None and not required:
         return
@@ -52,11 +69,26 @@ def _text(value: Any, where: str, required: bool = False) -> None:
         raise RecipeError(f"{where}: expected a non-empty string, got {_kind(value)}")
 
 
+def _model_id(value: Any, where: str, required: bool = False) -> None:
+    """A model the servers serve: an id (``openai/gpt-oss-120b``) or a local directory."""
+    if value is None and not required:
+        return
+    problem = model_problem(value, where, paths=True)
+    if problem:
+        raise RecipeError(problem)
+
+
 def _texts(value: Any, where: str, what: str = "strings") -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise RecipeError(f"{where}: expected a list of {what}, got {_kind(value)}")
+    for v in value:
+        if NOT_A_NAME.search(v):  # a strategy, feature, task or GPU id
+            raise RecipeError(
+                f"{where}: {v[:80]!r} is not a name; allowed: {what} of printable text (no "
+                "control characters or line breaks)"
+            )
     return value
 
 
@@ -122,7 +154,7 @@ def _block(value: Any, where: str, args: Iterable[str], envs: Iterable[str]) -> 
 
 def _overrides(value: Any, where: str, args: str, env: str) -> dict[str, Any]:
     """``hardware_overrides``: key -> block with an argument list and an env map."""
-    ho = mapping(value, where)
+    ho = entries(value, where)
     for key, block in ho.items():
         b = _block(block, f"{where}.{key}", (args,), (env,))
         _text(b.get("docker_image"), f"{where}.{key}.docker_image")
@@ -178,11 +210,11 @@ def check_taxonomy(taxonomy: Any, where: str) -> None:
         if not isinstance(task, str):
             _text(mapping(task, f"{where}: tasks[{i}]").get("id"), f"{where}: tasks[{i}].id", True)
     _texts(taxonomy.get("strategies"), f"{where}: strategies")
-    for key, group in mapping(
+    for key, group in entries(
         taxonomy.get("kv_offload_groups"), f"{where}: kv_offload_groups"
     ).items():
         mapping(group, f"{where}: kv_offload_groups.{key}")
-    for key, opt in mapping(taxonomy.get("kv_offload"), f"{where}: kv_offload").items():
+    for key, opt in entries(taxonomy.get("kv_offload"), f"{where}: kv_offload").items():
         w = f"{where}: kv_offload.{key}"
         o = _block(opt, w, ("args",), ("env",))
         _texts(o.get("strategies"), f"{w}.strategies", "strategy ids")
@@ -275,6 +307,7 @@ def _check_meta(meta: dict[str, Any], n: str) -> None:
 def _check_model(model: dict[str, Any], n: str) -> None:
     if not isinstance(model.get("model_id"), str) or not model["model_id"]:
         raise RecipeError(f"{n}: model.model_id is missing")
+    _model_id(model["model_id"], f"{n}: model.model_id", required=True)
     words.check(model.get("base_args"), f"{n}: model.base_args")
     _env(model.get("base_env"), f"{n}: model.base_env")
     _docker_image(model.get("docker_image"), f"{n}: model.docker_image")
@@ -311,7 +344,7 @@ def _check_features(features: dict[str, Any], n: str) -> None:
         _overrides(f.get("hardware_overrides"), f"{w}.hardware_overrides", "args", "env")
         _companion(f.get("companion"), f"{w}.companion")
         _text(f.get("default_mode"), f"{w}.default_mode")
-        for mname, m in mapping(f.get("modes"), f"{w}.modes").items():
+        for mname, m in entries(f.get("modes"), f"{w}.modes").items():
             mw = f"{w}.modes.{mname}"
             m = _block(m, mw, ("args",), ("env",))
             _texts(m.get("variants"), f"{mw}.variants", "variant names")
@@ -322,7 +355,7 @@ def _check_features(features: dict[str, Any], n: str) -> None:
 
 def _check_variant(v: Any, w: str) -> None:
     v = _block(v, w, ("extra_args",), ("extra_env",))
-    _text(v.get("model_id"), f"{w}.model_id")
+    _model_id(v.get("model_id"), f"{w}.model_id")
     _number(v.get("vram_minimum_gb"), f"{w}.vram_minimum_gb")
     _texts(v.get("supported_hardware"), f"{w}.supported_hardware", "GPU ids")
     need = mapping(v.get("precision_hardware"), f"{w}.precision_hardware")
@@ -387,13 +420,15 @@ def _check_omni(omni: Any, n: str) -> None:
         w = f"{n}: omni.tasks[{i}]"
         t = _block(t, w, ("extra_args",), ())
         _text(t.get("id"), f"{w}.id", required=True)
-        for k in ("key", "model_id", "description", "label", "endpoint", "curl", "benchmark"):
+        _model_id(t.get("model_id"), f"{w}.model_id")
+        for k in ("key", "description", "label", "endpoint", "curl", "benchmark"):
             _text(t.get(k), f"{w}.{k}")
         _number(t.get("vram_minimum_gb"), f"{w}.vram_minimum_gb")
-        for gpu, ho in mapping(t.get("hardware_overrides"), f"{w}.hardware_overrides").items():
+        for gpu, ho in entries(t.get("hardware_overrides"), f"{w}.hardware_overrides").items():
             hw = f"{w}.hardware_overrides.{gpu}"
             o = _block(ho, hw, ("extra_args",), ())
-            for k in ("model_id", "label", "description", "endpoint", "curl"):
+            _model_id(o.get("model_id"), f"{hw}.model_id")
+            for k in ("label", "description", "endpoint", "curl"):
                 _text(o.get(k), f"{hw}.{k}")
             _number(o.get("vram_minimum_gb"), f"{hw}.vram_minimum_gb")
 
@@ -408,14 +443,14 @@ def check_recipe(d: dict[str, Any], n: str, strategies: dict[str, Any]) -> None:
     _check_meta(mapping(d.get("meta"), f"{n}: meta"), n)
     _check_model(mapping(d.get("model"), f"{n}: model"), n)
     _check_dependencies(d.get("dependencies"), n)
-    features = mapping(d.get("features"), f"{n}: features")
+    features = entries(d.get("features"), f"{n}: features")
     _check_features(features, n)
     _texts(d.get("opt_in_features"), f"{n}: opt_in_features", "feature names")
     for gpu, names in mapping(
         d.get("hardware_opt_in_features"), f"{n}: hardware_opt_in_features"
     ).items():
         _texts(names, f"{n}: hardware_opt_in_features.{gpu}", "feature names")
-    variants = mapping(d.get("variants"), f"{n}: variants")
+    variants = entries(d.get("variants"), f"{n}: variants")
     if "default" not in variants:
         raise RecipeError(f"{n}: variants must include 'default' (has: {', '.join(variants)})")
     for vname, v in variants.items():
@@ -439,6 +474,6 @@ def check_recipe(d: dict[str, Any], n: str, strategies: dict[str, Any]) -> None:
     ).items():
         _states(gate, f"{n}: kv_cache_strategy_hardware.{kv}", ("unsupported", "supported"))
     _overrides(d.get("hardware_overrides"), f"{n}: hardware_overrides", "extra_args", "extra_env")
-    _check_strategy_overrides(mapping(d.get("strategy_overrides"), f"{n}: strategy_overrides"), n)
+    _check_strategy_overrides(entries(d.get("strategy_overrides"), f"{n}: strategy_overrides"), n)
     _check_omni(d.get("omni"), n)
     _text(d.get("guide"), f"{n}: guide")
