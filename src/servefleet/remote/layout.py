@@ -31,7 +31,6 @@ KEPT_UNITS = "units"  # <sha>.service: the unit texts of the kept states
 STATE_LOCK = ".lock"  # one converge, restore or rollback at a time
 PREWARM_COPIES = "prewarm"  # a fleet pre-warm copy's tar and manifest on its way (root's tree)
 PREFLIGHT = "preflight"  # <key>: the pre-flights that passed (HostPlan.preflight_key)
-PREFLIGHT_INPUT = "preflight.json"  # what the next pre-flight checks
 
 # systemd.
 UNIT_DIR = "/etc/systemd/system"

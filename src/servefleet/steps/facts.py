@@ -10,6 +10,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from servefleet.errors import ProbeError
+from servefleet.hostplan import HostPlan
 from servefleet.remote import inline
 
 PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one round trip
@@ -75,9 +76,16 @@ class PreflightRefusal(FactBase):
     ``remote/preflight.py`` run as the serve user with the release's python. Changes nothing.
     """
 
-    def command(self, user: str, python: str, script: str, instances: str) -> str:
-        run = shlex.join(["runuser", "-u", user, "--", python, script, instances])
-        return f"cd / && {run} 2>/dev/null || true"
+    def command(self, run: str) -> str:
+        return f"{run} 2>/dev/null || true"
+
+
+def preflight_command(plan: HostPlan, instances: str) -> str:
+    """The shell command that runs ``remote/preflight.py`` as the serve user with the release's
+    python (``instances``: the JSON, or ``-`` for stdin), from ``/``."""
+    run = shlex.join(["runuser", "-u", plan.settings.serve_user, "--",
+                      f"{plan.release.path}/bin/python", f"{plan.lib}/preflight.py", instances])  # fmt: skip
+    return f"cd / && {run}"
 
     def process(self, output: list[str]) -> str | None:
         for line in output:

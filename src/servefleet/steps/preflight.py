@@ -9,34 +9,27 @@ from __future__ import annotations
 
 import json
 import shlex
-from io import StringIO
 
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
 from servefleet.hostplan import HostPlan
-from servefleet.remote.layout import PREFLIGHT, PREFLIGHT_INPUT
+from servefleet.remote.layout import PREFLIGHT
+from servefleet.steps.facts import preflight_command
+from servefleet.steps.operations import Stdin
 
 
 def check(plan: HostPlan) -> None:
     if not plan.preflight_needed:
         return
-    s = plan.settings
-    dest = f"{plan.state_dir}/{PREFLIGHT_INPUT}"
-    files.put(
-        name="Upload what the pre-flight checks",
-        src=StringIO(json.dumps(plan.preflight_input, indent=1, sort_keys=True) + "\n"),
-        dest=dest,
-        mode="644",
-    )
-    python = f"{plan.release.path}/bin/python"
-    run = shlex.join(["runuser", "-u", s.serve_user, "--", python, f"{plan.lib}/preflight.py", "-"])
     passed = f"{plan.state_dir}/{PREFLIGHT}"
     record = (
         shlex.join(["install", "-d", "-m", "755", passed])
         + " && "
         + shlex.join(["touch", f"{passed}/{plan.preflight_key}"])
     )
+    # what it checks goes on stdin (one JSON line): nothing is uploaded or left behind
     server.shell(
         name=f"Pre-flight: vLLM of release {plan.release.id} checks every instance's command line",
-        commands=[f"cd / && {run} < {shlex.quote(dest)} > /dev/null && {record}"],
+        commands=[f"{preflight_command(plan, '-')} > /dev/null && {record}"],
+        _stdin=Stdin(json.dumps(plan.preflight_input, sort_keys=True)),
     )

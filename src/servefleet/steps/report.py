@@ -12,7 +12,7 @@ from pyinfra import host
 
 from servefleet.fleetview import ReportRequest, plan_summary, status_summary
 from servefleet.hostplan import HostPlan
-from servefleet.steps.facts import InstanceHealth, PreflightRefusal
+from servefleet.steps.facts import InstanceHealth, PreflightRefusal, preflight_command
 from servefleet.steps.fleet import warm_entry
 from servefleet.steps.plan import plan_or_failure
 from servefleet.steps.wheels import changed_on_the_index
@@ -22,14 +22,8 @@ def preflight_refusal(plan: HostPlan) -> str | None:
     """The deploy's pre-flight, run now when the release is on the host already."""
     if not (plan.release_complete and plan.preflight_needed):
         return None
-    s = plan.settings
-    return host.get_fact(
-        PreflightRefusal,
-        user=s.serve_user,
-        python=f"{plan.release.path}/bin/python",
-        script=f"{plan.lib}/preflight.py",
-        instances=json.dumps(plan.preflight_input, sort_keys=True),
-    )
+    instances = json.dumps(plan.preflight_input, sort_keys=True)
+    return host.get_fact(PreflightRefusal, run=preflight_command(plan, instances))
 
 
 def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, Any]:
