@@ -237,9 +237,9 @@ def _record(fields: Mapping[str, Check], required: tuple[str, ...], allowed: str
     return check
 
 
-def closest(name: Any, known: Iterable[str]) -> str | None:
+def closest(name: Any, known: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The known name ``name`` is most likely a misspelling of (difflib), if any."""
-    close = difflib.get_close_matches(str(name), list(known), n=1)
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=cutoff)
     return close[0] if close else None
 
 
@@ -554,6 +554,24 @@ PREWARM_SCOPES = ("host", "fleet")
 def prewarm_scope(value: Any) -> str:
     if value not in PREWARM_SCOPES:
         raise _bad(value, "is not a pre-warm scope", " or ".join(PREWARM_SCOPES))
+    return str(value)
+
+
+ROUTERS = ("none", "host")  # "fleet" (a router group over every host) is not built yet
+# vllm-router's --policy values that need nothing beyond the worker list (kv_aware needs KV
+# event sources, sticky_least_loaded sessions)
+ROUTER_POLICIES = ("round_robin", "random", "cache_aware", "power_of_two", "consistent_hash")
+
+
+def router(value: Any) -> str:
+    if value not in ROUTERS:
+        raise _bad(value, "is not a router placement", ", ".join(ROUTERS))
+    return str(value)
+
+
+def router_policy(value: Any) -> str:
+    if value not in ROUTER_POLICIES:
+        raise _bad(value, "is not a router policy", ", ".join(ROUTER_POLICIES))
     return str(value)
 
 

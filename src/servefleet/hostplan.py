@@ -6,6 +6,7 @@ operations depend on is decided here, once, before any operation is added.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -23,7 +24,13 @@ from servefleet.flags import merge, table_for
 from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.kinds import Hardware, Kind, kind_named, kind_of
 from servefleet.lock import load_lock
-from servefleet.release import ReleasePlan, plan_release, shipped_files, unlocked
+from servefleet.release import (
+    ReleasePlan,
+    plan_release,
+    plan_router_release,
+    shipped_files,
+    unlocked,
+)
 from servefleet.remote.layout import (
     API_KEY_FILE,
     API_KEY_VAR,
@@ -33,12 +40,14 @@ from servefleet.remote.layout import (
     PLANS,
     RELEASE_FILES,
     RELEASES,
+    ROUTER_UNIT,
     SECRETS_DIR,
     STATE,
     UNIT_SHA_VAR,
     unit_name,
 )
 from servefleet.render import render_unit
+from servefleet.router import RouterPlan, admin_url, plan_router
 from servefleet.settings import Settings
 from servefleet.shipped import VLLM_FLAGS_DIR
 from servefleet.spec import ServeSpec
@@ -113,6 +122,8 @@ class HostPlan:
     wheelhouse_missing: frozenset[str] = frozenset()  # their host paths the host lacks
     secret_key: bytes = field(default=b"", repr=False)  # the probe's key for secrets' digests
     preflights: frozenset[str] = frozenset()  # the pre-flight keys that passed on this host
+    router: RouterPlan | None = None  # serve_router = "host": the router in front of them
+    router_stale: bool = False  # a router unit of ours is on the host, and none is wanted
 
     @property
     def preflight_input(self) -> list[dict[str, Any]]:
@@ -192,6 +203,8 @@ class HostPlan:
             and not self.reload_needed
             and self.good_shas == tuple(i.sha for i in self.instances)
             and self.good_release == self.release.id
+            and (self.router is None or self.router.converged)
+            and not self.router_stale
         )
 
     def desired_state(self) -> dict[str, Any]:
@@ -210,6 +223,7 @@ class HostPlan:
             "prewarm_timeout": self.platform.first_start_timeout(s),
             "instances": [i.to_json(self.spec.compile_fingerprint or "-") for i in self.instances],
             "stale": list(self.stale_units),
+            "router": self.router.to_json() if self.router else None,
         }
 
 
@@ -459,6 +473,9 @@ def plan_host(
             f"{instances[-1].port}; allowed: the whole range within 1-{MAX_PORT}"
         )
     names = {inst.unit for inst in instances}
+    router = None
+    if settings.serve_router == "host" and not builder:
+        router = _router_for(settings, [i.port for i in instances], probe)
     return HostPlan(
         settings=settings,
         spec=spec,
@@ -489,7 +506,22 @@ def plan_host(
         builder=builder,
         secret_key=secret_key,
         preflights=frozenset(probe.get("preflight") or ()),
+        router=router,
+        router_stale=router is None and bool((probe.get("router") or {}).get("file")),
     )
+
+
+def _router_for(settings: Settings, ports: list[int], probe: dict[str, Any]) -> RouterPlan:
+    """The host's router over its instances' ports; its ports must be none of theirs."""
+    for key in ("serve_router_port", "serve_router_metrics_port"):
+        port = getattr(settings, key)
+        if port in ports:
+            raise DataError(
+                f"{key}: {port} is an instance's port (serve_base_port {settings.serve_base_port}"
+                f" + {ports.index(port)}); allowed: a port outside {ports[0]}-{ports[-1]}"
+            )
+    release = plan_router_release(settings)
+    return plan_router(settings, release, ports, probe.get("router"), probe.get("releases", []))
 
 
 def wheelhouse_copies(plan: HostPlan) -> list[Copy]:
@@ -539,7 +571,15 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     for i in dict.fromkeys(release_ids) if settings.serve_files else ():
         top = f"{root}/{RELEASES}/{i}/{RELEASE_FILES}"
         shipped += [top, *(f"{top}/{f.name}" for f in shipped_files(settings))]
+    if settings.serve_router != "none":  # the router's release: its plan file
+        with contextlib.suppress(DataError):  # not locked: plan_host says why
+            plans.append(f"{root}/{PLANS}/{plan_router_release(settings).id}.json")
     return [*dirs, *lib, *uv, *plans, *shipped, NETRC, HF_TOKEN_FILE, API_KEY_FILE]
+
+
+def _router_admin(settings: Settings) -> str | None:
+    """Where the probe asks the host's router which workers it lists (None: no router)."""
+    return None if settings.serve_router == "none" else admin_url(settings)
 
 
 def probe_args(
@@ -571,6 +611,7 @@ def probe_args(
             "files": files,
             "keyed": keyed,
             "python": settings.sdk_python,
+            "router": {"unit": ROUTER_UNIT, "url": _router_admin(settings)},
         },
         sort_keys=True,
     )

@@ -81,7 +81,7 @@ def fleet_lock(
     """
     from servefleet.hostplan import resolve_for
     from servefleet.kinds import kind_named
-    from servefleet.release import unlocked as without_lock
+    from servefleet.release import plan_router_release, unlocked as without_lock
 
     stacks: dict[Stack, Settings] = {}
     driver: dict[str, dict[str, str]] = {}
@@ -97,6 +97,10 @@ def fleet_lock(
             raise DataError(f"{name}: serve_recipe/serve_selection: {e}") from None
         for st in alternatives(unlocked, spec):
             stacks.setdefault(st, unlocked)
+        if settings.serve_router != "none":  # the router's own release
+            router = plan_router_release(unlocked).stack
+            assert router is not None
+            stacks.setdefault(router, unlocked)
         if kind_named(spec.kind).driver_step and settings.driver_runfile_url:
             version = settings.driver_version
             driver[version] = {

@@ -176,6 +176,83 @@ def with_locked_models(settings: Settings) -> Settings:
     )
 
 
+def _locked(
+    settings: Settings, st: Stack, digest: str
+) -> tuple[str, str | None, dict[str, Any] | None]:
+    """The release id, pylock and offline install of stack ``st``: the lock's when data names
+    one (a stack it lacks is a DataError naming what differs), else ``digest`` and none."""
+    pylock = None
+    lock = _lock_of(settings)
+    if lock is not None:
+        locked = lock.for_input(st.digest)
+        if locked is None:
+            from servefleet.lock import differences
+
+            why = "; ".join(differences(lock, [st], {}, {})[:3])
+            raise DataError(
+                f"sdk_lock: {lock.path} does not lock this host's stack {st.name} ({why}); "
+                "run `servefleet lock` and review the diff"
+            )
+        digest, pylock = locked.release, locked.pylock
+    offline = None
+    if settings.sdk_source == "wheelhouse":
+        if pylock is None:
+            raise DataError("sdk_source: 'wheelhouse' needs a lock; set sdk_lock")
+        offline = {
+            "find_links": f"{settings.serve_root}/{HOST_DIR}/{PACKAGES_DIR}",
+            "requirements": offline_requirements(pylock),
+        }
+    return digest, pylock, offline
+
+
+ROUTER_PACKAGE = "vllm-router"  # vLLM's router (a Rust binary in a wheel), on the public index
+
+
+def plan_router_release(settings: Settings) -> ReleasePlan:
+    """The router's own release: a venv of ``vllm-router`` at ``serve_router_version`` and what
+    it depends on, from the public index (its owner), hash-locked like the stack when data
+    names a lock. Its id never equals a stack's (the stack name is part of what is hashed).
+
+    + settings: validated deploy data
+    """
+    top = [f"{ROUTER_PACKAGE}=={settings.serve_router_version}"]
+    content = {
+        "python": settings.sdk_python,
+        "stack": "router",
+        "requirements": top,
+        "public_index": settings.pip_public_index,
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    st = stack(
+        name="router",
+        requirements=top,
+        constraints=[],
+        indexes=[],
+        public_index=settings.pip_public_index,
+        python=settings.sdk_lock_python,
+        trusted_hosts=settings.pip_trusted_hosts,
+    )
+    digest, pylock, offline = _locked(settings, st, digest)
+    return ReleasePlan(
+        id=digest,
+        path=f"{settings.serve_root}/{RELEASES}/{digest}",
+        python=settings.sdk_python,
+        downloads=[],
+        requirements=top,
+        constraints=[],
+        public_index=settings.pip_public_index,
+        trusted_hosts=list(settings.pip_trusted_hosts),
+        expect={ROUTER_PACKAGE: settings.serve_router_version},
+        must_have=[ROUTER_PACKAGE],
+        imports=["vllm_router"],
+        installer=settings.sdk_installer,
+        uv=host_uv(settings.serve_root) if settings.sdk_installer == "uv" else None,
+        stack=st,
+        pylock=pylock,
+        offline=offline,
+    )
+
+
 def plan_release(
     settings: Settings, spec: ServeSpec, netrc: str | None, glibc: str | None = None
 ) -> ReleasePlan:
@@ -255,27 +332,7 @@ def plan_release(
         python=settings.sdk_lock_python,
         trusted_hosts=settings.pip_trusted_hosts,
     )
-    pylock = None
-    lock = _lock_of(settings)
-    if lock is not None:
-        locked = lock.for_input(st.digest)
-        if locked is None:
-            from servefleet.lock import differences
-
-            why = "; ".join(differences(lock, [st], {}, {})[:3])
-            raise DataError(
-                f"sdk_lock: {lock.path} does not lock this host's stack ({why}); "
-                "run `servefleet lock` and review the diff"
-            )
-        digest, pylock = locked.release, locked.pylock
-    offline = None
-    if settings.sdk_source == "wheelhouse":
-        if pylock is None:
-            raise DataError("sdk_source: 'wheelhouse' needs a lock; set sdk_lock")
-        offline = {
-            "find_links": f"{settings.serve_root}/{HOST_DIR}/{PACKAGES_DIR}",
-            "requirements": offline_requirements(pylock),
-        }
+    digest, pylock, offline = _locked(settings, st, digest)
     files = shipped_files(settings)
     if files:  # their bytes are part of what the release is
         named = {f.name: f.sha256 for f in files}

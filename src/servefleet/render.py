@@ -101,3 +101,37 @@ def render_unit(
         exec_start=exec_line(exec_argv),
         stop_timeout=stop_timeout,
     )
+
+
+def render_router_unit(
+    *,
+    exec_argv: Sequence[str],
+    env: Mapping[str, str],
+    workers: Sequence[str],
+    port: int,
+    user: str,
+    version: str,
+) -> str:
+    """The router's unit text (``templates/router.service.j2``).
+
+    + exec_argv: the full command, executable path first
+    + env: its variables (the unit's sha among them)
+    + workers: the instance URLs it routes to (shown in the header comment)
+    + port: where it listens
+    + user: the system user it runs as (its own, never the servers')
+    + version: the vllm-router version (shown)
+    """
+    shown = " ".join(_one_line("router worker", w) for w in workers)
+    description = f"servefleet vllm-router (port {port}, {len(workers)} instances)"
+    return (
+        _environment()
+        .get_template("router.service.j2")
+        .render(
+            version=_one_line("version", version),
+            workers=shown,
+            description=description,
+            user=user,
+            environment=[environment_line(k, v) for k, v in env.items()],
+            exec_start=exec_line(exec_argv),
+        )
+    )

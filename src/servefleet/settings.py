@@ -295,6 +295,37 @@ class Settings:
         "fleet scope: the copies, on the controller",
     )
 
+    serve_router: str = key(
+        c.router,
+        "none",
+        "vllm-router in front: none; host: one per host over its instances (on serve_router_port)",
+    )
+    serve_router_port: int = key(
+        c.whole(1, c.MAX_PORT), 8080, "port the router listens on (at serve_host)"
+    )
+    serve_router_metrics_port: int = key(
+        c.whole(1, c.MAX_PORT), 29000, "port of the router's Prometheus metrics (at serve_host)"
+    )
+    serve_router_version: str = key(
+        c.pep440_version, "0.1.17", "vllm-router version, its own release from the public index"
+    )
+    serve_router_user: str = key(c.user_name, "servefleet-router", "system user the router runs as")
+    serve_router_policy: str = key(
+        c.router_policy, "round_robin", "how the router picks an instance (`--policy`)"
+    )
+    serve_router_health_interval: int = key(
+        c.whole(1, 3600), 5, "seconds between the router's /health checks of each instance"
+    )
+    serve_router_health_failures: int = key(
+        c.whole(1, 100), 3, "failed checks in a row that take an instance out of rotation"
+    )
+    serve_router_health_successes: int = key(
+        c.whole(1, 100), 2, "passed checks in a row that put it back"
+    )
+    serve_router_retries: int = key(
+        c.whole(1, 20), 3, "attempts per request on another instance after a 5xx or refusal"
+    )
+
     # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
     models_hf_home: str = key(
         c.directory, "/var/lib/servefleet/hf", "HF_HOME of the servers (models in $HF_HOME/hub)"
@@ -482,7 +513,21 @@ def _trees_apart(values: dict[str, Any]) -> None:
                 )
 
 
+def _router(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    if values["serve_router_user"] == values["serve_user"]:
+        raise DataError(
+            f"serve_router_user: {values['serve_router_user']!r} is serve_user too; allowed: a "
+            "user of its own (the servers run model code; the router must not be theirs)"
+        )
+    if values["serve_router_metrics_port"] == values["serve_router_port"]:
+        raise DataError(
+            f"serve_router_metrics_port: {values['serve_router_port']} is serve_router_port too; "
+            "allowed: another port"
+        )
+
+
 _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
+    "serve_router_retries": _router,
     "sdk_extra_packages": _extras_pinned,
     "sdk_wheelhouse": _wheelhouse,
     "pip_indexes": _indexes_pinned,
@@ -502,7 +547,7 @@ def _refuse_unknown(keys: Iterable[str]) -> None:
     ours = [k for k in keys if isinstance(k, str) and (k.startswith(PREFIXES) or _misspelt(k))]
     for key in sorted(ours):
         if key not in KEYS:
-            close = c.closest(key, KEYS)
+            close = c.closest(key, KEYS, cutoff=0.7)  # keys share long prefixes
             hint = (
                 f"did you mean {close}?" if close else "allowed: the keys of servefleet/settings.py"
             )

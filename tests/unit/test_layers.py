@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("fleet", ("servefleet.rollout", "servefleet.fleetview", "servefleet.lockfleet",
                "servefleet.datadoc", "servefleet.inventory", "servefleet.lab",
                "servefleet.scaffold")),
-    ("host plan", ("servefleet.hostplan",)),
+    ("host plan", ("servefleet.hostplan", "servefleet.router")),
     ("release", ("servefleet.release", "servefleet.glibc", "servefleet.builds",
                  "servefleet.wheelhouse", "servefleet.lock", "servefleet.prewarm_store",
                  "servefleet.uvbin")),

@@ -27,6 +27,7 @@ from servefleet.steps import (
     preflight,
     prewarm,
     release,
+    router as router_step,
     units,
     wheelhouse,
 )
@@ -80,6 +81,7 @@ def serve(plan: HostPlan | None) -> None:
     wheelhouse.copy(plan, ["driver", "release", "models"])
     driver_step.install(plan)
     release.install(plan)
+    router_step.install(plan)
     models_step.fetch(plan)
     preflight.check(plan)
     units.cache_dirs(plan)

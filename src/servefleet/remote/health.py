@@ -323,6 +323,7 @@ def check(
     timeout: float,
     host: str = "127.0.0.1",
     answered_timeout: float | None = None,
+    key_unit: str | None = None,
 ) -> str | None:
     """Wait up to ``timeout`` seconds for ``unit`` to serve ``model`` on ``host``:``port``.
 
@@ -330,6 +331,8 @@ def check(
     + host: the address the gate connects to; an any-address (0.0.0.0, ::, "") means 127.0.0.1
     + answered_timeout: once the server answers HTTP at all (its compile is over), at most this
       many seconds more (a pre-warm gets ``timeout`` to compile, not to stay unhealthy)
+    + key_unit: the unit whose API key the chat carries (the router's gate: a server's, which
+      the router passes on); default: ``unit``'s own
     Returns None when healthy, else the reason in one line (no journal)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -342,7 +345,8 @@ def check(
         fatal = state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, False)
         if fatal:
             return fatal
-        why = probe(base, model, max(1.0, deadline - time.monotonic()), api_key(st))
+        key = api_key(unit_state(key_unit) if key_unit else st)
+        why = probe(base, model, max(1.0, deadline - time.monotonic()), key)
         if why is None or UNAUTHORIZED in why:
             st = unit_state(unit)
             return (

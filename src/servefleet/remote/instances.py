@@ -45,6 +45,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,7 @@ import trusted  # noqa: E402
 
 UNIT_DIR = Path(layout.UNIT_DIR)
 UNIT_GLOB = layout.UNIT_GLOB
+ROUTER = layout.ROUTER_UNIT
 SHA_VAR = layout.UNIT_SHA_VAR
 
 
@@ -328,17 +331,92 @@ def write_units(state: dict[str, Any]) -> None:
             log(f"{inst['unit']}: written (sha {inst['sha']})")
 
 
+def router_call(router: dict[str, Any] | None, verb: str, worker: str) -> None:
+    """Ask the host's running router to ``add`` or ``remove`` a worker (its worker API). Best
+    effort: a router that is not running routes to nothing (its start lists every worker), and
+    one that does not answer still health-checks its workers and retries elsewhere."""
+    if router is None or show([ROUTER], "ActiveState")[0].get("ActiveState") != "active":
+        return
+    url = f"{router['admin']}/{verb}_worker?url={urllib.parse.quote(worker, safe='')}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(urllib.request.Request(url, data=b"", method="POST"), timeout=30) as r:
+            r.read(1 << 16)
+        log(f"{ROUTER}: {'took' if verb == 'remove' else 'put'} {worker} "
+            f"{'out of' if verb == 'remove' else 'back in'} rotation")  # fmt: skip
+    except (OSError, ValueError) as e:
+        log(f"{ROUTER}: {verb}_worker {worker} failed ({e}); its health checks decide")
+
+
+def listed_workers(router: dict[str, Any]) -> list[str] | None:
+    """The workers the running router lists now (None: it does not answer)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(router["admin"] + "/list_workers", timeout=10) as r:
+            urls = json.loads(r.read(1 << 20)).get("urls")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(u) for u in urls] if isinstance(urls, list) else None
+
+
+def bring_router(state: dict[str, Any]) -> None:
+    """The router as ``state`` says: its unit written, restarted through its gate (a chat
+    through it) when it runs another text, and its rotation holding exactly the instances
+    (a run that died with one taken out puts it back); no router wanted: its unit removed."""
+    router, path = state.get("router"), UNIT_DIR / ROUTER
+    if router is None:
+        if path.exists():
+            systemctl("disable", "--now", "--quiet", ROUTER, check=False)
+            path.unlink()
+            systemctl("daemon-reload")
+            log(f"{ROUTER}: removed (serve_router is none)")
+        return
+    if unit_sha(router["text"]) != router["sha"]:
+        raise Failed(f"{ROUTER}: its text does not carry sha {router['sha']}")
+    if not path.exists() or path.read_text() != router["text"]:
+        write_atomic(path, router["text"])
+        log(f"{ROUTER}: written (sha {router['sha']})")
+    daemon_reload_if_needed([ROUTER])
+    pid = int(show([ROUTER], "MainPID")[0].get("MainPID") or 0)
+    active = show([ROUTER], "ActiveState")[0].get("ActiveState") == "active"
+    if not (active and pid and process_env(pid).get(SHA_VAR) == router["sha"]):
+        systemctl("enable", "--quiet", ROUTER)
+        systemctl("restart", ROUTER)
+        log(f"{ROUTER}: restarted (gate {state['health_timeout']}s)")
+        first = state["instances"][0]["unit"] if state["instances"] else None
+        why = health.check(ROUTER, router["port"], state["model"], state["health_timeout"],
+                           state.get("host") or "127.0.0.1", key_unit=first)  # fmt: skip
+        if why is not None:
+            raise Failed(f"health gate: {ROUTER}: {why}", health.journal_tail(ROUTER))
+        log(f"{ROUTER}: healthy on port {router['port']}")
+    listed = listed_workers(router) or []
+    for worker in router["workers"]:
+        if worker not in listed:
+            router_call(router, "add", worker)
+    for worker in listed:
+        if worker not in router["workers"]:
+            router_call(router, "remove", worker)
+
+
 def bring_to(state: dict[str, Any]) -> None:
-    """Make the running instances those of ``state``: each through the gate, in order."""
+    """Make the running instances those of ``state``: each through the gate, in order (taken
+    out of the router's rotation while it restarts), then the router."""
     units = [i["unit"] for i in state["instances"]]
     write_units(state)
     daemon_reload_if_needed(units)
     now = live(state["devices_env"])
-    for inst in state["instances"]:
+    router = state.get("router")
+    workers = router["workers"] if router else []
+    for k, inst in enumerate(state["instances"]):
         current = now.get(inst["unit"])
         restart = not running_desired(current, inst["sha"])
         if restart or is_cold(state, inst):
+            worker = workers[k] if k < len(workers) else None
+            if restart and worker:
+                router_call(router, "remove", worker)
             start_through_gate(state, inst, restart)
+            if restart and worker:
+                router_call(router, "add", worker)
             now = live(state["devices_env"])
     for unit in state.get("stale", []):
         if (UNIT_DIR / unit).exists():
@@ -347,6 +425,7 @@ def bring_to(state: dict[str, Any]) -> None:
             log(f"{unit}: removed (no device group for it now)")
     if state.get("stale"):
         systemctl("daemon-reload")
+    bring_router(state)
 
 
 def unit_sha(text: str) -> str | None:
@@ -386,7 +465,7 @@ def point_current(root: Path, release: str) -> None:
 
 def released_in_units() -> set[str]:
     ids = set()
-    for path in glob.glob(str(UNIT_DIR / UNIT_GLOB)):
+    for path in [*glob.glob(str(UNIT_DIR / UNIT_GLOB)), str(UNIT_DIR / ROUTER)]:
         with contextlib.suppress(OSError):
             ids.update(re.findall(rf"/{layout.RELEASES}/([0-9a-f]+)/", Path(path).read_text()))
     return ids
@@ -398,6 +477,7 @@ def clean_up(state_dir: Path) -> None:
     root = state_dir.parent
     states = [s for s in (load(state_dir / layout.GOOD), load(state_dir / layout.PREVIOUS)) if s]
     keep = released_in_units() | {s["release"] for s in states}
+    keep |= {s["router"]["release"] for s in states if s.get("router")}
     cur = root / layout.CURRENT
     if os.path.islink(cur):
         keep.add(os.path.basename(os.readlink(cur)))

@@ -37,6 +37,7 @@ UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "servefleet-vllm-"
 UNIT_GLOB = f"{UNIT_PREFIX}*.service"
 BUILD_UNIT = "servefleet-prewarm.service"  # a build host's compile-only instance
+ROUTER_UNIT = "servefleet-router.service"  # serve_router: the vllm-router in front of them
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 
 

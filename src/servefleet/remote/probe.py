@@ -28,6 +28,7 @@ import os
 import pwd
 import subprocess
 import sys
+import urllib.request
 from stat import S_ISDIR, S_ISREG
 from typing import Any
 
@@ -115,12 +116,13 @@ def good_state(out: dict[str, Any], root: str) -> None:
         out["good"], out["good_shas"] = None, []
 
 
-def units() -> dict[str, dict[str, Any]]:
-    """Our units: active, the sha its main process runs (from its environment), enabled, whether
-    systemd needs a reload, the file's sha256."""
-    names = sorted(
-        os.path.basename(u) for u in glob.glob(os.path.join(layout.UNIT_DIR, layout.UNIT_GLOB))
-    )
+def units(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Our units (``names``, else every instance unit on disk): active, the sha its main process
+    runs (from its environment), enabled, whether systemd needs a reload, the file's sha256."""
+    if names is None:
+        names = sorted(
+            os.path.basename(u) for u in glob.glob(os.path.join(layout.UNIT_DIR, layout.UNIT_GLOB))
+        )
     props = ["Id", "ActiveState", "MainPID", "NeedDaemonReload", "UnitFileState"]
     args = [x for p in props for x in ("-p", p)]
     shown = run(["systemctl", "show", *args, *names]) if names else ""
@@ -135,14 +137,34 @@ def units() -> dict[str, dict[str, Any]]:
         pid = int(kv.get("MainPID") or 0)
         env = (read(f"/proc/{pid}/environ", "rb") or b"") if pid else b""
         running = [e[len(var) :].decode() for e in env.split(b"\0") if e.startswith(var)]
-        text = read(os.path.join(layout.UNIT_DIR, u), "rb") or b""
+        text = read(os.path.join(layout.UNIT_DIR, u), "rb")
         found[u] = {
             "active": kv.get("ActiveState", "unknown"),
             "running": (running or [None])[0],
             "enabled": kv.get("UnitFileState"),
             "reload": kv.get("NeedDaemonReload") == "yes",
-            "file": hashlib.sha256(text).hexdigest(),
+            "file": hashlib.sha256(text).hexdigest() if text is not None else None,
         }
+    return found
+
+
+MAX_WORKERS_REPLY = 1 << 20  # bytes of the router's worker list the probe reads
+
+
+def router(url: str | None) -> dict[str, Any]:
+    """The router unit (as :func:`units`) and, when it runs and ``url`` is given, the workers it
+    lists (its ``/list_workers``; None when it does not answer with a list of strings)."""
+    found = units([layout.ROUTER_UNIT])[layout.ROUTER_UNIT]
+    found["workers"] = None
+    if url and found["active"] == "active":
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(url + "/list_workers", timeout=5) as r:
+                listed = json.loads(r.read(MAX_WORKERS_REPLY + 1)).get("urls")
+            if isinstance(listed, list) and all(isinstance(w, str) for w in listed):
+                found["workers"] = listed
+        except (OSError, ValueError, AttributeError):
+            pass
     return found
 
 
@@ -228,6 +250,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     releases(out, root, bool(a.get("files")))
     good_state(out, root)
     out["units"] = units()
+    out["router"] = router((a.get("router") or {}).get("url"))
     out["warm"] = warm_markers(cache_root)
     out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]

@@ -17,7 +17,8 @@ sources next to this file (``servefleet/lab/simulator/``, shipped in the servefl
                          with, the squatters (rebel-compiler 0.12.0, lmcache-rbln and
                          nixl-rbln 0.12.0.post1), and PyPI's CUDA builds that GPU hosts
                          install: vllm 0.30.0 (the same simulated server, as its CUDA build)
-                         and torch 2.13.0
+                         and torch 2.13.0; and the REAL vllm-router wheel with its
+                         dependencies (fetched once: it needs no NPU, so it is not simulated)
     OUT/apt/             dkms and linux-headers-$(uname -r) stand-in .debs (not indexed)
     OUT/files/driver/    rebellions-x86_64-3.5.1.run, rebellions-x86_64-3.6.0.run
     OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model and
@@ -446,6 +447,37 @@ def setuptools_wheel() -> Path:
     return target
 
 
+# The real router (not simulated: it needs no NPU): vLLM's vllm-router at servefleet's default
+# serve_router_version, with what it depends on for each Python a lock resolves for
+ROUTER_REQUIREMENT = "vllm-router==0.1.17"
+ROUTER_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def router_wheels() -> list[Path]:
+    """The vllm-router wheel and its dependencies' wheels, for every Python of ROUTER_PYTHONS:
+    from the cache, else fetched once with ``pip download`` and the machine's own pip config."""
+    cache = WHEEL_CACHE / ROUTER_REQUIREMENT.replace("==", "-")
+    if not (cache / ".complete").is_file():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".router-"))
+        try:
+            for python in ROUTER_PYTHONS:
+                cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:",
+                       "--python-version", python, "--dest", str(tmp), ROUTER_REQUIREMENT]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise RuntimeError(
+                        f"cannot fetch {ROUTER_REQUIREMENT} for Python {python}: "
+                        + (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+                    )
+            (tmp / ".complete").write_text("")
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(tmp, cache)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(cache.glob("*.whl"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Debian stand-ins
 
@@ -664,6 +696,8 @@ def _build_into(out: Path, key: str, models: Sequence[str]) -> dict[str, Any]:
     build_wheels(index)
     build_sdist(index / "public")
     shutil.copy2(setuptools_wheel(), index / "public")
+    for wheel in router_wheels():
+        shutil.copy2(wheel, index / "public")
     headers = build_debs(out / "apt")
     files = out / "files"
     manifest: dict[str, Any] = {

@@ -1,0 +1,171 @@
+"""The router in front of a host's instances (``serve_router = "host"``): vLLM's own
+``vllm-router`` from its own release, as its own user, its argv rendered from the data.
+
+Pure (no pyinfra import). What the router routes to is part of its unit text, so its
+``SERVEFLEET_UNIT`` changes, and it restarts through its gate (a chat through it), exactly
+when its instances change; a rolling restart of the instances takes each one out of the
+router's rotation first (``remote/instances.py``: the router's worker API, ``/remove_worker``
+and ``/add_worker``), so no client request goes to a server that is stopping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servefleet.release import ROUTER_PACKAGE, ReleasePlan
+from servefleet.remote.layout import ROUTER_UNIT, UNIT_SHA_VAR
+from servefleet.render import render_router_unit
+from servefleet.settings import Settings
+
+ROUTER_EXECUTABLE = "vllm-router"  # the wheel's console script
+
+
+@dataclass(frozen=True)
+class RouterPlan:
+    """The host's router: its release, unit and what it routes to, and how the probe found it."""
+
+    release: ReleasePlan
+    port: int
+    admin: str  # where the host's converge reaches its worker API
+    workers: tuple[str, ...]  # the instance URLs it routes to, in instance order
+    argv: tuple[str, ...]
+    text: str  # the rendered unit file
+    sha: str  # its SERVEFLEET_UNIT
+    release_complete: bool  # the router's release is installed on the host
+    written: bool  # the unit file on the host is this text
+    running: bool  # its unit is active and its main process runs this sha
+    listed: tuple[str, ...] | None  # the workers the running router lists now (None: unknown)
+    unit: str = ROUTER_UNIT
+
+    @property
+    def converged(self) -> bool:
+        """Installed, written, running this text, and routing to every instance (a run that died
+        with an instance out of rotation is not converged)."""
+        return (
+            self.release_complete
+            and self.written
+            and self.running
+            and self.listed is not None
+            and sorted(self.listed) == sorted(self.workers)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "sha": self.sha,
+            "port": self.port,
+            "admin": self.admin,
+            "workers": list(self.workers),
+            "release": self.release.id,
+            "text": self.text,
+        }
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def admin_url(settings: Settings) -> str:
+    """Where the host's own programs reach its router (the probe, the converge's worker API)."""
+    return _url(settings.serve_host or "127.0.0.1", settings.serve_router_port)
+
+
+def worker_url(settings: Settings, port: int) -> str:
+    """How the host's router reaches an instance: the servers' ``serve_host``, else loopback."""
+    return _url(settings.serve_host or "127.0.0.1", port)
+
+
+def router_command(settings: Settings, release: ReleasePlan, workers: Sequence[str]) -> list[str]:
+    """The router's command line (its unit's ExecStart=): every choice is the data's, none is
+    left to vllm-router's defaults (its health check would poll once a minute).
+
+    + settings: validated data (``serve_router_*``)
+    + release: the router's release
+    + workers: the instance URLs
+    """
+    s = settings
+    bind = s.serve_host or "0.0.0.0"
+    return [
+        f"{release.path}/bin/{ROUTER_EXECUTABLE}",
+        "--host", bind,
+        "--port", str(s.serve_router_port),
+        "--worker-urls", *workers,
+        "--policy", s.serve_router_policy,
+        "--health-check-endpoint", "/health",
+        "--health-check-interval-secs", str(s.serve_router_health_interval),
+        "--health-failure-threshold", str(s.serve_router_health_failures),
+        "--health-success-threshold", str(s.serve_router_health_successes),
+        "--retry-max-retries", str(s.serve_router_retries),
+        "--worker-startup-timeout-secs", str(s.serve_health_timeout),
+        "--prometheus-host", bind,
+        "--prometheus-port", str(s.serve_router_metrics_port),
+    ]  # fmt: skip
+
+
+def render_router(
+    settings: Settings, release: ReleasePlan, workers: Sequence[str]
+) -> tuple[str, str, list[str]]:
+    """The router's unit text, its SERVEFLEET_UNIT sha and its argv (pure: the host's converge
+    writes this text).
+
+    + settings: validated data
+    + release: the router's release
+    + workers: the instance URLs, in instance order
+    """
+    argv = router_command(settings, release, workers)
+    fields: dict[str, Any] = dict(
+        exec_argv=argv,
+        workers=workers,
+        port=settings.serve_router_port,
+        user=settings.serve_router_user,
+        version=settings.serve_router_version,
+    )
+    sha = hashlib.sha256(render_router_unit(env={}, **fields).encode()).hexdigest()[:16]
+    return render_router_unit(env={UNIT_SHA_VAR: sha}, **fields), sha, argv
+
+
+def plan_router(
+    settings: Settings,
+    release: ReleasePlan,
+    ports: Sequence[int],
+    found: dict[str, Any] | None,
+    releases: Sequence[str],
+) -> RouterPlan:
+    """The host's router over instances on ``ports``, from how the probe found it.
+
+    + settings: validated data
+    + release: the router's release (:func:`servefleet.release.plan_router_release`)
+    + ports: the instances' ports
+    + found: the probe's ``router`` entry (its unit and the workers it lists), or None
+    + releases: the complete releases on the host
+    """
+    workers = tuple(worker_url(settings, p) for p in ports)
+    text, sha, argv = render_router(settings, release, workers)
+    found = found or {}
+    listed = found.get("workers")
+    return RouterPlan(
+        release=release,
+        port=settings.serve_router_port,
+        admin=admin_url(settings),
+        workers=workers,
+        argv=tuple(argv),
+        text=text,
+        sha=sha,
+        release_complete=release.id in releases,
+        written=found.get("file") == hashlib.sha256(text.encode()).hexdigest(),
+        running=found.get("active") == "active" and found.get("running") == sha,
+        listed=tuple(str(w) for w in listed) if isinstance(listed, list) else None,
+    )
+
+
+__all__ = [
+    "ROUTER_PACKAGE",
+    "RouterPlan",
+    "admin_url",
+    "plan_router",
+    "render_router",
+    "worker_url",
+]

@@ -1,0 +1,170 @@
+"""A front door (#21): the real vllm-router in front of each host's instances
+(``serve_router = "host"``) on two CR13 hosts. A chat through each router; a second run changes
+nothing; then a rolling restart of every instance for a recompiling change while clients send
+streaming and non-streaming requests through the routers: every request succeeds, because each
+instance leaves the router's rotation before it stops and comes back after its gate. Last,
+``serve_router = "none"`` removes the router."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from typing import Any
+
+from faults import BARRIERS, run
+from labhelpers import on_host
+
+HOSTS = ("lab1", "lab2")
+ROUTER_PORT = 8080
+MODEL = "openai/gpt-oss-120b"
+RATE_FILE = "/etc/rbln-sim/tokens-per-second"
+TOKENS = 8  # per request: 0.2 s at the rate below
+RATE = 40
+CLIENTS = 3  # per host
+AFTER = 5  # requests each client sends after the rollout ended
+MOST = 4000  # and never more than this many in all (it stops by itself)
+ROUTER_UNIT = "servefleet-router.service"
+
+
+def deploy(lab: dict[str, Any], *data: str, router: str = "host") -> str:
+    args = [a for d in (f"serve_router={router}", *data) for a in ("--data", d)]
+    proc = run(lab, "--limit", ",".join(HOSTS), *args)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+def address(lab: dict[str, Any], name: str) -> str:
+    return str(next(h["address"] for h in lab["hosts"] if h["name"] == name))
+
+
+def request(host: str, stream: bool) -> str | None:
+    """One chat through the router: None when it succeeded whole (every token, and [DONE] for a
+    stream), else what went wrong."""
+    body = json.dumps({"model": MODEL, "max_tokens": TOKENS, "stream": stream,
+                       "messages": [{"role": "user", "content": "Hello"}]})  # fmt: skip
+    conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=60)
+    try:
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            return f"HTTP {response.status}: {response.read(300)!r}"
+        if not stream:
+            reply = json.loads(response.read())
+            return None if reply.get("choices") else f"no choices: {reply}"
+        tokens, done = 0, False
+        for raw in iter(response.readline, b""):
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                delta = (json.loads(line[6:]).get("choices") or [{}])[0].get("delta", {})
+                tokens += bool(delta.get("content"))
+        return None if done and tokens == TOKENS else f"stream cut: {tokens} tokens, done={done}"
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return repr(exc)
+    finally:
+        conn.close()
+
+
+def listed(host: str) -> list[str]:
+    conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=10)
+    try:
+        conn.request("GET", "/list_workers")
+        return list(json.loads(conn.getresponse().read())["urls"])
+    finally:
+        conn.close()
+
+
+class Traffic:
+    """CLIENTS threads per host, each sending requests through its host's router (streaming and
+    not, in turn) until the rollout ended and AFTER more; every outcome is kept."""
+
+    def __init__(self, hosts: list[str]) -> None:
+        self.ended = threading.Event()
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self.client, args=(h, k), daemon=True)
+                        for h in hosts for k in range(CLIENTS)]  # fmt: skip
+
+    def client(self, host: str, k: int) -> None:
+        after, i = 0, k
+        while after < AFTER:
+            with self.lock:
+                if self.sent >= MOST:
+                    return
+                self.sent += 1
+            why = request(host, stream=i % 2 == 0)
+            i += 1
+            if why:
+                with self.lock:
+                    self.failures.append(f"{host}: {why}")
+            if self.ended.is_set():
+                after += 1
+
+    def __enter__(self) -> Traffic:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ended.set()
+        for t in self.threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in self.threads), "a client never ended"
+
+
+def unit_shas(lab: dict[str, Any], host: str) -> list[str]:
+    out = on_host(lab, host, "grep -h '^Environment=\"SERVEFLEET_UNIT=' "
+                  "/etc/systemd/system/servefleet-vllm-*.service").stdout  # fmt: skip
+    return out.split()
+
+
+def test_host_routers_serve_through_a_rolling_restart(lab: dict[str, Any]) -> None:
+    for host in HOSTS:
+        on_host(lab, host, f"rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health {BARRIERS}")
+    deploy(lab)
+    for host in HOSTS:
+        addr = address(lab, host)
+        assert listed(addr) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
+        assert request(addr, stream=False) is None and request(addr, stream=True) is None
+        user = on_host(
+            lab, host, f"ps -o user= -p $(systemctl show -p MainPID --value {ROUTER_UNIT})"
+        )
+        assert user.stdout.strip() == "servefleet-router"
+    again = deploy(lab)
+    assert "Converge the instances" not in again and "router release" not in again, again[-3000:]
+
+    before = {h: unit_shas(lab, h) for h in HOSTS}
+    for host in HOSTS:  # the change compiles: no warm marker but the serving one's
+        on_host(lab, host, f"echo {RATE} > {RATE_FILE}; "
+                "fp=$(sed -n 's/^# compile fingerprint: //p' /etc/systemd/system/servefleet-vllm-0.service); "
+                "for m in /var/cache/servefleet/vllm/servefleet-warm/*; do "
+                '[ "$(basename $m)" = "$fp" ] || rm -f "$m"; done; true')  # fmt: skip
+    try:
+        with Traffic([address(lab, h) for h in HOSTS]) as traffic:
+            deploy(lab, "serve_target=Throughput")  # --max-num-seqs 1 -> 8: a recompile
+    finally:
+        for host in HOSTS:
+            on_host(lab, host, f"rm -f {RATE_FILE}")
+    assert traffic.failures == [], traffic.failures[:10]
+    assert traffic.sent > 20 * len(HOSTS) * CLIENTS, traffic.sent
+    for host in HOSTS:
+        shas = unit_shas(lab, host)
+        assert len(shas) == 4 and not set(shas) & set(before[host]), (before[host], shas)
+        assert listed(address(lab, host)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
+        # the router's own log: each instance left its rotation and came back
+        log = on_host(lab, host, f"journalctl -u {ROUTER_UNIT} -o cat --no-pager").stdout
+        for i in range(4):
+            worker = f"http://127.0.0.1:{8000 + i}"
+            assert f"Removed worker: {worker}" in log and f"Added worker: {worker}" in log, log[
+                -3000:
+            ]
+
+    deploy(lab, router="none")
+    for host in HOSTS:
+        gone = on_host(lab, host, f"test -e /etc/systemd/system/{ROUTER_UNIT}", check=False)
+        assert gone.returncode != 0
+        assert request(address(lab, host), stream=False) is not None  # nothing listens now

@@ -1,0 +1,149 @@
+"""The host's converge and its router (#21): each instance leaves the router's rotation before it
+restarts and comes back after its gate, in instance order; a run that died with one out puts it
+back; what the router lists is read from its worker API. The router here is an HTTP server that
+records the worker API calls as vllm-router answers them (``/list_workers``, ``POST
+/add_worker?url=``, ``POST /remove_worker?url=``); systemd and the gate are the test's."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+sys.path.insert(0, str(REMOTE))
+import instances  # noqa: E402
+
+WORKERS = [f"http://127.0.0.1:{8000 + i}" for i in range(3)]
+
+
+class Router(ThreadingHTTPServer):
+    def __init__(self, workers: list[str], events: list[str]) -> None:
+        self.workers, self.events = list(workers), events
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Router
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/list_workers":
+            self._answer(200, json.dumps({"urls": self.server.workers}).encode())
+        else:
+            self._answer(404, b"")
+
+    def do_POST(self) -> None:
+        path, _, query = self.path.partition("?")
+        url = urllib.parse.parse_qs(query).get("url", [""])[0]
+        if path == "/remove_worker":
+            self.server.workers.remove(url)
+        elif path == "/add_worker":
+            self.server.workers.append(url)
+        else:
+            return self._answer(404, b"")
+        self.server.events.append(f"{path[1:]} {url}")
+        self._answer(200, b"ok")
+
+
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A converge's world: instances 0-2 run an old sha, the router runs its unit and lists
+    them; systemctl calls and gates are recorded in one event list with the router's."""
+    events: list[str] = []
+    router = Router(WORKERS, events)
+    threading.Thread(target=router.serve_forever, daemon=True).start()
+    text = '[Service]\nEnvironment="SERVEFLEET_UNIT=a1"\n'
+    monkeypatch.setattr(instances, "UNIT_DIR", tmp_path)
+    (tmp_path / instances.ROUTER).write_text(text)
+    running = {f"servefleet-vllm-{i}.service": "old" for i in range(3)}
+
+    def systemctl(*args: str, check: bool = True) -> str:
+        if args[0] == "restart":  # the router's own (the instances restart in the gate)
+            events.append(f"restart {args[1]}")
+        return ""
+
+    def show(units: list[str], *props: str) -> list[dict[str, str]]:
+        return [{"ActiveState": "active", "MainPID": "1"} for _ in units]
+
+    def live(devices_env: str) -> dict[str, dict[str, Any]]:
+        return {u: {"active": "active", "sha": sha, "port": None, "devices": set()}
+                for u, sha in running.items()}  # fmt: skip
+
+    def gate(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
+        events.append(f"gate {inst['unit']}")
+        running[inst["unit"]] = inst["sha"]
+
+    monkeypatch.setattr(instances, "systemctl", systemctl)
+    monkeypatch.setattr(instances, "show", show)
+    monkeypatch.setattr(instances, "live", live)
+    monkeypatch.setattr(instances, "write_units", lambda state: None)
+    monkeypatch.setattr(instances, "is_cold", lambda state, inst: False)
+    monkeypatch.setattr(instances, "start_through_gate", gate)
+    monkeypatch.setattr(instances, "process_env", lambda pid: {instances.SHA_VAR: "a1"})
+    state = {
+        "devices_env": "RBLN_VISIBLE_DEVICES",
+        "health_timeout": 5,
+        "model": "m",
+        "instances": [{"unit": f"servefleet-vllm-{i}.service", "sha": "new"} for i in range(3)],
+        "router": {
+            "unit": instances.ROUTER,
+            "sha": "a1",
+            "text": text,
+            "port": 8080,
+            "admin": f"http://127.0.0.1:{router.server_port}",
+            "workers": WORKERS,
+            "release": "rel",
+        },  # fmt: skip
+    }
+    try:
+        yield {"state": state, "events": events, "router": router, "running": running}
+    finally:
+        router.shutdown()
+        router.server_close()
+
+
+def test_each_instance_leaves_the_rotation_before_it_restarts(host: dict[str, Any]) -> None:
+    instances.bring_to(host["state"])
+    want = []
+    for i, worker in enumerate(WORKERS):
+        unit = f"servefleet-vllm-{i}.service"
+        want += [f"remove_worker {worker}", f"gate {unit}", f"add_worker {worker}"]
+    assert host["events"] == want
+    assert sorted(host["router"].workers) == sorted(WORKERS)
+
+
+def test_a_converged_host_touches_no_worker(host: dict[str, Any]) -> None:
+    host["running"].update({u: "new" for u in host["running"]})
+    instances.bring_to(host["state"])
+    assert host["events"] == []
+
+
+def test_a_worker_left_out_of_rotation_comes_back(host: dict[str, Any]) -> None:
+    host["running"].update({u: "new" for u in host["running"]})
+    host["router"].workers.remove(WORKERS[1])  # the run that took it out died there
+    host["router"].workers.append("http://127.0.0.1:9999")  # and one that is no instance
+    instances.bring_to(host["state"])
+    assert host["events"] == [f"add_worker {WORKERS[1]}", "remove_worker http://127.0.0.1:9999"]
+    assert sorted(host["router"].workers) == sorted(WORKERS)
+
+
+def test_a_router_that_does_not_answer_fails_no_restart(host: dict[str, Any]) -> None:
+    host["state"]["router"]["admin"] = "http://127.0.0.1:9"  # nothing listens there
+    instances.bring_to(host["state"])
+    assert host["events"] == [f"gate servefleet-vllm-{i}.service" for i in range(3)]
