@@ -263,6 +263,29 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "stale_units": list(plan.stale_units),
         "warm": plan.warm,
         "fingerprint": plan.spec.compile_fingerprint,
+        "router": router_status(plan, health),
+    }
+
+
+def router_status(plan: HostPlan, health: Mapping[str, str]) -> dict[str, Any] | None:
+    """The host's router: its unit, the deploy's gate through it, and each instance as the
+    router sees it (``healthy``, ``unhealthy`` by its checks, or ``out of rotation``)."""
+    r = plan.router
+    if r is None:
+        return None
+    seen = r.healthy or {}
+    workers = {
+        w: ("out of rotation" if w not in seen else "healthy" if seen[w] else "unhealthy")
+        for w in r.workers
+    }
+    return {
+        "unit": r.unit,
+        "port": r.port,
+        "metrics_port": plan.settings.serve_router_metrics_port,
+        "active": r.active,
+        "drift": not (r.running and r.written),
+        "health": health.get(str(r.port), "not checked"),
+        "workers": workers if r.healthy is not None else dict.fromkeys(r.workers, "unknown"),
     }
 
 
@@ -315,6 +338,7 @@ def missing_status(
         "stale_units": [],
         "warm": None,
         "fingerprint": None,
+        "router": None,
     }
 
 
@@ -333,6 +357,16 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
         if inst["health"] != "ok":
             out.append(f"{host}: {inst['unit']} (port {inst['port']}) unhealthy: {inst['health']}")
     out += [f"{host}: {unit} is stale (no device group for it)" for unit in status["stale_units"]]
+    router = status.get("router")
+    if router:
+        if router["drift"]:
+            out.append(f"{host}: {router['unit']} drifts (not running its unit)")
+        if router["health"] != "ok":
+            out.append(
+                f"{host}: {router['unit']} (port {router['port']}) unhealthy: {router['health']}"
+            )
+        out += [f"{host}: {router['unit']} finds {worker} {seen}"
+                for worker, seen in router["workers"].items() if seen != "healthy"]  # fmt: skip
     return out
 
 
@@ -348,6 +382,14 @@ def prometheus_targets(statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[s
             if st.get("unreachable"):
                 labels["unreachable"] = "1"
             groups.append({"targets": targets, "labels": labels})
+        router = st.get("router")
+        if router:  # the router's own metrics (its --prometheus-port)
+            labels = {"host": host, "job": "servefleet-router"}
+            if st.get("unreachable"):
+                labels["unreachable"] = "1"
+            groups.append(
+                {"targets": [f"{st['address']}:{router['metrics_port']}"], "labels": labels}
+            )
     return groups
 
 

@@ -38,6 +38,8 @@ class RouterPlan:
     written: bool  # the unit file on the host is this text
     running: bool  # its unit is active and its main process runs this sha
     listed: tuple[str, ...] | None  # the workers the running router lists now (None: unknown)
+    active: str = "absent"  # its unit's ActiveState as the probe found it
+    healthy: dict[str, bool] | None = None  # worker -> healthy, as the router's checks find it
     unit: str = ROUTER_UNIT
 
     @property
@@ -123,8 +125,11 @@ def render_router(
         user=settings.serve_router_user,
         version=settings.serve_router_version,
     )
-    sha = hashlib.sha256(render_router_unit(env={}, **fields).encode()).hexdigest()[:16]
-    return render_router_unit(env={UNIT_SHA_VAR: sha}, **fields), sha, argv
+    # the launcher's setproctitle overwrites /proc/PID/environ (where the host reads which unit
+    # text a process runs) unless SPT_NOENV is set
+    env = {"SPT_NOENV": "1"}
+    sha = hashlib.sha256(render_router_unit(env=env, **fields).encode()).hexdigest()[:16]
+    return render_router_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha, argv
 
 
 def plan_router(
@@ -158,6 +163,8 @@ def plan_router(
         written=found.get("file") == hashlib.sha256(text.encode()).hexdigest(),
         running=found.get("active") == "active" and found.get("running") == sha,
         listed=tuple(str(w) for w in listed) if isinstance(listed, list) else None,
+        active=str(found.get("active") or "absent"),
+        healthy=dict(found["healthy"]) if isinstance(found.get("healthy"), dict) else None,
     )
 
 

@@ -50,7 +50,10 @@ def test_router_lists_every_instance_of_the_host_and_the_datas_choices() -> None
     }
     assert {k: argv[argv.index(k) + 1] for k in want} == want
     parsed, env = parse_unit(r.text)
-    assert parsed == argv and env == {"SERVEFLEET_UNIT": r.sha}  # systemd reads it as planned
+    assert parsed == argv and env == {
+        "SPT_NOENV": "1",
+        "SERVEFLEET_UNIT": r.sha,
+    }  # systemd reads it as planned
     assert "\nUser=servefleet-router\n" in r.text and "\nNoNewPrivileges=yes\n" in r.text
     assert not any("VLLM_API_KEY" in line for line in r.text.splitlines())
     assert f'Environment="SERVEFLEET_UNIT={r.sha}"' in r.text
@@ -155,3 +158,41 @@ def test_router_port_on_an_instance_port_is_refused() -> None:
 
 def test_router_unit_name() -> None:
     assert ROUTER_UNIT == "servefleet-router.service"
+
+
+def test_status_shows_the_router_and_its_workers_as_it_sees_them() -> None:
+    from servefleet.fleetview import prometheus_targets, status_problems, status_summary
+
+    s = routed()
+    r = plan_host(s, probe()).router
+    assert r is not None
+    healthy = {w: True for w in r.workers[:2]} | {r.workers[2]: False}  # the 4th: not listed
+    entry = {**found(r.text, r.sha, list(r.workers[:3])), "healthy": healthy}
+    plan = plan_host(s, probe(router=entry, releases=[r.release.id]))
+    health = {str(i.port): "ok" for i in plan.instances} | {"8080": "ok"}
+    st = status_summary(plan, health, "10.0.0.5")
+    assert st["router"] == {
+        "unit": ROUTER_UNIT,
+        "port": 8080,
+        "metrics_port": 29000,
+        "active": "active",
+        "drift": False,
+        "health": "ok",
+        "workers": {
+            "http://127.0.0.1:8000": "healthy",
+            "http://127.0.0.1:8001": "healthy",
+            "http://127.0.0.1:8002": "unhealthy",
+            "http://127.0.0.1:8003": "out of rotation",
+        },
+    }
+    problems = [p for p in status_problems("h", st) if ROUTER_UNIT in p]
+    assert problems == [
+        f"h: {ROUTER_UNIT} finds http://127.0.0.1:8002 unhealthy",
+        f"h: {ROUTER_UNIT} finds http://127.0.0.1:8003 out of rotation",
+    ]
+    groups = prometheus_targets({"h": st})
+    assert {
+        "targets": ["10.0.0.5:29000"],
+        "labels": {"host": "h", "job": "servefleet-router"},
+    } in groups
+    assert status_summary(plan_host(settings(), probe()), {}, "x")["router"] is None

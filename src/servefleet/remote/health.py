@@ -285,13 +285,17 @@ MAX_REPLY = 1 << 20  # bytes of a chat reply the gate reads (a one-token reply i
 UNAUTHORIZED = "answered 401 Unauthorized"  # the server wants another key: waiting cannot help
 
 
-def probe(base: str, model: str, limit: float, key: str | None = None) -> str | None:
+def probe(
+    base: str, model: str, limit: float, key: str | None = None, path: str = "/health"
+) -> str | None:
     """None when healthy, else why not (each request waits at most ``limit`` seconds; the chat
-    carries ``Authorization: Bearer key`` when there is a key: /health is open in vLLM)."""
+    carries ``Authorization: Bearer key`` when there is a key: /health is open in vLLM).
+
+    + path: what answers 200 when it serves (a router's ``/readiness``: one healthy worker)"""
     try:
-        with _OPENER.open(base + "/health", timeout=min(5.0, limit)) as r:
+        with _OPENER.open(base + path, timeout=min(5.0, limit)) as r:
             if r.status != 200:
-                return f"/health answered {r.status}"
+                return f"{path} answered {r.status}"
         body = json.dumps(
             {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}
         ).encode()
@@ -324,6 +328,7 @@ def check(
     host: str = "127.0.0.1",
     answered_timeout: float | None = None,
     key_unit: str | None = None,
+    path: str = "/health",
 ) -> str | None:
     """Wait up to ``timeout`` seconds for ``unit`` to serve ``model`` on ``host``:``port``.
 
@@ -333,6 +338,7 @@ def check(
       many seconds more (a pre-warm gets ``timeout`` to compile, not to stay unhealthy)
     + key_unit: the unit whose API key the chat carries (the router's gate: a server's, which
       the router passes on); default: ``unit``'s own
+    + path: the readiness path (:func:`probe`)
     Returns None when healthy, else the reason in one line (no journal)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -346,7 +352,7 @@ def check(
         if fatal:
             return fatal
         key = api_key(unit_state(key_unit) if key_unit else st)
-        why = probe(base, model, max(1.0, deadline - time.monotonic()), key)
+        why = probe(base, model, max(1.0, deadline - time.monotonic()), key, path)
         if why is None or UNAUTHORIZED in why:
             st = unit_state(unit)
             return (
@@ -375,21 +381,26 @@ def journal_tail(unit: str, lines: int = 25) -> str:
         return f"(no journal: {e})\n"
 
 
+ROUTER_READY = "/readiness"  # vllm-router: 200 while one worker is healthy (its /health: all)
 STATUS_TIMEOUT = 30.0  # a status check of one instance: as long as the gate's one chat
 
 
 def status(checks: dict[str, Any]) -> dict[str, str]:
-    """port (as a string) -> "ok" or why not: the gate, once, for each ``[unit, port]`` of
+    """port (as a string) -> "ok" or why not: the gate, once, for each ``[unit, port]`` (or
+    ``[unit, port, key_unit]``: the router's, with a server's API key) of
     ``checks["instances"]``, serving ``checks["model"]`` on ``checks["host"]``."""
     host = checks.get("host") or "127.0.0.1"
 
-    def one(unit: str, port: int) -> str:
-        return check(unit, port, checks["model"], STATUS_TIMEOUT, host) or "ok"
+    def one(entry: list[Any]) -> str:
+        unit, port, key_unit = (*entry, None)[:3]
+        path = ROUTER_READY if key_unit else "/health"
+        return check(unit, int(port), checks["model"], STATUS_TIMEOUT, host,
+                     key_unit=key_unit, path=path) or "ok"  # fmt: skip
 
     instances = checks["instances"]
     with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:
-        found = list(pool.map(lambda i: one(i[0], int(i[1])), instances))
-    return {str(port): why for (_, port), why in zip(instances, found, strict=True)}
+        found = list(pool.map(one, instances))
+    return {str(entry[1]): why for entry, why in zip(instances, found, strict=True)}
 
 
 TEST_BARRIERS = "/run/servefleet-test"

@@ -385,7 +385,8 @@ def bring_router(state: dict[str, Any]) -> None:
         log(f"{ROUTER}: restarted (gate {state['health_timeout']}s)")
         first = state["instances"][0]["unit"] if state["instances"] else None
         why = health.check(ROUTER, router["port"], state["model"], state["health_timeout"],
-                           state.get("host") or "127.0.0.1", key_unit=first)  # fmt: skip
+                           state.get("host") or "127.0.0.1", key_unit=first,
+                           path=health.ROUTER_READY)  # fmt: skip
         if why is not None:
             raise Failed(f"health gate: {ROUTER}: {why}", health.journal_tail(ROUTER))
         log(f"{ROUTER}: healthy on port {router['port']}")

@@ -153,17 +153,20 @@ MAX_WORKERS_REPLY = 1 << 20  # bytes of the router's worker list the probe reads
 
 def router(url: str | None) -> dict[str, Any]:
     """The router unit (as :func:`units`) and, when it runs and ``url`` is given, the workers it
-    lists (its ``/list_workers``; None when it does not answer with a list of strings)."""
+    lists and whether it finds each healthy (its ``/workers``; None when it does not answer
+    with such a list)."""
     found = units([layout.ROUTER_UNIT])[layout.ROUTER_UNIT]
-    found["workers"] = None
+    found["workers"] = found["healthy"] = None
     if url and found["active"] == "active":
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(url + "/list_workers", timeout=5) as r:
-                listed = json.loads(r.read(MAX_WORKERS_REPLY + 1)).get("urls")
-            if isinstance(listed, list) and all(isinstance(w, str) for w in listed):
-                found["workers"] = listed
-        except (OSError, ValueError, AttributeError):
+            with opener.open(url + "/workers", timeout=5) as r:
+                listed = json.loads(r.read(MAX_WORKERS_REPLY + 1))["workers"]
+            urls = [w["url"] for w in listed]
+            if all(isinstance(u, str) for u in urls):
+                found["workers"] = urls
+                found["healthy"] = {w["url"]: w.get("is_healthy") is True for w in listed}
+        except (OSError, ValueError, KeyError, TypeError):
             pass
     return found
 

@@ -29,7 +29,8 @@ def preflight_refusal(plan: HostPlan) -> str | None:
 def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, Any]:
     """The summary of a host without a plan: refused with why, nothing known of it."""
     if kind == "status":
-        unknown_now = ("driver", "sku", "devices", "release", "good_release", "warm", "fingerprint")
+        unknown_now = ("driver", "sku", "devices", "release", "good_release", "warm", "fingerprint",
+                       "router")  # fmt: skip
         return {
             **dict.fromkeys(unknown_now),
             "address": address,
@@ -69,6 +70,8 @@ def report() -> None:
             "host": desired["host"],
             "instances": [[i.unit, i.port] for i in plan.instances],
         }
+        if plan.router and plan.instances:  # its gate: a chat through it, with a server's key
+            checks["instances"].append([plan.router.unit, plan.router.port, plan.instances[0].unit])
         health = (
             host.get_fact(InstanceHealth, checks=json.dumps(checks, sort_keys=True))
             if plan.instances

@@ -466,9 +466,10 @@ def router_wheels() -> list[Path]:
                        "--python-version", python, "--dest", str(tmp), ROUTER_REQUIREMENT]  # fmt: skip
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
+                    said = [x for x in proc.stderr.splitlines() if x.strip()
+                            and not x.startswith("WARNING:")] or ["no wheel"]  # fmt: skip
                     raise RuntimeError(
-                        f"cannot fetch {ROUTER_REQUIREMENT} for Python {python}: "
-                        + (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+                        f"cannot fetch {ROUTER_REQUIREMENT} for Python {python}: {said[-1]}"
                     )
             (tmp / ".complete").write_text("")
             shutil.rmtree(cache, ignore_errors=True)
