@@ -12,7 +12,7 @@ import json
 import threading
 from typing import Any
 
-from faults import BARRIERS, run
+from faults import BARRIERS, hold, release, restart_point, run, run_killed
 from labhelpers import on_host
 
 HOSTS = ("lab1", "lab2")
@@ -27,9 +27,11 @@ MOST = 4000  # and never more than this many in all (it stops by itself)
 ROUTER_UNIT = "servefleet-router.service"
 
 
-def deploy(lab: dict[str, Any], *data: str, router: str = "host") -> str:
+def deploy(
+    lab: dict[str, Any], *data: str, router: str = "host", hosts: tuple[str, ...] = HOSTS
+) -> str:
     args = [a for d in (f"serve_router={router}", *data) for a in ("--data", d)]
-    proc = run(lab, *(a for h in HOSTS for a in ("--limit", h)), *args)
+    proc = run(lab, *(a for h in hosts for a in ("--limit", h)), *args)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     return out
@@ -170,3 +172,30 @@ def test_host_routers_serve_through_a_rolling_restart(lab: dict[str, Any]) -> No
         gone = on_host(lab, host, f"test -e /etc/systemd/system/{ROUTER_UNIT}", check=False)
         assert gone.returncode != 0
         assert request(address(lab, host), stream=False) is not None  # nothing listens now
+
+
+def test_a_converge_killed_with_an_instance_out_of_rotation_puts_it_back(
+    lab: dict[str, Any],
+) -> None:
+    """Killed (controller and host program) after instance 1 left the rotation and restarted,
+    before its gate: the router still serves through the others, and the next run puts it back."""
+    host, unit = "lab1", "servefleet-vllm-1.service"
+    on_host(lab, host, f"rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health {BARRIERS}")
+    deploy(lab, hosts=(host,))
+    addr = address(lab, host)
+    fp = on_host(lab, host, "sed -n 's/^# compile fingerprint: //p' "
+                 f"/etc/systemd/system/{unit}").stdout.strip()  # fmt: skip
+    reached = hold(lab, [host], restart_point(unit, fp))
+    change = ["--limit", host, "--data", "serve_router=host", "--data", "serve_shutdown_timeout=61"]
+    try:
+        _, killed = run_killed(lab, *change, at=lambda n, name: "Converge the instances" in name,
+                               then=reached)  # fmt: skip
+        assert killed
+        on_host(lab, host, "pkill -9 -f 'instances.py converge' || true")
+    finally:
+        release(lab, [host])
+    assert "http://127.0.0.1:8001" not in listed(addr)
+    assert request(addr, stream=False) is None  # the router serves through the other three
+    deploy(lab, "serve_shutdown_timeout=61", hosts=(host,))
+    assert sorted(listed(addr)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
+    deploy(lab, router="none", hosts=(host,))
