@@ -557,7 +557,7 @@ def prewarm_scope(value: Any) -> str:
     return str(value)
 
 
-ROUTERS = ("none", "host")  # "fleet" (a router group over every host) is not built yet
+ROUTERS = ("none", "host", "fleet")
 # vllm-router's --policy values that need nothing beyond the worker list (kv_aware needs KV
 # event sources, sticky_least_loaded sessions)
 ROUTER_POLICIES = ("round_robin", "random", "cache_aware", "power_of_two", "consistent_hash")

@@ -47,7 +47,7 @@ from servefleet.remote.layout import (
     unit_name,
 )
 from servefleet.render import render_unit
-from servefleet.router import RouterPlan, admin_url, plan_router
+from servefleet.router import RouterPlan, admin_url, plan_router, worker_url
 from servefleet.settings import Settings
 from servefleet.shipped import VLLM_FLAGS_DIR
 from servefleet.spec import ServeSpec
@@ -79,9 +79,11 @@ class Instance:
     converged: bool  # its unit is active and its main process runs this sha
     argv: tuple[str, ...] = ()  # its command line (ExecStart=), what the pre-flight checks
     env: tuple[tuple[str, str], ...] = ()  # its Environment= (the unit's sha aside)
+    worker: str | None = None  # how the routers in front reach it (None: no router)
 
     def to_json(self, fingerprint: str) -> dict[str, Any]:
         return {
+            "worker": self.worker,
             "unit": self.unit,
             "sha": self.sha,
             "port": self.port,
@@ -124,6 +126,9 @@ class HostPlan:
     preflights: frozenset[str] = frozenset()  # the pre-flight keys that passed on this host
     router: RouterPlan | None = None  # serve_router = "host": the router in front of them
     router_stale: bool = False  # a router unit of ours is on the host, and none is wanted
+    router_release: ReleasePlan | None = None  # the release of the router this host runs
+    router_host: bool = False  # serve_router = "fleet" and in serve_router_group: routes only
+    routers: tuple[str, ...] = ()  # the worker APIs an instance leaves and rejoins at a restart
 
     @property
     def preflight_input(self) -> list[dict[str, Any]]:
@@ -203,7 +208,7 @@ class HostPlan:
             and not self.reload_needed
             and self.good_shas == tuple(i.sha for i in self.instances)
             and self.good_release == self.release.id
-            and (self.router is None or self.router.converged)
+            and (self.router is None or self.router_host or self.router.converged)
             and not self.router_stale
         )
 
@@ -224,6 +229,7 @@ class HostPlan:
             "instances": [i.to_json(self.spec.compile_fingerprint or "-") for i in self.instances],
             "stale": list(self.stale_units),
             "router": self.router.to_json() if self.router else None,
+            "routers": list(self.routers),
         }
 
 
@@ -393,6 +399,9 @@ def plan_host(
     spec: ServeSpec | None = None,
     builder: bool = False,
     secret_key: bytes = b"",
+    router_host: bool = False,
+    address: str | None = None,
+    fleet_routers: Sequence[str] = (),
 ) -> HostPlan:
     """Everything one host needs, from its validated data and its probe.
 
@@ -402,6 +411,10 @@ def plan_host(
     + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
       (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
     + secret_key: the key the probe was given for the secrets' digests (``probe_args(keyed)``)
+    + router_host: ``serve_router = "fleet"`` and the host is in ``serve_router_group``: it runs
+      a router only (no device, driver or server of its own)
+    + address: how other hosts reach this one (the inventory's): a fleet router's workers
+    + fleet_routers: the worker APIs of the fleet's routers (``serve_router = "fleet"``)
     """
     platform = kind_of(settings.serve_recipe)
     spec = spec or resolve_for(settings)
@@ -418,7 +431,7 @@ def plan_host(
         hardware = Hardware(
             "compile only", (sku,) * npus, tuple(range(npus)), settings.driver_version
         )
-    else:
+    elif not router_host:
         refusal = platform.refusal(settings, spec, hardware)
         if refusal is None:
             try:
@@ -429,12 +442,12 @@ def plan_host(
     release = plan_release(unlocked(settings), spec, NETRC, glibc)
     # before any change: an owned package no source has a wheel for on this host's glibc
     owned = {d.name: d.version for d in release.downloads}
-    no_wheel = None if refusal else glibc_refusal(settings.pip_indexes, owned, glibc)
+    no_wheel = None if refusal or router_host else glibc_refusal(settings.pip_indexes, owned, glibc)
     refusal = refusal or no_wheel
     if settings.sdk_lock and not no_wheel:  # a lock holds no stack that no host installs
         release = plan_release(settings, spec, NETRC, glibc)
     kernel = str(probe.get("kernel", ""))
-    driver_needed = not builder and platform.driver_needed(settings, hardware)
+    driver_needed = not (builder or router_host) and platform.driver_needed(settings, hardware)
     if refusal is None and driver_needed and not _KERNEL.fullmatch(kernel):
         refusal = (
             f"the host's kernel release {kernel!r} cannot name its headers package "
@@ -454,7 +467,9 @@ def plan_host(
             f"serve_user: {settings.serve_user!r} is an existing login user (shell {account.get('shell')}); "
             "allowed: a system user servefleet creates (no login shell)"
         )
-    groups = platform.groups(settings, spec, hardware)
+    groups = [] if router_host else platform.groups(settings, spec, hardware)
+    fleet = settings.serve_router == "fleet"
+    routed = settings.serve_router == "host" or (fleet and bool(fleet_routers))
     devices_env = platform.devices_env_for(hardware)
     instances = []
     for i, devices in enumerate(groups):
@@ -465,17 +480,23 @@ def plan_host(
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
         converged = on_host.get("active") == "active" and on_host.get("running") == sha
+        worker = worker_url(settings, port, address if fleet else None) if routed else None
         instances.append(Instance(i, unit, port, devices, text, sha, written, converged,
-                                  tuple(argv), tuple(sorted(env.items()))))  # fmt: skip
+                                  tuple(argv), tuple(sorted(env.items())), worker))  # fmt: skip
     if instances and instances[-1].port > MAX_PORT:
         raise DataError(
             f"serve_base_port: {settings.serve_base_port} + {len(instances) - 1} instances ends at port "
             f"{instances[-1].port}; allowed: the whole range within 1-{MAX_PORT}"
         )
     names = {inst.unit for inst in instances}
-    router = None
+    router, router_release, routers = None, None, tuple(fleet_routers) if fleet else ()
     if settings.serve_router == "host" and not builder:
-        router = _router_for(settings, [i.port for i in instances], probe)
+        router = _router_for(settings, instances, probe)
+        router_release, routers = router.release, (router.admin,)
+    elif router_host:  # its workers are known once the run's other hosts are planned
+        router_release = plan_router_release(settings)
+        router = plan_router(settings, router_release, (), probe.get("router"),
+                             probe.get("releases", []))  # fmt: skip
     return HostPlan(
         settings=settings,
         spec=spec,
@@ -507,12 +528,20 @@ def plan_host(
         secret_key=secret_key,
         preflights=frozenset(probe.get("preflight") or ()),
         router=router,
-        router_stale=router is None and bool((probe.get("router") or {}).get("file")),
+        router_stale=router is None
+        and not router_host
+        and bool((probe.get("router") or {}).get("file")),
+        router_release=router_release,
+        router_host=router_host,
+        routers=routers,
     )
 
 
-def _router_for(settings: Settings, ports: list[int], probe: dict[str, Any]) -> RouterPlan:
-    """The host's router over its instances' ports; its ports must be none of theirs."""
+def _router_for(
+    settings: Settings, instances: Sequence[Instance], probe: dict[str, Any]
+) -> RouterPlan:
+    """The host's router over its instances; its ports must be none of theirs."""
+    ports = [i.port for i in instances]
     for key in ("serve_router_port", "serve_router_metrics_port"):
         port = getattr(settings, key)
         if port in ports:
@@ -521,7 +550,8 @@ def _router_for(settings: Settings, ports: list[int], probe: dict[str, Any]) -> 
                 f" + {ports.index(port)}); allowed: a port outside {ports[0]}-{ports[-1]}"
             )
     release = plan_router_release(settings)
-    return plan_router(settings, release, ports, probe.get("router"), probe.get("releases", []))
+    workers = [i.worker or "" for i in instances]
+    return plan_router(settings, release, workers, probe.get("router"), probe.get("releases", []))
 
 
 def wheelhouse_copies(plan: HostPlan) -> list[Copy]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.release import ROUTER_PACKAGE, ReleasePlan
@@ -40,7 +40,14 @@ class RouterPlan:
     listed: tuple[str, ...] | None  # the workers the running router lists now (None: unknown)
     active: str = "absent"  # its unit's ActiveState as the probe found it
     healthy: dict[str, bool] | None = None  # worker -> healthy, as the router's checks find it
+    found: dict[str, Any] = field(default_factory=dict, repr=False)  # the probe's entry
+    releases: tuple[str, ...] = field(default=(), repr=False)  # complete releases on the host
     unit: str = ROUTER_UNIT
+
+    def over(self, settings: Settings, workers: Sequence[str]) -> RouterPlan:
+        """This router over other workers, as the same probe found it (a fleet router's list
+        is known once every host of the run is planned)."""
+        return plan_router(settings, self.release, workers, self.found, self.releases)
 
     @property
     def converged(self) -> bool:
@@ -66,18 +73,23 @@ class RouterPlan:
         }
 
 
-def _url(host: str, port: int) -> str:
+def url(host: str, port: int) -> str:
+    """``http://host:port`` (an IPv6 address in brackets)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def admin_url(settings: Settings) -> str:
-    """Where the host's own programs reach its router (the probe, the converge's worker API)."""
-    return _url(settings.serve_host or "127.0.0.1", settings.serve_router_port)
+def admin_url(settings: Settings, address: str | None = None) -> str:
+    """Where a router's worker API is reached: its host's own programs (the probe, the converge)
+    at ``serve_host`` or loopback; another host's at ``address`` (how the inventory reaches it).
+
+    + address: the router host's address, for a fleet router; None: this host's own router"""
+    return url(settings.serve_host or address or "127.0.0.1", settings.serve_router_port)
 
 
-def worker_url(settings: Settings, port: int) -> str:
-    """How the host's router reaches an instance: the servers' ``serve_host``, else loopback."""
-    return _url(settings.serve_host or "127.0.0.1", port)
+def worker_url(settings: Settings, port: int, address: str | None = None) -> str:
+    """How a router reaches an instance: the servers' ``serve_host``, else loopback (the host's
+    own router) or ``address`` (a fleet router on another host: the inventory's address)."""
+    return url(settings.serve_host or address or "127.0.0.1", port)
 
 
 def router_command(settings: Settings, release: ReleasePlan, workers: Sequence[str]) -> list[str]:
@@ -135,19 +147,19 @@ def render_router(
 def plan_router(
     settings: Settings,
     release: ReleasePlan,
-    ports: Sequence[int],
+    workers: Sequence[str],
     found: dict[str, Any] | None,
     releases: Sequence[str],
 ) -> RouterPlan:
-    """The host's router over instances on ``ports``, from how the probe found it.
+    """A router over ``workers``, from how the probe found it on its host.
 
     + settings: validated data
     + release: the router's release (:func:`servefleet.release.plan_router_release`)
-    + ports: the instances' ports
+    + workers: the instance URLs it routes to (:func:`worker_url`), in order
     + found: the probe's ``router`` entry (its unit and the workers it lists), or None
     + releases: the complete releases on the host
     """
-    workers = tuple(worker_url(settings, p) for p in ports)
+    workers = tuple(workers)
     text, sha, argv = render_router(settings, release, workers)
     found = found or {}
     listed = found.get("workers")
@@ -165,6 +177,8 @@ def plan_router(
         listed=tuple(str(w) for w in listed) if isinstance(listed, list) else None,
         active=str(found.get("active") or "absent"),
         healthy=dict(found["healthy"]) if isinstance(found.get("healthy"), dict) else None,
+        found=dict(found),
+        releases=tuple(releases),
     )
 
 
@@ -174,5 +188,6 @@ __all__ = [
     "admin_url",
     "plan_router",
     "render_router",
+    "url",
     "worker_url",
 ]

@@ -298,7 +298,13 @@ class Settings:
     serve_router: str = key(
         c.router,
         "none",
-        "vllm-router in front: none; host: one per host over its instances (on serve_router_port)",
+        "vllm-router in front: none; host: one per host over its instances; fleet: one on each "
+        "host of serve_router_group over every instance of the run's other hosts",
+    )
+    serve_router_group: str = key(
+        c.matching(c.SLUG, "an inventory group", "a group name of [a-z0-9_-]"),
+        "router",
+        "serve_router fleet: the inventory group of the router hosts (they serve nothing)",
     )
     serve_router_port: int = key(
         c.whole(1, c.MAX_PORT), 8080, "port the router listens on (at serve_host)"

@@ -100,7 +100,11 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, 
         "devices_env": "RBLN_VISIBLE_DEVICES",
         "health_timeout": 5,
         "model": "m",
-        "instances": [{"unit": f"servefleet-vllm-{i}.service", "sha": "new"} for i in range(3)],
+        "instances": [
+            {"unit": f"servefleet-vllm-{i}.service", "sha": "new", "worker": WORKERS[i]}
+            for i in range(3)
+        ],  # fmt: skip
+        "routers": [f"http://127.0.0.1:{router.server_port}"],
         "router": {
             "unit": instances.ROUTER,
             "sha": "a1",
@@ -145,5 +149,6 @@ def test_a_worker_left_out_of_rotation_comes_back(host: dict[str, Any]) -> None:
 
 def test_a_router_that_does_not_answer_fails_no_restart(host: dict[str, Any]) -> None:
     host["state"]["router"]["admin"] = "http://127.0.0.1:9"  # nothing listens there
+    host["state"]["routers"] = ["http://127.0.0.1:9"]
     instances.bring_to(host["state"])
     assert host["events"] == [f"gate servefleet-vllm-{i}.service" for i in range(3)]

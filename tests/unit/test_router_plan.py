@@ -131,7 +131,8 @@ def test_a_router_left_when_none_is_wanted_is_stale() -> None:
 @pytest.mark.parametrize(
     ("over", "message"),
     [
-        ({"serve_router": "fleet"}, "serve_router: 'fleet' is not a router placement; allowed: none, host"),
+        ({"serve_router": "fleets"}, "serve_router: 'fleets' is not a router placement; allowed: none, host, fleet"),
+        ({"serve_router_group": "Routers"}, "serve_router_group: 'Routers' is not an inventory group"),
         ({"serve_router": "yes"}, "serve_router: 'yes' is not a router placement"),
         ({"serve_router_policy": "kv_aware"}, "serve_router_policy: 'kv_aware' is not a router policy; allowed: round_robin"),
         ({"serve_router_port": 0}, "serve_router_port"),

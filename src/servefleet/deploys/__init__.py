@@ -73,20 +73,28 @@ def models(plan: HostPlan | None) -> None:
 
 @deploy("servefleet", data_defaults=DEFAULTS)
 def serve(plan: HostPlan | None) -> None:
-    """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing."""
+    """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing. A
+    router host (``serve_router = "fleet"``) gets its router only, after every host's servers
+    (pyinfra runs each operation on every host before the next)."""
     if plan is None or refused(plan):
         return
     lib.upload(plan)
-    credentials.secrets_dir(plan)
-    wheelhouse.copy(plan, ["driver", "release", "models"])
-    driver_step.install(plan)
-    release.install(plan)
-    router_step.install(plan)
-    models_step.fetch(plan)
-    preflight.check(plan)
-    units.cache_dirs(plan)
-    credentials.api_key(plan)
-    prewarm.converge(plan)
+    if plan.router_host:
+        router_step.install(plan)
+    else:
+        router_step.join(plan)
+        credentials.secrets_dir(plan)
+        wheelhouse.copy(plan, ["driver", "release", "models"])
+        driver_step.install(plan)
+        release.install(plan)
+        router_step.install(plan)
+        models_step.fetch(plan)
+        preflight.check(plan)
+        units.cache_dirs(plan)
+        credentials.api_key(plan)
+        prewarm.converge(plan)
+    if plan.router_host:  # here: after the servers' steps, in the run's order of operations
+        router_step.converge_fleet_router(plan)
 
 
 @deploy("Rollback", data_defaults=DEFAULTS)

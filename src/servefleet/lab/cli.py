@@ -117,6 +117,14 @@ def lab() -> None:
     help="make a host offline: no lab server (index, apt, files) answers it; SSH to it works "
     "(repeatable)",
 )
+@click.option(
+    "--router",
+    "routers",
+    multiple=True,
+    metavar="HOST",
+    help="put a host in the inventory group router (serve_router = fleet: it runs a router only; "
+    "repeatable)",
+)
 @_one_line_errors
 def up(
     hosts: int,
@@ -129,6 +137,7 @@ def up(
     compile_seconds: float,
     models: tuple[str, ...],
     offline: tuple[str, ...],
+    routers: tuple[str, ...],
 ) -> None:
     """Clear any earlier lab, then start hosts and package servers.
 
@@ -151,6 +160,7 @@ def up(
         offline=offline,
         base=base,
         odd_base=_per_host(odd_base, "BASE", "lab2=trixie"),
+        routers=routers,
     )
     for host in state["hosts"]:
         note = " (offline)" if host["name"] in state["offline"] else ""

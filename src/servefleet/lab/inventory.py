@@ -1,6 +1,6 @@
 """The lab fleet as a pyinfra inventory (``servefleet lab up``): every lab host in the group
 ``lab`` and in the group of its hardware (``cr13``: RBLN NPUs; ``h200``, ``h100``: NVIDIA GPUs;
-a group the lab has no host of is empty), reached as root over SSH with the lab's key and strict
+a group the lab has no host of is empty); the hosts of ``lab up --router`` also in ``router``, reached as root over SSH with the lab's key and strict
 host key checking. The hosts' cards (SKU, device count) are not given as data: a deploy
 discovers them. ``inventories/lab.py`` (this repository's and a scaffolded one's) is
 ``globals().update(lab_inventory())``."""
@@ -12,7 +12,7 @@ from typing import Any
 from servefleet.errors import ServefleetError
 from servefleet.lab.state import load_state
 
-GROUPS = ("cr13", "h200", "h100")
+GROUPS = ("cr13", "h200", "h100", "router")  # router: `lab up --router HOST`
 
 
 def lab_inventory() -> dict[str, Any]:

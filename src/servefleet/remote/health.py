@@ -329,6 +329,7 @@ def check(
     answered_timeout: float | None = None,
     key_unit: str | None = None,
     path: str = "/health",
+    keyless: bool = False,
 ) -> str | None:
     """Wait up to ``timeout`` seconds for ``unit`` to serve ``model`` on ``host``:``port``.
 
@@ -339,6 +340,8 @@ def check(
     + key_unit: the unit whose API key the chat carries (the router's gate: a server's, which
       the router passes on); default: ``unit``'s own
     + path: the readiness path (:func:`probe`)
+    + keyless: the servers behind need an API key this host does not hold (a fleet router's
+      host): their 401 through the router counts as an answer
     Returns None when healthy, else the reason in one line (no journal)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -353,6 +356,8 @@ def check(
             return fatal
         key = api_key(unit_state(key_unit) if key_unit else st)
         why = probe(base, model, max(1.0, deadline - time.monotonic()), key, path)
+        if keyless and why is not None and UNAUTHORIZED in why:
+            why = None  # the servers answered, behind the router: the key is theirs
         if why is None or UNAUTHORIZED in why:
             st = unit_state(unit)
             return (

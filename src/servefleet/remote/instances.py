@@ -331,21 +331,19 @@ def write_units(state: dict[str, Any]) -> None:
             log(f"{inst['unit']}: written (sha {inst['sha']})")
 
 
-def router_call(router: dict[str, Any] | None, verb: str, worker: str) -> None:
-    """Ask the host's running router to ``add`` or ``remove`` a worker (its worker API). Best
+def router_call(admin: str, verb: str, worker: str) -> None:
+    """Ask the router at ``admin`` (its worker API) to ``add`` or ``remove`` a worker. Best
     effort: a router that is not running routes to nothing (its start lists every worker), and
     one that does not answer still health-checks its workers and retries elsewhere."""
-    if router is None or show([ROUTER], "ActiveState")[0].get("ActiveState") != "active":
-        return
-    url = f"{router['admin']}/{verb}_worker?url={urllib.parse.quote(worker, safe='')}"
+    url = f"{admin}/{verb}_worker?url={urllib.parse.quote(worker, safe='')}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(urllib.request.Request(url, data=b"", method="POST"), timeout=30) as r:
+        with opener.open(urllib.request.Request(url, data=b"", method="POST"), timeout=10) as r:
             r.read(1 << 16)
-        log(f"{ROUTER}: {'took' if verb == 'remove' else 'put'} {worker} "
+        log(f"router {admin}: {'took' if verb == 'remove' else 'put'} {worker} "
             f"{'out of' if verb == 'remove' else 'back in'} rotation")  # fmt: skip
     except (OSError, ValueError) as e:
-        log(f"{ROUTER}: {verb}_worker {worker} failed ({e}); its health checks decide")
+        log(f"router {admin}: {verb}_worker {worker} failed ({e}); its health checks decide")
 
 
 def listed_workers(router: dict[str, Any]) -> list[str] | None:
@@ -386,17 +384,18 @@ def bring_router(state: dict[str, Any]) -> None:
         first = state["instances"][0]["unit"] if state["instances"] else None
         why = health.check(ROUTER, router["port"], state["model"], state["health_timeout"],
                            state.get("host") or "127.0.0.1", key_unit=first,
-                           path=health.ROUTER_READY)  # fmt: skip
+                           path=health.ROUTER_READY,
+                           keyless=bool(state.get("keyless")))  # fmt: skip
         if why is not None:
             raise Failed(f"health gate: {ROUTER}: {why}", health.journal_tail(ROUTER))
         log(f"{ROUTER}: healthy on port {router['port']}")
     listed = listed_workers(router) or []
     for worker in router["workers"]:
         if worker not in listed:
-            router_call(router, "add", worker)
+            router_call(router["admin"], "add", worker)
     for worker in listed:
         if worker not in router["workers"]:
-            router_call(router, "remove", worker)
+            router_call(router["admin"], "remove", worker)
 
 
 def bring_to(state: dict[str, Any]) -> None:
@@ -406,18 +405,17 @@ def bring_to(state: dict[str, Any]) -> None:
     write_units(state)
     daemon_reload_if_needed(units)
     now = live(state["devices_env"])
-    router = state.get("router")
-    workers = router["workers"] if router else []
-    for k, inst in enumerate(state["instances"]):
+    routers = state.get("routers") or []
+    for inst in state["instances"]:
         current = now.get(inst["unit"])
         restart = not running_desired(current, inst["sha"])
         if restart or is_cold(state, inst):
-            worker = workers[k] if k < len(workers) else None
-            if restart and worker:
-                router_call(router, "remove", worker)
+            worker = str(inst.get("worker") or "") if restart else ""
+            for admin in routers if worker else ():
+                router_call(admin, "remove", worker)
             start_through_gate(state, inst, restart)
-            if restart and worker:
-                router_call(router, "add", worker)
+            for admin in routers if worker else ():
+                router_call(admin, "add", worker)
             now = live(state["devices_env"])
     for unit in state.get("stale", []):
         if (UNIT_DIR / unit).exists():
@@ -551,10 +549,23 @@ def report(failure: Failed) -> None:
     sys.stderr.flush()
 
 
+def router_only(state: dict[str, Any]) -> int:
+    """A fleet router host (it serves nothing): its router as ``state`` says, through its gate
+    (``state``: ``router``, ``model``, ``host``, ``health_timeout``, ``keyless``; from stdin)."""
+    try:
+        bring_router({**state, "instances": []})
+    except Failed as failure:
+        report(failure)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "current":
         point_current(Path(argv[1]), argv[2])
         return 0
+    if argv == ["router", "-"]:
+        return router_only(json.load(sys.stdin))
     if len(argv) != 2 or argv[0] not in ("converge", "restore", "rollback"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from servefleet.errors import ProbeError
 from servefleet.hostplan import HostPlan, plan_host, probe_args, resolve_for
 from servefleet.release import with_locked_models
 from servefleet.settings import Settings, settings_from
-from servefleet.steps import connection, driver
+from servefleet.steps import connection, driver, router
 from servefleet.steps.errors import fail_host, one_line, unexpected
 from servefleet.steps.facts import HostProbe
 from servefleet.steps.operations import Stdin
@@ -51,7 +51,10 @@ def plan_or_failure(files: bool = False) -> HostPlan | str:
             if probe is None:  # pyinfra has failed the host and shown the probe's output
                 return "the host probe failed (its output is above)"
             builder = host.name == settings.serve_prewarm_host
-            plan = plan_host(settings, probe, spec, builder=builder, secret_key=key)
+            plan = plan_host(settings, probe, spec, builder=builder, secret_key=key,
+                             router_host=router.is_router_host(settings),
+                             address=router.address_of(host),
+                             fleet_routers=router.fleet_routers(settings))  # fmt: skip
             driver.check_data(plan)
             plan = with_wheelhouse(with_built_wheels(plan))
     except ProbeError as e:

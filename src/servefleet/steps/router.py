@@ -1,26 +1,88 @@
-"""The router (``serve_router = "host"``): its own system user, and its own release (a venv of
-``vllm-router``, hash-locked like the stack) installed into ``releases/<id>``. Its unit is
-written, restarted through its gate and kept in step with the instances by the host's
-converge (``remote/instances.py``), with the instances, in one run."""
+"""The router: its own system user and release (a venv of ``vllm-router``, hash-locked like the
+stack) in ``releases/<id>``, on a host with ``serve_router = "host"`` (its unit is written,
+restarted through its gate and kept in step with the instances by the host's converge,
+``remote/instances.py``) or on each host of ``serve_router_group`` with ``"fleet"``: there the
+router is all the host runs, over every instance of the run's other hosts, which each serving
+host joins while it is planned (:class:`FleetRouting`); its unit is made when it runs, once
+every host is known."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
 
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.operations import server
 
 from servefleet.hostplan import NOLOGIN, HostPlan
 from servefleet.remote.layout import PLANS
+from servefleet.router import RouterPlan, admin_url
+from servefleet.settings import Settings, settings_from
 from servefleet.steps import ensure
-from servefleet.steps.operations import release
+from servefleet.steps.operations import Stdin, _connector_args, release
 
 NO_HOME = "/nonexistent"  # the router user's home: it keeps nothing
 
 
+def address_of(h: Any) -> str:
+    """How the inventory reaches a host (its ``ssh_hostname``, else its name)."""
+    return str(h.data.get("ssh_hostname") or h.name)
+
+
+def fleet_routers(settings: Settings) -> list[str]:
+    """With ``serve_router = "fleet"``: the worker API of each router host of the inventory
+    (the hosts of ``serve_router_group``, each at its own ``serve_router_port``)."""
+    if settings.serve_router != "fleet":
+        return []
+    group = host.state.inventory.get_group(settings.serve_router_group, None) or []
+    out = []
+    for h in group:
+        theirs = settings_from(h.data.get)
+        out.append(admin_url(theirs, address_of(h)))
+    return out
+
+
+def is_router_host(settings: Settings) -> bool:
+    return settings.serve_router == "fleet" and settings.serve_router_group in host.groups
+
+
+@dataclass
+class FleetRouting:
+    """The instances of one pyinfra run that fleet routers route to: each serving host's
+    workers, joined while it is planned, in inventory order."""
+
+    order: list[str]
+    workers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of_run(cls, state: Any) -> FleetRouting:
+        run = _RUNS.get(state)
+        if run is None:
+            run = _RUNS[state] = cls([h.name for h in state.inventory])
+        return run
+
+    def every(self) -> list[str]:
+        return [w for name in self.order for w in self.workers.get(name, ())]
+
+
+_RUNS: weakref.WeakKeyDictionary[Any, FleetRouting] = weakref.WeakKeyDictionary()
+
+
+def join(plan: HostPlan) -> None:
+    """A serving host's instances, for the fleet routers of this run."""
+    if plan.settings.serve_router == "fleet" and not plan.router_host:
+        workers = tuple(i.worker for i in plan.instances if i.worker)
+        FleetRouting.of_run(host.state).workers[host.name] = workers
+
+
 def install(plan: HostPlan) -> None:
-    """The router's user and release, unless the router runs converged already."""
+    """The router's user and release (none when it runs already from a complete release)."""
     r, s = plan.router, plan.settings
-    if r is None or r.converged:
+    if r is None or (r.release_complete and r.active == "active"):
         return
     user = s.serve_router_user
     server.group(name=f"Create group {user}", group=user, system=True)
@@ -37,3 +99,40 @@ def install(plan: HostPlan) -> None:
             marker=r.release.marker,
             installer=f"{plan.lib}/install_release.py",
         )
+
+
+def _converge_fleet_router(state: Any, on: Any, plan: HostPlan) -> bool:
+    """Run time: the router over every instance the run's hosts joined, unless it runs so."""
+    assert plan.router is not None
+    s = plan.settings
+    router: RouterPlan = plan.router.over(s, FleetRouting.of_run(state).every())
+    if router.converged:
+        return True
+    doc = {
+        "router": router.to_json(),
+        "model": plan.desired_state()["model"],
+        "host": s.serve_host,
+        "health_timeout": s.serve_health_timeout,
+        "keyless": bool(s.api_key),  # the servers' key stays with them
+    }
+    cmd = f"python3 {shlex.quote(plan.lib + '/instances.py')} router -"
+    ok, out = on.run_shell_command(StringCommand(cmd), _stdin=Stdin(json.dumps(doc) + "\n"),
+                                   **_connector_args(on))  # fmt: skip
+    if not ok:
+        logger.error(f"{on.print_prefix}{out.stderr.strip() or 'the fleet router failed'}")
+    return bool(ok)
+
+
+@operation(is_idempotent=False)
+def fleet_router(plan: HostPlan):
+    """
+    The fleet router of this host over every instance of the run's other hosts, through its
+    gate; its worker list is made when this runs (every host is planned by then).
+
+    + plan: this router host's plan
+    """
+    yield FunctionCommand(_converge_fleet_router, (plan,), {})
+
+
+def converge_fleet_router(plan: HostPlan) -> None:
+    fleet_router(name="Converge the fleet router over every instance of the run", plan=plan)
