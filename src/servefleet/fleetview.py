@@ -24,6 +24,7 @@ from typing import Any
 from servefleet.hostplan import HostPlan
 from servefleet.prewarm_store import WarmEntry, prewarm_roles
 from servefleet.remote.layout import unit_name
+from servefleet.router import fleet_order
 from servefleet.settings import Settings
 
 REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where each host's summary goes: <host>.json
@@ -273,10 +274,13 @@ def router_status(plan: HostPlan, health: Mapping[str, str]) -> dict[str, Any] |
     r = plan.router
     if r is None:
         return None
+    if plan.router_host:  # the fleet it routes to is the run's: judge it by what it lists
+        r = r.over(plan.settings, fleet_order(r.listed or ()))
     seen = r.healthy or {}
+    wanted = r.workers or r.listed or ()  # a fleet router's: as it lists them
     workers = {
         w: ("out of rotation" if w not in seen else "healthy" if seen[w] else "unhealthy")
-        for w in r.workers
+        for w in wanted
     }
     return {
         "unit": r.unit,
@@ -285,7 +289,7 @@ def router_status(plan: HostPlan, health: Mapping[str, str]) -> dict[str, Any] |
         "active": r.active,
         "drift": not (r.running and r.written),
         "health": health.get(str(r.port), "not checked"),
-        "workers": workers if r.healthy is not None else dict.fromkeys(r.workers, "unknown"),
+        "workers": workers if r.healthy is not None else dict.fromkeys(wanted, "unknown"),
     }
 
 

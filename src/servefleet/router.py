@@ -92,6 +92,18 @@ def worker_url(settings: Settings, port: int, address: str | None = None) -> str
     return url(settings.serve_host or address or "127.0.0.1", port)
 
 
+def fleet_order(workers: Sequence[str]) -> list[str]:
+    """A fleet router's workers in its one order: by port, then host, so that consecutive picks
+    of round robin (and a request's retries) go to other hosts, and the unit is the same
+    whichever host joined first (``status`` rebuilds it from the router's own list)."""
+
+    def key(worker: str) -> tuple[int, str]:
+        where, _, port = worker.rpartition(":")
+        return (int(port) if port.isdigit() else 0, where)
+
+    return sorted(workers, key=key)
+
+
 def router_command(settings: Settings, release: ReleasePlan, workers: Sequence[str]) -> list[str]:
     """The router's command line (its unit's ExecStart=): every choice is the data's, none is
     left to vllm-router's defaults (its health check would poll once a minute).
@@ -186,6 +198,7 @@ __all__ = [
     "ROUTER_PACKAGE",
     "RouterPlan",
     "admin_url",
+    "fleet_order",
     "plan_router",
     "render_router",
     "url",

@@ -10,10 +10,14 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from faults import BARRIERS, hold, release, restart_point, run, run_killed
-from labhelpers import on_host
+from labhelpers import lab_up, on_host
+from test_plan_status import answers_ssh, cli, host_systemctl, wait_for
 
 HOSTS = ("lab1", "lab2")
 ROUTER_PORT = 8080
@@ -75,6 +79,16 @@ def listed(host: str) -> list[str]:
     try:
         conn.request("GET", "/list_workers")
         return list(json.loads(conn.getresponse().read())["urls"])
+    finally:
+        conn.close()
+
+
+def healthy(host: str) -> dict[str, bool]:
+    """Each worker the router lists, and whether its health checks find it healthy."""
+    conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=10)
+    try:
+        conn.request("GET", "/workers")
+        return {w["url"]: w["is_healthy"] for w in json.loads(conn.getresponse().read())["workers"]}
     finally:
         conn.close()
 
@@ -199,3 +213,76 @@ def test_a_converge_killed_with_an_instance_out_of_rotation_puts_it_back(
     deploy(lab, "serve_shutdown_timeout=61", hosts=(host,))
     assert sorted(listed(addr)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
     deploy(lab, router="none", hosts=(host,))
+
+
+FLEET = ("lab1", "lab2", "lab3")  # lab3 runs the fleet router (the inventory group router)
+
+
+@pytest.fixture
+def fleet_lab(lab: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The session lab re-upped with lab3 in the group router; re-upped as it was after."""
+    lab.clear()
+    lab.update(lab_up("--router", "lab3"))
+    try:
+        yield lab
+    finally:
+        lab.clear()
+        lab.update(lab_up())
+
+
+def test_a_fleet_router_over_two_hosts_through_a_rollout_and_a_stopped_host(
+    fleet_lab: dict[str, Any],
+) -> None:
+    lab = fleet_lab
+    deploy(lab, router="fleet", hosts=FLEET)
+    front = address(lab, "lab3")
+    workers = sorted(
+        f"http://{address(lab, h)}:{8000 + i}" for h in ("lab1", "lab2") for i in range(4)
+    )
+    assert sorted(listed(front)) == workers
+    assert request(front, stream=False) is None and request(front, stream=True) is None
+    served = on_host(lab, "lab3", "ls /etc/systemd/system/ | grep -c '^servefleet-vllm-' || true")
+    assert served.stdout.strip() == "0"  # the router host serves nothing itself
+
+    # a rolling restart of both hosts' instances: each leaves the fleet router's rotation first
+    for host in ("lab1", "lab2"):
+        on_host(lab, host, f"echo {RATE} > {RATE_FILE}")
+    with Traffic([front]) as traffic:
+        deploy(lab, "serve_shutdown_timeout=61", router="fleet", hosts=FLEET)
+    assert traffic.failures == [], traffic.failures[:10]
+    log = on_host(lab, "lab3", f"journalctl -u {ROUTER_UNIT} -o cat --no-pager").stdout
+    assert all(f"Removed worker: {w}" in log and f"Added worker: {w}" in log for w in workers)
+
+    # lab2 stops mid-traffic (its sshd and its servers, killed): what its instances had in
+    # flight may fail; everything else the router sends to lab1
+    traffic = Traffic([front])
+    with traffic:
+        deadline = time.monotonic() + 30
+        while traffic.sent < 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        host_systemctl(lab, "lab2", "stop", "ssh.service")
+        host_systemctl(lab, "lab2", "kill", "--signal=SIGKILL", "servefleet-vllm-*.service")
+        host_systemctl(lab, "lab2", "stop", "servefleet-vllm-*.service")
+        stopped_at = traffic.sent
+        while traffic.sent < stopped_at + 60 and time.monotonic() < deadline + 120:
+            time.sleep(0.1)
+    dead = [f"http://{address(lab, 'lab2')}:{8000 + i}" for i in range(4)]
+    wait_for(
+        lambda: all(not healthy(front)[w] for w in dead), "the router still finds lab2 healthy"
+    )
+    try:
+        assert len(traffic.failures) <= CLIENTS, traffic.failures  # one in flight per client
+        status = cli(lab, "status", "inventories/lab.py", "--data", "serve_router=fleet")
+        assert status.returncode == 1
+        assert "servefleet: lab2: unreachable" in status.stderr, status.stderr
+        assert (
+            f"lab3: {ROUTER_UNIT} finds http://{address(lab, 'lab2')}:8000 unhealthy"
+            in status.stderr
+        )
+    finally:
+        host_systemctl(lab, "lab2", "start", "ssh.service")
+        wait_for(lambda: answers_ssh("lab2"), "lab2's sshd did not come back")
+        for host in ("lab1", "lab2"):
+            on_host(lab, host, f"rm -f {RATE_FILE}")
+    deploy(lab, "serve_shutdown_timeout=61", router="fleet", hosts=FLEET)  # lab2 serves again
+    assert request(front, stream=False) is None

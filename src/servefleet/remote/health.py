@@ -392,15 +392,16 @@ STATUS_TIMEOUT = 30.0  # a status check of one instance: as long as the gate's o
 
 def status(checks: dict[str, Any]) -> dict[str, str]:
     """port (as a string) -> "ok" or why not: the gate, once, for each ``[unit, port]`` (or
-    ``[unit, port, key_unit]``: the router's, with a server's API key) of
+    ``[unit, port, key_unit, True]``: a router's, with the API key of the server unit
+    ``key_unit``, or none when it is ""; then the servers' 401 counts as an answer) of
     ``checks["instances"]``, serving ``checks["model"]`` on ``checks["host"]``."""
     host = checks.get("host") or "127.0.0.1"
 
     def one(entry: list[Any]) -> str:
-        unit, port, key_unit = (*entry, None)[:3]
-        path = ROUTER_READY if key_unit else "/health"
-        return check(unit, int(port), checks["model"], STATUS_TIMEOUT, host,
-                     key_unit=key_unit, path=path) or "ok"  # fmt: skip
+        unit, port, key_unit, router = (*entry, None, False)[:4]
+        path = ROUTER_READY if router else "/health"
+        return check(unit, int(port), checks["model"], STATUS_TIMEOUT, host, key_unit=key_unit
+                     or None, path=path, keyless=bool(router and not key_unit)) or "ok"  # fmt: skip
 
     instances = checks["instances"]
     with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:

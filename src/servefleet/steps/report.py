@@ -70,11 +70,12 @@ def report() -> None:
             "host": desired["host"],
             "instances": [[i.unit, i.port] for i in plan.instances],
         }
-        if plan.router and plan.instances:  # its gate: a chat through it, with a server's key
-            checks["instances"].append([plan.router.unit, plan.router.port, plan.instances[0].unit])
+        if plan.router:  # its gate: a chat through it, with a server's key when it has one
+            key_unit = plan.instances[0].unit if plan.instances else ""
+            checks["instances"].append([plan.router.unit, plan.router.port, key_unit, True])
         health = (
             host.get_fact(InstanceHealth, checks=json.dumps(checks, sort_keys=True))
-            if plan.instances
+            if checks["instances"]
             else {}
         )
         summary = status_summary(plan, health, address)

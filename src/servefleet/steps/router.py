@@ -20,7 +20,7 @@ from pyinfra.operations import server
 
 from servefleet.hostplan import NOLOGIN, HostPlan
 from servefleet.remote.layout import PLANS
-from servefleet.router import RouterPlan, admin_url
+from servefleet.router import RouterPlan, admin_url, fleet_order
 from servefleet.settings import Settings, settings_from
 from servefleet.steps import ensure
 from servefleet.steps.operations import Stdin, _connector_args, release
@@ -41,7 +41,7 @@ def fleet_routers(settings: Settings) -> list[str]:
     group = host.state.inventory.get_group(settings.serve_router_group, None) or []
     out = []
     for h in group:
-        theirs = settings_from(h.data.get)
+        theirs = settings_from(h.data.get, keys=h.data.dict().keys())
         out.append(admin_url(theirs, address_of(h)))
     return out
 
@@ -66,7 +66,8 @@ class FleetRouting:
         return run
 
     def every(self) -> list[str]:
-        return [w for name in self.order for w in self.workers.get(name, ())]
+        """Every worker, in the fleet router's order (:func:`servefleet.router.fleet_order`)."""
+        return fleet_order([w for name in self.order for w in self.workers.get(name, ())])
 
 
 _RUNS: weakref.WeakKeyDictionary[Any, FleetRouting] = weakref.WeakKeyDictionary()
@@ -101,8 +102,9 @@ def install(plan: HostPlan) -> None:
         )
 
 
-def _converge_fleet_router(state: Any, on: Any, plan: HostPlan) -> bool:
-    """Run time: the router over every instance the run's hosts joined, unless it runs so."""
+def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # noqa: F811
+    """Run time: the router over every instance the run's hosts joined, unless it runs so
+    (pyinfra passes ``state`` and ``host`` by these names)."""
     assert plan.router is not None
     s = plan.settings
     router: RouterPlan = plan.router.over(s, FleetRouting.of_run(state).every())
@@ -116,11 +118,12 @@ def _converge_fleet_router(state: Any, on: Any, plan: HostPlan) -> bool:
         "keyless": bool(s.api_key),  # the servers' key stays with them
     }
     cmd = f"python3 {shlex.quote(plan.lib + '/instances.py')} router -"
-    ok, out = on.run_shell_command(StringCommand(cmd), _stdin=Stdin(json.dumps(doc) + "\n"),
-                                   **_connector_args(on))  # fmt: skip
+    args = {**_connector_args(host), "_stdin": Stdin(json.dumps(doc) + "\n")}
+    ok, out = host.run_shell_command(StringCommand(cmd), **args)
     if not ok:
-        logger.error(f"{on.print_prefix}{out.stderr.strip() or 'the fleet router failed'}")
-    return bool(ok)
+        logger.error(f"{host.print_prefix}{out.stderr.strip() or 'the fleet router failed'}")
+        return False  # the operation fails, and with it this host (no traceback)
+    return True
 
 
 @operation(is_idempotent=False)
