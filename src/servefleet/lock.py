@@ -9,7 +9,8 @@ data once, on the controller, with uv, and writes under the lock directory (``sd
 - ``servefleet.lock.json``: per stack the inputs it was made from (to name what differs when
   the data moves on), the pylock file and the release id (the sha256 of the locked set, so a
   release is the same bytes on every host); the driver runfile's sha256; each model's revision
-  and store archive sha256.
+  and store archive sha256; each file ``serve_files`` ships (the path argv names -> its sha256
+  and shipped name; absent in a lock of data that ships none).
 
 Every owned package comes only from its owner: the owners' indexes are uv *explicit* indexes,
 each owned package pinned to its own, and every other package comes from the public index. A
@@ -32,7 +33,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +371,7 @@ class Lock:
     stacks: dict[str, Locked]
     driver: dict[str, Any]
     models: dict[str, Any]
+    files: dict[str, Any] = field(default_factory=dict)  # serve_files: argv path -> sha256, name
 
     def for_input(self, digest: str) -> Locked | None:
         return next((s for s in self.stacks.values() if s.input == digest), None)
@@ -384,6 +386,7 @@ def write_lock(
     locked: Mapping[Stack, str],
     driver: Mapping[str, Any],
     models: Mapping[str, Any],
+    files: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a lock directory: one pylock per stack, then servefleet.lock.json (stale pylocks of
     stacks no longer locked are removed).
@@ -392,6 +395,8 @@ def write_lock(
     + locked: stack -> its pylock text
     + driver: driver version -> {"url", "sha256"}
     + models: model id -> {"revision", "url", "sha256"}
+    + files: serve_files' path in argv -> {"sha256", "name"} (none: the entry is left out, as in
+      a lock written before it existed)
     """
     path.mkdir(parents=True, exist_ok=True)
     entries = {}
@@ -406,6 +411,8 @@ def write_lock(
         }
     doc = {"lock_version": LOCK_VERSION, "stacks": entries, "driver": dict(driver),
            "models": dict(models)}  # fmt: skip
+    if files:
+        doc["files"] = dict(files)
     _atomic(path / LOCK_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     keep = {e["pylock"] for e in entries.values()}
     for old in path.glob("pylock.*.toml"):
@@ -460,7 +467,13 @@ def _load(path: str, stamp: tuple[Any, ...]) -> Lock:
                                   entry["release"])  # fmt: skip
         except (KeyError, TypeError, OSError) as e:
             raise LockError(f"{where / LOCK_FILE}: stack {name}: malformed ({e})") from None
-    return Lock(where, stacks, dict(doc.get("driver") or {}), dict(doc.get("models") or {}))
+    files = doc.get("files") or {}
+    if not isinstance(files, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in files.values()
+    ):
+        raise LockError(f"{where / LOCK_FILE}: files: malformed (path -> {{sha256, name}})")
+    return Lock(where, stacks, dict(doc.get("driver") or {}), dict(doc.get("models") or {}),
+                dict(files))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,6 +497,7 @@ def differences(
     wanted: Iterable[Stack],
     driver: Mapping[str, Any],
     models: Mapping[str, Any],
+    files: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """What no longer matches between a lock and the data (empty: the lock is current).
 
@@ -491,6 +505,7 @@ def differences(
     + wanted: the stacks the data's hosts need
     + driver: driver version -> {"url", "sha256"} from the data
     + models: model id -> {"revision", "sha256"} the data pins (None: not pinned by data)
+    + files: serve_files' path in argv -> {"sha256", "name"} the data ships (None: not compared)
     """
     out: list[str] = []
     seen = set()
@@ -516,4 +531,25 @@ def differences(
         for key in ("revision", "sha256"):
             if entry.get(key) and entry[key] != have.get(key):
                 out.append(f"model {model}: {key} {have.get(key)} -> {entry[key]}")
+    if files is not None:
+        out += file_differences(lock, files)
+        out += [
+            f"file {p}: locked but no host ships it" for p in sorted(set(lock.files) - set(files))
+        ]
+    return out
+
+
+def file_differences(lock: Lock, files: Mapping[str, Any]) -> list[str]:
+    """The files the data ships that the lock does not hold as they are (by sha256).
+
+    + lock: the lock read from disk
+    + files: serve_files' path in argv -> {"sha256", ...} of the files the data ships
+    """
+    out = []
+    for argv, entry in sorted(files.items()):
+        have = lock.files.get(argv)
+        if have is None:
+            out.append(f"file {argv}: not locked")
+        elif have.get("sha256") != entry["sha256"]:
+            out.append(f"file {argv}: sha256 {have.get('sha256')} -> {entry['sha256']}")
     return out

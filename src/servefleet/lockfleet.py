@@ -2,7 +2,8 @@
 
 Reads the inventory and its group data with pyinfra's loader (no host is contacted), validates each
 host's data, resolves its selection, and gathers what the lock covers: every distinct stack,
-the driver runfile of each driver version, and each model's revision and archive sha256.
+the driver runfile of each driver version, each model's revision and archive sha256, and each
+file ``serve_files`` ships.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ class FleetLock:
     driver: dict[str, dict[str, str]]
     models: dict[str, dict[str, Any]]  # model id -> what the data pins (revision, sha256)
     model_sources: dict[str, Settings]  # model id -> settings of a host that fetches it
+    files: dict[str, dict[str, str]] = field(default_factory=dict)  # serve_files: argv -> entry
 
 
 def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Settings]]:
@@ -81,12 +83,13 @@ def fleet_lock(
     """
     from servefleet.hostplan import resolve_for
     from servefleet.kinds import kind_named
-    from servefleet.release import plan_router_release, unlocked as without_lock
+    from servefleet.release import plan_router_release, shipped_files, unlocked as without_lock
 
     stacks: dict[Stack, Settings] = {}
     driver: dict[str, dict[str, str]] = {}
     models: dict[str, dict[str, Any]] = {}
     sources: dict[str, Settings] = {}
+    files: dict[str, tuple[str, dict[str, str]]] = {}  # argv -> (a host shipping it, its entry)
     dirs = set()
     for name, settings in _hosts(inventory, overrides):
         dirs.add(settings.sdk_lock)
@@ -113,7 +116,15 @@ def fleet_lock(
                 "sha256": settings.models_sha256.get(model),
             }
             sources.setdefault(model, unlocked)
-    return FleetLock(_lock_dir(dirs, lock_dir), stacks, driver, models, sources)
+        for f in shipped_files(settings):
+            first, entry = files.setdefault(f.argv, (name, f.lock_entry()))
+            if entry["sha256"] != f.sha256:
+                raise DataError(
+                    f"serve_files: {first} and {name} ship different files as {f.argv!r}; "
+                    "allowed: one file for each path on every host of a lock"
+                )
+    shipped = {argv: entry for argv, (_, entry) in files.items()}
+    return FleetLock(_lock_dir(dirs, lock_dir), stacks, driver, models, sources, shipped)
 
 
 def _lock_dir(dirs: set[str | None], lock_dir: str | None) -> Path:
@@ -204,7 +215,9 @@ def make_lock(fl: FleetLock, echo: Callable[[str], None] = print) -> None:
     for model, entry in models.items():
         if not entry["revision"]:
             echo(f"model {model}: not pinned (set models_revisions, or use a model store)")
-    write_lock(fl.lock_dir, locked, fl.driver, models)
+    for argv, entry in sorted(fl.files.items()):
+        echo(f"file {argv}: sha256 {entry['sha256']}")
+    write_lock(fl.lock_dir, locked, fl.driver, models, fl.files)
     echo(f"wrote {fl.lock_dir}: review its diff, commit it, then roll out")
 
 
@@ -217,4 +230,4 @@ def check_lock(fl: FleetLock) -> list[str]:
         lock: Lock = load_lock(fl.lock_dir)
     except LockError as e:
         return [str(e)]
-    return differences(lock, fl.stacks, fl.driver, fl.models)
+    return differences(lock, fl.stacks, fl.driver, fl.models, fl.files)

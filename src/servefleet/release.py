@@ -21,7 +21,7 @@ from packaging.version import Version
 from servefleet.errors import DataError
 from servefleet.glibc import choose, owners
 from servefleet.kinds import kind_named
-from servefleet.lock import Lock, Stack, files_of, load_lock, packages, stack
+from servefleet.lock import Lock, Stack, file_differences, files_of, load_lock, packages, stack
 from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
 from servefleet.settings import Settings, canonical_name
 from servefleet.spec import ServeSpec
@@ -51,6 +51,10 @@ class ShippedFile:
     name: str  # its name in <release>/files: a sha256 prefix and the file's own name
     sha256: str
     data: bytes = field(repr=False)
+
+    def lock_entry(self) -> dict[str, str]:
+        """What the lock holds of it (``servefleet.lock.write_lock``'s ``files``)."""
+        return {"sha256": self.sha256, "name": self.name}
 
 
 def shipped_files(settings: Settings) -> tuple[ShippedFile, ...]:
@@ -334,6 +338,14 @@ def plan_release(
     )
     digest, pylock, offline = _locked(settings, st, digest)
     files = shipped_files(settings)
+    lock = _lock_of(settings)
+    if lock is not None:
+        wrong = file_differences(lock, {f.argv: f.lock_entry() for f in files})
+        if wrong:
+            raise DataError(
+                f"serve_files: {lock.path} does not lock the files this host ships "
+                f"({'; '.join(wrong[:3])}); run `servefleet lock` and review the diff"
+            )
     if files:  # their bytes are part of what the release is
         named = {f.name: f.sha256 for f in files}
         digest = hashlib.sha256(json.dumps({"release": digest, "files": named},

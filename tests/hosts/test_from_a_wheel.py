@@ -1,8 +1,10 @@
 """An operator's fleet repository (issue #19): the wheel built from this tree, installed into a
-fresh venv outside the repository, `servefleet init` in an empty directory, and from there only
-the scaffolded files and the installed package: `lab up`, the pyinfra deploy, `plan` (no change),
-`status` (exit 0), a `rollout` of a recompiling change and `rollback`. Brings up its own lab
-(3 hosts, as the session's) and works on lab1; the session's lab state is refreshed after."""
+fresh venv outside the repository, then the README's "Install a controller" commands as it shows
+them (`servefleet init` in an empty directory, `lab up`, the pyinfra deploy: wheel_venv's
+readme_install and quick_start), and from there only the scaffolded files and the installed
+package: `plan` (no change), `status` (exit 0), a `rollout` of a recompiling change and
+`rollback` on lab1. Brings up its own lab (the default 3 hosts, as the session's); the session's
+lab state is refreshed after."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 from faults import resolved, runs_argv
-from wheel_venv import clean_env, wheel_venv
+from wheel_venv import built_wheel, clean_env, quick_start, readme_install, wheel_venv
 
 from servefleet.lab.state import load_state
 
@@ -28,23 +30,21 @@ def test_a_scaffolded_fleet_repository_runs_from_the_installed_wheel(
 ) -> None:
     venv = wheel_venv(tmp_path)
     bin_ = venv / "bin"
-    fleet = tmp_path / "fleet"
     env = {**clean_env(), "PATH": f"{bin_}:{os.environ['PATH']}", "PYINFRA_PROGRESS": "off"}
 
-    def sh(*cmd: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(cwd: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
         creds = {n: Path(p).read_text().strip() for n, p in load_state()["secrets"].items()}
-        proc = subprocess.run([str(bin_ / cmd[0]), *cmd[1:]], cwd=fleet, env={**env, **creds},
-                              capture_output=True, text=True, timeout=1200)  # fmt: skip
-        if ok:
-            assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        proc = subprocess.run(argv, cwd=cwd, env={**env, **creds}, capture_output=True,
+                              text=True, timeout=1200)  # fmt: skip
+        assert proc.returncode == 0, f"{argv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return proc
 
-    try:
-        made = subprocess.run([str(bin_ / "servefleet"), "init", str(fleet)], cwd=tmp_path,
-                              env=env, capture_output=True, text=True)  # fmt: skip
-        assert made.returncode == 0, made.stderr
-        sh("servefleet", "lab", "up", "--hosts", "3")
-        sh("pyinfra", "-y", *LIMIT, "inventories/lab.py", "deploys/serve.py")
+    def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
+        return run(fleet, [str(bin_ / cmd[0]), *cmd[1:]])
+
+    try:  # the README's commands: init, cd, lab up, the deploy
+        fleet = quick_start(readme_install(), built_wheel(tmp_path), venv, tmp_path, run)
+        assert fleet.parent == tmp_path and (fleet / "inventories" / "lab.py").is_file()
         plan = json.loads(sh("servefleet", "plan", "inventories/lab.py", *LIMIT, "--json").stdout)
         assert list(plan) == ["lab1"] and not plan["lab1"]["changes"], plan
         sh("servefleet", "status", "inventories/lab.py", *LIMIT)

@@ -3,6 +3,9 @@
 ``index``: two PEP 503 "simple" indexes (the lab's index server) on 127.0.0.1, no real registry:
 ``owner`` holds the owned package ``sfowned`` behind HTTP Basic auth (credentials from a
 netrc, as on a host); ``public`` holds everything else and a squatter ``sfowned 9.0``.
+
+The simulator's fixtures (``sim``, ``builder``, ``out``, ``venv``, ``simroot``, ``sim_env``, ...)
+are sim_fixtures.py's, registered here once for every module that runs the simulator.
 """
 
 from __future__ import annotations
@@ -13,6 +16,18 @@ from contextlib import ExitStack
 import pytest
 from fake_host import serving
 from local_indexes import OWNER_LOGIN, PACKAGES, build
+from sim_fixtures import (  # noqa: F401 (fixtures: pytest finds them by name here)
+    builder,
+    clean_links,
+    fakebin,
+    hf_home,
+    manifest,
+    out,
+    sim,
+    sim_env,
+    simroot,
+    venv,
+)
 
 from servefleet.lab.index import Config, make_server
 

@@ -1,6 +1,6 @@
-"""Helpers for tests/unit/test_lab_sim.py: load the simulator's builder and the simulated server's
-modules from src/servefleet/lab/simulator/ (sources, not servefleet modules), make throwaway
-venvs, run the simulation."""
+"""Helpers for the simulator's unit tests (sim_fixtures.py, test_lab_sim.py, ...): load the
+simulator's builder and the simulated server's modules from src/servefleet/lab/simulator/
+(sources, not servefleet modules), make throwaway venvs, run the simulation."""
 
 from __future__ import annotations
 

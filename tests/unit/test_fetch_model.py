@@ -604,6 +604,22 @@ def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
     assert all(p.lstat().st_uid == owner.pw_uid for p in (home / "hub" / TOP).rglob("*"))
 
 
+def test_staging_gives_its_descriptor_and_the_path_of_it(tmp_path: Path) -> None:
+    """The hub client is handed the staging directory's descriptor itself (pass_fds), not a
+    number parsed back out of its /proc/self/fd path; the directory is root's 0700 and goes."""
+    from servefleet.remote.fetch_model import staging
+
+    with staging(tmp_path) as st:
+        assert st.path == Path(f"/proc/self/fd/{st.fd}")
+        made = os.fstat(st.fd)
+        assert made.st_uid == os.geteuid() and made.st_mode & 0o777 == 0o700
+        (st.path / "x").write_text("staged")
+        (entry,) = tmp_path.iterdir()
+        assert entry.name.startswith(".fetch-") and (entry / "x").read_text() == "staged"
+        assert os.path.samestat(made, os.stat(entry))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_hub_refusal_names_the_token_variable(
     hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:

@@ -6,6 +6,7 @@ The indexes are test_install_release's: ``owner`` (HTTP Basic auth) owns ``sfown
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -16,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from local_indexes import OWNER_LOGIN
+from test_deploy_plan import probe
 from test_install_release import install, release_plan, with_uv
 
 from servefleet.errors import DataError
-from servefleet.hostplan import resolve_for
+from servefleet.hostplan import plan_host, resolve_for
 from servefleet.lock import (
     LOCK_FILE,
     LockError,
@@ -34,7 +36,7 @@ from servefleet.lock import (
     stack,
     write_lock,
 )
-from servefleet.lockfleet import FleetLock, locked_models
+from servefleet.lockfleet import FleetLock, locked_models, make_lock
 from servefleet.release import MARKER, plan_release, with_locked_models
 from servefleet.settings import settings_from
 
@@ -373,3 +375,135 @@ def test_lock_check_with_a_selection_names_the_stack_it_needs(tmp_path: Path) ->
     assert f"servefleet: lock: stack {default.name}: locked but no host uses it" in suffix.stderr
     bad = check("--selection", "spec_decode")
     assert bad.returncode == 2 and "--selection 'spec_decode': expected KEY=VALUE" in bad.stderr
+
+
+TEMPLATE = "examples/tool_chat_template_x.jinja"
+
+
+def test_serve_files_are_locked_and_a_file_that_differs_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """#22: the lock holds each file serve_files ships (argv path -> sha256 and shipped name);
+    `--check` names a changed file, and a locked deploy refuses it before any change."""
+    template = tmp_path / "x.jinja"
+    template.write_text("{{ messages }}\n")
+    settings = defaults(serve_files={TEMPLATE: str(template)})
+    spec = resolve_for(settings)
+    unlocked = plan_release(settings, spec, None)
+    assert unlocked.stack is not None and len(unlocked.files) == 1
+    shipped = unlocked.files[0]
+    entry = {"sha256": shipped.sha256, "name": shipped.name}
+    fl = FleetLock(tmp_path / "lock", {}, {}, {}, {}, {TEMPLATE: entry})
+    lines: list[str] = []
+    make_lock(fl, lines.append)  # no stack, no model: nothing resolved, the file written
+    assert f"file {TEMPLATE}: sha256 {shipped.sha256}" in lines
+    assert load_lock(tmp_path / "lock").files == {TEMPLATE: entry}
+    write_lock(tmp_path / "lock", {unlocked.stack: pylock()}, {}, {}, {TEMPLATE: entry})
+    doc = json.loads((tmp_path / "lock" / LOCK_FILE).read_text())
+    assert doc["files"] == {TEMPLATE: entry} and doc["lock_version"] == 1
+    lock = load_lock(tmp_path / "lock")
+    assert differences(lock, [unlocked.stack], {}, {}, {TEMPLATE: entry}) == []
+    locked = replace(settings, sdk_lock=str(tmp_path / "lock"))
+    plan = plan_release(locked, spec, None)
+    assert plan.locked and plan.files == unlocked.files
+    assert plan.id != release_id(pylock())  # the file's bytes are in the release id
+
+    template.write_text("{{ messages }} edited\n")
+    changed = hashlib.sha256(template.read_bytes()).hexdigest()
+    with pytest.raises(DataError) as e:
+        plan_release(locked, spec, None)
+    line = str(e.value)
+    assert "\n" not in line
+    assert line == (
+        f"serve_files: {tmp_path / 'lock'} does not lock the files this host ships (file "
+        f"{TEMPLATE}: sha256 {shipped.sha256} -> {changed}); run `servefleet lock` and review "
+        "the diff"
+    )
+    with pytest.raises(DataError) as planned:  # the deploy's plan, before any operation
+        plan_host(locked, probe())
+    assert str(planned.value) == line
+    now = {TEMPLATE: {"sha256": changed, "name": f"{changed[:16]}-tool_chat_template_x.jinja"}}
+    assert differences(lock, [unlocked.stack], {}, {}, now) == [
+        f"file {TEMPLATE}: sha256 {shipped.sha256} -> {changed}"
+    ]
+    assert differences(lock, [unlocked.stack], {}, {}, {}) == [
+        f"file {TEMPLATE}: locked but no host ships it"
+    ]
+
+
+def test_a_lock_without_files_serves_data_without_serve_files_and_refuses_data_with_them(
+    tmp_path: Path,
+) -> None:
+    """A lock written before the files entry existed: unchanged for data that ships none."""
+    plain = defaults()
+    spec = resolve_for(plain)
+    st = plan_release(plain, spec, None).stack
+    assert st is not None
+    write_lock(tmp_path, {st: pylock()}, {}, {})
+    assert "files" not in json.loads((tmp_path / LOCK_FILE).read_text())
+    lock = load_lock(tmp_path)
+    assert lock.files == {} and differences(lock, [st], {}, {}, {}) == []
+    assert plan_release(replace(plain, sdk_lock=str(tmp_path)), spec, None).id == release_id(
+        pylock()
+    )
+    template = tmp_path / "x.jinja"
+    template.write_text("{{ messages }}\n")
+    shipping = replace(defaults(serve_files={TEMPLATE: str(template)}), sdk_lock=str(tmp_path))
+    with pytest.raises(DataError, match=rf"\(file {TEMPLATE}: not locked\); run `servefleet lock`"):
+        plan_release(shipping, spec, None)
+    doc = json.loads((tmp_path / LOCK_FILE).read_text())
+    doc["files"] = {TEMPLATE: "not an entry"}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(doc))
+    with pytest.raises(LockError, match=r"files: malformed \(path -> \{sha256, name\}\)"):
+        load_lock(tmp_path)
+
+
+def test_lock_check_names_a_changed_serve_files_file_and_refuses_two_files_for_one_path(
+    tmp_path: Path,
+) -> None:
+    """The CLI in a subprocess, as above: `servefleet lock --check` reads serve_files from the
+    inventory's data."""
+    template, other = tmp_path / "x.jinja", tmp_path / "y.jinja"
+    template.write_text("{{ messages }}\n")
+    other.write_text("{{ other }}\n")
+    inventory = tmp_path / "inventories" / "prod.py"
+    inventory.parent.mkdir()
+    inventory.write_text('hosts = ["h1"]\n')
+    settings = defaults(serve_files={TEMPLATE: str(template)})
+    rel = plan_release(settings, resolve_for(settings), None)
+    assert rel.stack is not None
+    model = {"openai/gpt-oss-120b": {"revision": None, "url": None, "sha256": None}}
+    write_lock(tmp_path / "lock", {rel.stack: pylock()}, {}, model,
+               {f.argv: f.lock_entry() for f in rel.files})  # fmt: skip
+
+    def check(inv: Path) -> subprocess.CompletedProcess[str]:
+        files = json.dumps({TEMPLATE: str(template)})
+        cmd = [sys.executable, "-m", "servefleet", "lock", str(inv), "--lock-dir",
+               str(tmp_path / "lock"), "--check", "--data", f"serve_files={files}"]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | ENV
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    current = check(inventory)
+    assert (current.returncode, current.stdout) == (
+        0, f"{tmp_path / 'lock'}: matches the data (1 stack(s))\n"
+    ), current.stderr  # fmt: skip
+    old = rel.files[0].sha256
+    template.write_text("{{ messages }} edited\n")
+    new = hashlib.sha256(template.read_bytes()).hexdigest()
+    changed = check(inventory)
+    assert changed.returncode == 1
+    assert changed.stderr == f"servefleet: lock: file {TEMPLATE}: sha256 {old} -> {new}\n"
+    two = tmp_path / "inventories" / "two.py"
+    two.write_text(
+        f'hosts = [("h1", {{"serve_files": {{"{TEMPLATE}": "{template}"}}}}),\n'
+        f'         ("h2", {{"serve_files": {{"{TEMPLATE}": "{other}"}}}})]\n'
+    )
+    cmd = [sys.executable, "-m", "servefleet", "lock", str(two), "--lock-dir",
+           str(tmp_path / "lock"), "--check"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | ENV
+    split = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert split.returncode == 2
+    assert split.stderr.strip().splitlines() == [
+        f"servefleet: error: serve_files: h1 and h2 ship different files as '{TEMPLATE}'; allowed: one "
+        "file for each path on every host of a lock"
+    ], split.stderr

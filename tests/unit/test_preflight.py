@@ -2,21 +2,30 @@
 with the dist-info of vllm 0.30.0+cpu beside it), as it runs under a release's python: each
 instance's command line parsed and checked by vLLM's own entry points in its environment and
 directory, one JSON result per instance, refusals in one line with vLLM's message, the version
-gap named; bad input refused in one line, nothing run. Recipe fixtures: tests/unit/recipes/preflight."""
+gap named; bad input refused in one line, nothing run. Recipe fixtures: tests/unit/recipes/preflight.
+The deploy step's command (steps/preflight.py) under a kill around its pass marker."""
 
 from __future__ import annotations
 
 import ast
+import json
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lab_sim_support import SIMULATOR
 from preflight_cases import FIXTURES, PREFLIGHT, fixture_command, run_preflight
 
+from servefleet.hostplan import HostPlan, plan_host
 from servefleet.kinds.vllm import load_vllm_recipe
+from servefleet.remote import REMOTE
+from servefleet.remote.layout import PREFLIGHT as LAYOUT_PREFLIGHT
 from servefleet.remote.preflight import flag_of, one_line, unknown_key, version_gap
+from servefleet.steps.preflight import command as step_command
 
 KEY_LINE = (
     "argument --attention-config/-ac: 1 validation error for AttentionConfig "
@@ -270,3 +279,106 @@ def test_the_program_imports_only_the_standard_library_at_its_top() -> None:
         where.update(n.split(".")[0] for n in names)
     assert top - {"__future__"} <= set(sys.stdlib_module_names)
     assert inner - set(sys.stdlib_module_names) == {"vllm"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass marker under a kill: the deploy step's own command (steps/preflight.py), run by sh
+# on this machine with the host program in a release venv that has the simulator's vllm
+
+# each fake logs its call, then either kills the step's command where it is (SIGKILL to its
+# process group, a session of its own: the shell and the fake die, as a controller or
+# connection lost mid-command leaves them) or runs the real one
+FAKE = """#!/bin/sh
+echo {name} >> "$FAULT_LOG"
+if [ "$KILL_AT" = {name} ]; then kill -KILL 0; fi
+{then}
+"""
+RUNUSER = 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'  # as the serve user: here, us
+
+
+@pytest.fixture
+def host(site: Path, tmp_path: Path) -> dict[str, Any]:
+    """A host root (serve_root) whose release is a venv seeing the simulator's vllm, with
+    lib/preflight.py, and fakes of runuser, install and touch on PATH."""
+    from test_deploy_plan import probe, settings
+
+    data = settings(serve_root=str(tmp_path / "root"))
+    plan = plan_host(data, probe())
+    release = Path(plan.release.path)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(release)], check=True)
+    (purelib,) = release.glob("lib/python*/site-packages")
+    (purelib / "sim-vllm.pth").write_text(f"{site}\n")
+    Path(plan.lib).mkdir(parents=True)
+    shutil.copy(PREFLIGHT, Path(plan.lib) / "preflight.py")
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    for name, then in (
+        ("runuser", RUNUSER),
+        ("install", f'exec {shutil.which("install")} "$@"'),
+        ("touch", f'exec {shutil.which("touch")} "$@"'),
+    ):
+        (fakes / name).write_text(FAKE.format(name=name, then=then))
+        (fakes / name).chmod(0o755)
+    return {"settings": data, "plan": plan, "bin": fakes, "log": tmp_path / "calls"}
+
+
+def run_step(host: dict[str, Any], plan: HostPlan, kill_at: str = "") -> int:
+    """Run the pre-flight step's command as the host would (its stdin too); its exit status."""
+    found = step_command(plan)
+    assert found is not None
+    cmd, stdin = found
+    env = {"PATH": f"{host['bin']}:/usr/bin:/bin", "FAULT_LOG": str(host["log"]),
+           "KILL_AT": kill_at, "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    proc = subprocess.run(["sh", "-c", cmd], input=stdin, env=env, capture_output=True, text=True,
+                          timeout=300, start_new_session=True)  # fmt: skip
+    return proc.returncode
+
+
+def passed_keys(plan: HostPlan) -> list[str]:
+    """The pass markers as the host's probe reads them (remote/probe.py's own preflights())."""
+    code = (f"import json, sys; sys.path.insert(0, {str(REMOTE)!r}); import probe; "
+            f"print(json.dumps(probe.preflights({f'{plan.state_dir}/{LAYOUT_PREFLIGHT}'!r})))")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    keys: list[str] = json.loads(proc.stdout)
+    return keys
+
+
+@pytest.mark.parametrize("kill_at", ["install", "touch"])
+def test_a_run_killed_after_the_preflight_passed_but_before_its_marker_runs_it_again(
+    host: dict[str, Any], kill_at: str
+) -> None:
+    """Killed after the pre-flight passed (before the marker's directory, or between it and the
+    marker): no marker, so the next run's plan runs the pre-flight again, which writes it; the
+    run after that needs none."""
+    from test_deploy_plan import probe
+
+    plan = host["plan"]
+    assert plan.preflight_needed
+    assert run_step(host, plan, kill_at) == -signal.SIGKILL
+    assert host["log"].read_text().split() == [
+        "runuser",
+        "install",
+        *(["touch"] * (kill_at == "touch")),
+    ]
+    assert passed_keys(plan) == []
+    again = plan_host(host["settings"], probe(preflight=passed_keys(plan)))
+    assert again.preflight_needed and step_command(again) == step_command(plan)
+    assert run_step(host, again) == 0
+    assert host["log"].read_text().split().count("runuser") == 2  # the pre-flight ran again
+    assert passed_keys(plan) == [plan.preflight_key]
+    reached = plan_host(host["settings"], probe(preflight=passed_keys(plan)))
+    assert not reached.preflight_needed and step_command(reached) is None
+
+
+def test_a_run_killed_after_the_marker_runs_nothing_twice(host: dict[str, Any]) -> None:
+    """The run dies after the step's command ended (the marker written): the next run's plan
+    has no pre-flight to run."""
+    from test_deploy_plan import probe
+
+    plan = host["plan"]
+    assert run_step(host, plan) == 0
+    assert host["log"].read_text().split() == ["runuser", "install", "touch"]
+    assert passed_keys(plan) == [plan.preflight_key]
+    again = plan_host(host["settings"], probe(preflight=passed_keys(plan)))
+    assert not again.preflight_needed and step_command(again) is None
+    assert host["log"].read_text().split().count("runuser") == 1

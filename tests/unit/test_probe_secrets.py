@@ -8,12 +8,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import posixpath
 import subprocess
 import sys
 from pathlib import Path
 
-from servefleet.hostplan import HostPlan
+from test_deploy_plan import probe, settings
+
+from servefleet.hostplan import plan_host
 from servefleet.remote import REMOTE
+from servefleet.remote.layout import HF_TOKEN_FILE
 
 # runs the probe's stat with the secrets directory moved to a scratch one (argv[1])
 STAT = """
@@ -54,11 +58,18 @@ def test_a_secret_is_reported_as_an_hmac_under_the_runs_key(tmp_path: Path) -> N
     assert "sha256" not in _stat(secrets, [netrc], None)[str(netrc)]
 
 
-def test_the_planner_compares_a_secret_by_the_same_hmac() -> None:
-    from servefleet.remote.layout import HF_TOKEN_FILE
-
+def test_the_planner_compares_a_secret_by_the_same_hmac(tmp_path: Path) -> None:
+    """A real host plan (plan_host, with the key the probe was given) digests a secret as the
+    probe reports it, and any other file by its plain sha256."""
     key = b"k" * 32
-    plan = HostPlan.__new__(HostPlan)
-    object.__setattr__(plan, "secret_key", key)
-    assert plan.digest(HF_TOKEN_FILE, b"t\n") == hmac.new(key, b"t\n", "sha256").hexdigest()
+    plan = plan_host(settings(), probe(), secret_key=key)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    token = secrets / posixpath.basename(HF_TOKEN_FILE)
+    token.write_bytes(b"t\n")
+    reported = _stat(secrets, [token], key.hex())[str(token)]["sha256"]
+    assert plan.digest(HF_TOKEN_FILE, b"t\n") == reported
+    assert reported == hmac.new(key, b"t\n", "sha256").hexdigest()
     assert plan.digest("/opt/servefleet/lib/probe.py", b"x") == hashlib.sha256(b"x").hexdigest()
+    other = plan_host(settings(), probe(), secret_key=b"o" * 32)  # another run's key
+    assert other.digest(HF_TOKEN_FILE, b"t\n") != reported

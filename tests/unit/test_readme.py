@@ -1,17 +1,26 @@
 """The README stays a short way in: at most ~160 lines, its two commands as a fresh machine runs
-them, a link to every file of docs/ (and every link to docs/ resolving), and every
-``servefleet COMMAND [--option]`` that README.md and docs/*.md show in code is a real command
-and option of the CLI (click's own command list)."""
+them, its install commands the ones the wheel's host test runs, a link to every file of docs/
+(and every link to docs/ resolving), and every ``servefleet COMMAND [--option]`` that README.md
+and docs/*.md show in code is a real command and option of the CLI (click's own command list)."""
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 from pathlib import Path
 
 import click
 import pytest
+from wheel_venv import quick_start, readme_install
 
 from servefleet.cli import main
+from servefleet.scaffold import files as scaffold_files
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -83,6 +92,67 @@ def test_the_two_commands_are_the_ones_a_fresh_machine_runs() -> None:
     assert "servefleet lab up" in main_command and "deploys/serve.py" in main_command
     assert test_command == "./setup.sh && .venv/bin/pytest"
     assert test_command in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+WHEEL_TEST = REPO / "tests" / "hosts" / "test_from_a_wheel.py"
+
+
+def built_wheel_name() -> str:
+    """The file name ``pip wheel .`` gives this tree (PEP 427, from pyproject.toml)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return f"{re.sub(r'[-_.]+', '_', project['name'])}-{project['version']}-py3-none-any.whl"
+
+
+def recorded(commands: list[list[str]], cwd: Path) -> tuple[Path, list[tuple[Path, list[str]]]]:
+    """What :func:`wheel_venv.quick_start` runs of ``commands`` (nothing is run)."""
+    ran: list[tuple[Path, list[str]]] = []
+    end = quick_start(commands, Path("dist", built_wheel_name()), Path("/venv"), cwd,
+                      lambda where, argv: ran.append((where, argv)))  # fmt: skip
+    return end, ran
+
+
+def test_the_install_commands_are_the_ones_the_wheel_test_runs(tmp_path: Path) -> None:
+    """#19: the host test tests/hosts/test_from_a_wheel.py runs the README's "Install a
+    controller" block itself (wheel_venv's readme_install and quick_start): here, that the block
+    installs the wheel this tree builds, that every command of it is run, in order, from the
+    installed package, and that they work on the files `servefleet init` makes."""
+    commands = readme_install()
+    assert commands[0][:3] == ["uv", "tool", "install"]
+    fleet, ran = recorded(commands, tmp_path)
+    shown = [c for c in commands[1:] if c[0] != "cd"]
+    assert [argv for _, argv in ran] == [[f"/venv/bin/{c[0]}", *c[1:]] for c in shown]
+    init = shown[0]
+    assert init[:2] == ["servefleet", "init"] and ran[0][0] == tmp_path
+    assert fleet == tmp_path / init[2] and all(where == fleet for where, _ in ran[1:])
+    made = scaffold_files()
+    named = [arg for c in shown[1:] for arg in c if arg.endswith(".py")]
+    assert named and all(arg in made for arg in named), named
+    assert ["servefleet", "lab", "up"] in shown and shown[-1][0] == "pyinfra"
+    calls = {
+        node.func.id
+        for node in ast.walk(ast.parse(WHEEL_TEST.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert {"quick_start", "readme_install"} <= calls, "the wheel test runs the README's block"
+
+
+def test_the_install_check_refuses_what_the_wheel_test_cannot_run(tmp_path: Path) -> None:
+    """The check above can fail: another wheel's name, and a command that is not servefleet,
+    pyinfra or cd, are refused."""
+    block = "uv tool install {wheel}\nservefleet init f && cd f  # scaffold\n{more}\n"
+    text = "# x\n\n## Install a controller\n\nSome prose.\n\n```sh\n" + block + "```\n"
+    good = readme_install(text.format(wheel=built_wheel_name(), more="pyinfra -y a.py b.py"))
+    assert good == [["uv", "tool", "install", built_wheel_name()], ["servefleet", "init", "f"],
+                    ["cd", "f"], ["pyinfra", "-y", "a.py", "b.py"]]  # fmt: skip
+    assert recorded(good, tmp_path)[0] == tmp_path / "f"
+    old = readme_install(text.format(wheel="servefleet-0.0.1-py3-none-any.whl", more=""))
+    with pytest.raises(AssertionError, match="the wheel built from this tree is servefleet-"):
+        recorded(old, tmp_path)
+    other = readme_install(text.format(wheel=built_wheel_name(), more="export X=1 && ls"))
+    with pytest.raises(AssertionError, match="runs export X=1: the wheel test runs only"):
+        recorded(other, tmp_path)
+    with pytest.raises(AssertionError, match="no '## Install a controller' section"):
+        readme_install("# x\n")
 
 
 def test_the_readme_links_every_doc_and_every_link_resolves() -> None:

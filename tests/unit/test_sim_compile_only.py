@@ -1,10 +1,7 @@
 """The simulated ``vllm serve`` (src/servefleet/lab/simulator/packages/vllm/) in vllm-rbln's
 compile-only mode (``VLLM_RBLN_COMPILE_ONLY=1``: compile and cache on a dummy device, no NPU;
 rbln.md §3.5-3.6) and with a corrupt mega-cache bundle (logged, then compiled again). No namespaces: every
-simulation path goes under $RBLN_SIM_ROOT, as in test_lab_sim.py, whose fixtures this reuses."""
-
-# The fixtures of test_lab_sim.py are imported by name, and test arguments name them again:
-# ruff: noqa: F811
+simulation path goes under $RBLN_SIM_ROOT, as in test_lab_sim.py (sim_fixtures.py's fixtures)."""
 
 from __future__ import annotations
 
@@ -15,21 +12,7 @@ from typing import Any
 
 import pytest
 from lab_sim_support import free_port, http
-from test_lab_sim import (  # noqa: F401 (fixtures, used by name)
-    MODEL,
-    builder,
-    clean_links,
-    fakebin,
-    hf_home,
-    manifest,
-    out,
-    serve,
-    sim,
-    sim_env,
-    simroot,
-    venv,
-    vllm,
-)
+from sim_fixtures import MODEL, serve, vllm
 
 BASE = [MODEL, "--max-num-seqs", "2"]
 SIG = re.compile(r"signature ([0-9a-f]{16})")

@@ -1,11 +1,8 @@
 """The simulated ``vllm serve`` serving (src/servefleet/lab/simulator/packages/vllm/): replies at
 the lab's token rate, whole and streamed as vLLM streams them; vLLM 0.30's shutdown
 (``--shutdown-timeout``: drain, abort, no new requests); the API key as vLLM enforces it. Runs on
-this machine as test_lab_sim.py does (whose fixtures this reuses): every simulation path under
+this machine as test_lab_sim.py does (sim_fixtures.py's fixtures): every simulation path under
 $RBLN_SIM_ROOT. Waits on conditions with deadlines, never on fixed sleeps."""
-
-# The fixtures of test_lab_sim.py are imported by name, and test arguments name them again:
-# ruff: noqa: F811
 
 from __future__ import annotations
 
@@ -24,21 +21,7 @@ from typing import Any
 
 import pytest
 from lab_sim_support import Server, free_port, http
-from test_lab_sim import (  # noqa: F401 (fixtures, used by name)
-    MODEL,
-    builder,
-    clean_links,
-    fakebin,
-    hf_home,
-    manifest,
-    out,
-    serve,
-    sim,
-    sim_env,
-    simroot,
-    venv,
-    vllm,
-)
+from sim_fixtures import MODEL, serve, vllm
 
 RATE = 40.0  # tokens per second in these tests: 80 tokens take 2 s
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me more"}]}

@@ -178,6 +178,40 @@ def test_pack_never_follows_the_serve_users_links(tree: dict[str, Path]) -> None
     assert not out.exists()
 
 
+def test_the_seal_and_the_pack_walk_the_cache_alike(tree: dict[str, Path]) -> None:
+    """One walk (trusted.each_file) for both: the pack's files are the seal's digests, and a
+    fifo the serve user plants stops both, named, without blocking on it."""
+    import prewarm
+    import trusted
+
+    cache = tree["cache"]
+    state = {"cache_root": str(cache)}
+    _as_nobody_plant(cache, "os.makedirs('rbln/m/s/sub'); open('rbln/m/s/a', 'w').write('a');"
+                            "open('rbln/m/s/sub/b', 'w').write('bb')")  # fmt: skip
+    instances.mark_warm(state, FP, ["rbln/m/s"])
+    out = tree["base"] / "out" / f"{FP}.tar"
+    out.parent.mkdir()
+    prewarm.pack(cache, FP, out)
+    files = json.loads(Path(f"{out}.json").read_text())["files"]
+    fd = os.open(cache / "rbln" / "m" / "s", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert (
+            files
+            == trusted.digests(fd, "rbln/m/s")
+            == {
+                "rbln/m/s/a": [1, hashlib.sha256(b"a").hexdigest()],
+                "rbln/m/s/sub/b": [2, hashlib.sha256(b"bb").hexdigest()],
+            }
+        )
+        _as_nobody_plant(cache, "os.mkfifo('rbln/m/s/sub/fifo')")
+        with pytest.raises(trusted.NotRegular, match="rbln/m/s/sub/fifo: not a regular file"):
+            trusted.digests(fd, "rbln/m/s")
+    finally:
+        os.close(fd)
+    with pytest.raises(prewarm.NoCopy, match="rbln/m/s/sub/fifo: not a regular file"):
+        prewarm.pack(cache, FP, out)
+
+
 def test_unpack_never_writes_through_a_planted_incoming_directory(tree: dict[str, Path]) -> None:
     import prewarm
 

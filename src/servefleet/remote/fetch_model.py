@@ -68,7 +68,7 @@ import urllib.request
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, NamedTuple, NoReturn
 from urllib.parse import urlsplit
 
 if __package__:  # the controller imports this module (servefleet.remote.fetch_model)
@@ -430,10 +430,17 @@ def one_fetch_at_a_time(hub: Path) -> Iterator[None]:
         os.close(fd)
 
 
+class Staging(NamedTuple):
+    """Root's own staging directory: its descriptor, and the /proc/self/fd path of it."""
+
+    fd: int  # what a child is given (pass_fds) to work in the same directory
+    path: Path  # ``/proc/self/fd/<fd>``: no rename or link planted elsewhere redirects it
+
+
 @contextlib.contextmanager
-def staging(hub: Path) -> Iterator[str]:
-    """Root's own 0700 ``.fetch-*`` directory in the hub, as a /proc/self/fd path (a rename or a
-    link planted in its place cannot redirect the work in it); removed at the end."""
+def staging(hub: Path) -> Iterator[Staging]:
+    """Root's own 0700 ``.fetch-*`` directory in the hub, by its descriptor (a rename or a link
+    planted in its place cannot redirect the work in it); removed at the end."""
     name = f".fetch-{secrets.token_hex(8)}"
     os.mkdir(hub / name, 0o700)
     try:
@@ -444,7 +451,7 @@ def staging(hub: Path) -> Iterator[str]:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or st.st_mode & 0o077:
             raise Refusal(f"{name}: replaced while it was made; nothing fetched")
-        yield trusted.at(fd)
+        yield Staging(fd, Path(trusted.at(fd)))
     finally:
         for entry in os.listdir(fd):
             trusted.remove_in(fd, entry)
@@ -464,12 +471,12 @@ def from_store(a: argparse.Namespace, hub: Path, client: Client, uid: int, gid: 
         want, path, said = entry["sha256"], entry["path"], "the store manifest"
     url = f"{store}/{path}"
     with staging(hub) as tmp:
-        archive = Path(tmp) / "archive"
+        archive = tmp.path / "archive"
         with open(archive, "wb") as out:
             got = client.download(url, out, f"{a.model} is not in the store ({store})")
         if got != want:
             raise Refusal(f"{a.model}: {url} has sha256 {got}, but {said} says {want}")
-        return place(a, hub, archive, Path(tmp), url, uid, gid)
+        return place(a, hub, archive, tmp.path, url, uid, gid)
 
 
 def from_archive(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
@@ -487,7 +494,7 @@ def from_archive(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
             f"{a.model}: {archive} has sha256 {digest.hexdigest()}, but --sha256 says {a.sha256}"
         )
     with staging(hub) as tmp:
-        return place(a, hub, archive, Path(tmp), str(archive), uid, gid)
+        return place(a, hub, archive, tmp.path, str(archive), uid, gid)
 
 
 def place(
@@ -570,14 +577,14 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
     if a.token_file:
         env["HF_TOKEN_PATH"] = a.token_file
     with staging(hub) as tmp:
-        env["HF_HOME"] = tmp  # /proc/self/fd/N: the same descriptor in the child (pass_fds)
+        env["HF_HOME"] = str(tmp.path)  # the same descriptor in the child (pass_fds)
         try:
             proc = subprocess.run(
                 [a.hub, "-c", HUB_CODE, a.model, a.revision or ""],
                 env=env,
                 capture_output=True,
                 text=True,
-                pass_fds=(int(tmp.rsplit("/", 1)[1]),),
+                pass_fds=(tmp.fd,),
             )
         except OSError as exc:
             raise Refusal(f"cannot run {a.hub}: {exc.strerror}") from None
@@ -592,7 +599,7 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise Refusal(f"downloading {a.model} from the Hugging Face hub failed: {tail}")
         top = repo_dir_name(a.model)
-        staged = Path(tmp) / "hub" / top
+        staged = tmp.path / "hub" / top
         snapshot = Path(result["path"])
         wanted = a.revision or snapshot.name
         if (
@@ -606,7 +613,7 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
             )
         rev = check_snapshot(staged, snapshot.name, "the hub")
         give(staged, uid, gid)
-        move_in(hub, staged, top, Path(tmp))
+        move_in(hub, staged, top, tmp.path)
     return rev
 
 

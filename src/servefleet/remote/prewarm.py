@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import sys
 import tarfile
 import time
@@ -152,26 +151,23 @@ def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
 
 
 def _pack_dir(tar: tarfile.TarFile, base: int, d: str, files: dict[str, list[Any]]) -> None:
-    for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=base, follow_symlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):  # links and other non-directories land here
-            rel = os.path.normpath(f"{d}/{dirpath}/{name}")
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                f = os.open(name, flags, dir_fd=dirfd)
-            except OSError:
-                raise NoCopy(f"{rel}: not a regular file or directory") from None
-            with os.fdopen(f, "rb") as fh:
-                st = os.fstat(f)
-                if not stat.S_ISREG(st.st_mode):
-                    raise NoCopy(f"{rel}: not a regular file or directory")
-                info = tarfile.TarInfo(rel)
-                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                src = _Hashing(fh)
-                tar.addfile(info, src)  # type: ignore[arg-type]
-                files[rel] = [src.length, src.digest.hexdigest()]
+    """Add every file of the cache directory ``base`` (``d``) to ``tar``, each one's size and
+    sha256 as it was read into ``files`` (``trusted.each_file``: no link followed)."""
+
+    def add(rel: str, f: int, st: os.stat_result) -> list[Any]:
+        info = tarfile.TarInfo(rel)
+        info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        with os.fdopen(f, "rb", closefd=False) as fh:
+            src = _Hashing(fh)
+            tar.addfile(info, src)  # type: ignore[arg-type]
+        return [src.length, src.digest.hexdigest()]
+
+    try:
+        files.update(trusted.each_file(base, d, add))
+    except trusted.NotRegular as e:
+        raise NoCopy(str(e)) from None
 
 
 def _check_manifest(manifest: Any, fingerprint: str) -> dict[str, Any]:

@@ -18,7 +18,8 @@ import os
 import shutil
 import stat
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_READ = 1 << 20  # a marker or manifest is small; a bigger file is not ours
@@ -147,28 +148,52 @@ def names(fd: int) -> list[str]:
     return sorted(out)
 
 
-def digests(base: int, prefix: str) -> dict[str, list[Any]]:
-    """Every file under the directory ``base`` as ``prefix/<path>`` -> [size, sha256], walked
-    through descriptors with no link followed; anything but a regular file or a directory
-    (a link, a fifo) raises OSError."""
-    out: dict[str, list[Any]] = {}
+class NotRegular(OSError):
+    """An entry of a walked tree that is neither a regular file nor a directory (a link, a fifo)."""
+
+
+T = TypeVar("T")
+
+
+def each_file(base: int, prefix: str, use: Callable[[str, int, os.stat_result], T]) -> dict[str, T]:
+    """``use(rel, fd, stat)`` for every file under the directory ``base``, by ``rel`` =
+    ``prefix/<path>``, walked in order through descriptors with no link followed (``fd`` is the
+    file opened for reading, closed after); anything but a regular file or a directory (a link,
+    a fifo) raises NotRegular naming it."""
+    out: dict[str, T] = {}
     for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=base, follow_symlinks=False):
         dirnames.sort()
         for name in sorted(filenames):  # links and other non-directories land here
             rel = os.path.normpath(f"{prefix}/{dirpath}/{name}")
-            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                        dir_fd=dirfd)  # fmt: skip
             try:
-                if not stat.S_ISREG(os.fstat(f).st_mode):
-                    raise OSError(f"{rel}: not a regular file or directory")
-                digest, size = hashlib.sha256(), 0
-                for block in iter(lambda: os.read(f, 1 << 20), b""):  # noqa: B023 (used here)
-                    digest.update(block)
-                    size += len(block)
+                f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                            dir_fd=dirfd)  # fmt: skip
+            except OSError:
+                if not is_file(dirfd, name):
+                    raise NotRegular(f"{rel}: not a regular file or directory") from None
+                raise
+            try:
+                st = os.fstat(f)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotRegular(f"{rel}: not a regular file or directory")
+                out[rel] = use(rel, f, st)
             finally:
                 os.close(f)
-            out[rel] = [size, digest.hexdigest()]
     return out
+
+
+def digests(base: int, prefix: str) -> dict[str, list[Any]]:
+    """Every file under the directory ``base`` as ``prefix/<path>`` -> [size, sha256]
+    (:func:`each_file`: no link followed; a link or a fifo raises NotRegular, an OSError)."""
+    return each_file(base, prefix, lambda rel, f, st: _digest(f))
+
+
+def _digest(f: int) -> list[Any]:
+    digest, size = hashlib.sha256(), 0
+    for block in iter(lambda: os.read(f, 1 << 20), b""):
+        digest.update(block)
+        size += len(block)
+    return [size, digest.hexdigest()]
 
 
 def is_file(fd: int, name: str) -> bool:

@@ -18,18 +18,34 @@ from servefleet.steps.facts import preflight_command
 from servefleet.steps.operations import Stdin
 
 
-def check(plan: HostPlan) -> None:
+def command(plan: HostPlan) -> tuple[str, str] | None:
+    """The pre-flight's shell command on the host and what goes on its stdin (the instances,
+    one JSON line), or None when the host needs none (its key passed). The pass marker is
+    written only after the pre-flight passed, as the command's last step: a run that dies before
+    it runs the pre-flight again, and one that dies after it does not.
+
+    + plan: the host's plan
+    """
     if not plan.preflight_needed:
-        return
+        return None
     passed = f"{plan.state_dir}/{PREFLIGHT}"
     record = (
         shlex.join(["install", "-d", "-m", "755", passed])
         + " && "
         + shlex.join(["touch", f"{passed}/{plan.preflight_key}"])
     )
+    stdin = json.dumps(plan.preflight_input, sort_keys=True)
+    return f"{preflight_command(plan, '-')} > /dev/null && {record}", stdin
+
+
+def check(plan: HostPlan) -> None:
+    found = command(plan)
+    if found is None:
+        return
+    run, stdin = found
     # what it checks goes on stdin (one JSON line): nothing is uploaded or left behind
     server.shell(
         name=f"Pre-flight: vLLM of release {plan.release.id} checks every instance's command line",
-        commands=[f"{preflight_command(plan, '-')} > /dev/null && {record}"],
-        _stdin=Stdin(json.dumps(plan.preflight_input, sort_keys=True)),
+        commands=[run],
+        _stdin=Stdin(stdin),
     )
