@@ -205,7 +205,7 @@ def test_a_converge_killed_with_an_instance_out_of_rotation_puts_it_back(
         _, killed = run_killed(lab, *change, at=lambda n, name: "Converge the instances" in name,
                                then=reached)  # fmt: skip
         assert killed
-        on_host(lab, host, "pkill -9 -f 'instances.py converge' || true")
+        on_host(lab, host, "pkill -9 -f '[i]nstances.py converge' || true")
     finally:
         release(lab, [host])
     assert "http://127.0.0.1:8001" not in listed(addr)

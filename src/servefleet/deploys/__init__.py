@@ -75,7 +75,7 @@ def models(plan: HostPlan | None) -> None:
 def serve(plan: HostPlan | None) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing. A
     router host (``serve_router = "fleet"``) gets its router only, after every host's servers
-    (pyinfra runs each operation on every host before the next)."""
+    (:func:`servefleet.steps.router.after_servers`)."""
     if plan is None or refused(plan):
         return
     lib.upload(plan)
@@ -93,7 +93,9 @@ def serve(plan: HostPlan | None) -> None:
         units.cache_dirs(plan)
         credentials.api_key(plan)
         prewarm.converge(plan)
-    if plan.router_host:  # here: after the servers' steps, in the run's order of operations
+    if plan.settings.serve_router == "fleet":  # one step of every host's: the order point
+        router_step.after_servers()
+    if plan.router_host:
         router_step.converge_fleet_router(plan)
 
 

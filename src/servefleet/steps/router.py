@@ -139,3 +139,21 @@ def fleet_router(plan: HostPlan):
 
 def converge_fleet_router(plan: HostPlan) -> None:
     fleet_router(name="Converge the fleet router over every instance of the run", plan=plan)
+
+
+@operation()
+def _fleet_servers_done():
+    """
+    Nothing to do: an ordering point. pyinfra orders one run's operations by each host's own
+    sequence, and an operation added from one line of code on several hosts is one step, so
+    a router host's fleet router (after this) runs after every serving host's servers (before
+    this) converged.
+    """
+    host.noop("every host's servers have converged")
+    return
+    yield  # an operation with no command
+
+
+def after_servers() -> None:
+    """With ``serve_router = "fleet"``, on every host: the point after the servers' steps."""
+    _fleet_servers_done(name="The fleet's servers are converged (the fleet router comes next)")
