@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import Server, free_port, http
+from lab_sim_support import Server, derived_venv, free_port, http
+from test_lab_gpu import gpu_root, gpu_venv  # noqa: F401 (a fixture, used by name)
 from test_lab_sim import (  # noqa: F401 (fixtures, used by name)
     MODEL,
     builder,
@@ -66,8 +67,8 @@ INTERNAL = {
 CHAT_PATH = "/v1/chat/completions"
 
 
-def kv_config(role: str, **extra: Any) -> str:
-    config: dict[str, Any] = {"kv_connector": "RblnNixlConnector", "kv_role": role}
+def kv_config(role: str, connector: str = "RblnNixlConnector", **extra: Any) -> str:
+    config: dict[str, Any] = {"kv_connector": connector, "kv_role": role}
     if extra:
         config["kv_connector_extra_config"] = extra
     return json.dumps(config)
@@ -82,16 +83,19 @@ def pd_server(
     *args: str,
     side_host: str | None = "127.0.0.1",
     port: int | None = None,
+    connector: str = "RblnNixlConnector",
     **extra: Any,
 ) -> Server:
-    """A simulated server with RblnNixlConnector as ``role`` on NPU ``npu``, its side channel on
-    ``side_host`` (None: unset, vLLM's ``localhost``) : ``side_port``."""
-    env = dict(env, RBLN_VISIBLE_DEVICES=str(npu), VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_port))
+    """A simulated server with ``connector`` as ``role`` on NPU (or GPU) ``npu``, its side
+    channel on ``side_host`` (None: unset, vLLM's ``localhost``) : ``side_port``."""
+    devices = "CUDA_VISIBLE_DEVICES" if connector == "NixlConnector" else "RBLN_VISIBLE_DEVICES"
+    env = dict(env, VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_port), **{devices: str(npu)})
     if side_host is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = side_host
     port = port or free_port()
     cmd = [str(venv / "bin" / "vllm"), "serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
-    server = Server([*cmd, "--kv-transfer-config", kv_config(role, **extra), *args], env, port)
+    config = kv_config(role, connector, **extra)
+    server = Server([*cmd, "--kv-transfer-config", config, *args], env, port)
     server.wait_ready()
     return server
 
@@ -414,6 +418,67 @@ def test_without_a_nixl_connector_params_are_ignored(venv: Path, sim_env: dict[s
         assert roles(port) == {"prefill": 0, "decode": 0, "local": 1}
     finally:
         assert server.stop()[0] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU hosts: the CUDA build with upstream's NixlConnector (and PyPI's nixl beside vllm)
+
+
+@pytest.fixture(scope="module")
+def nixl_venv(gpu_venv: Path, out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The GPU venv (vllm 0.30.0 from the public index) plus the public index's nixl."""
+    dest = tmp_path_factory.mktemp("nixlvenv") / "v"
+    derived_venv(gpu_venv, dest, wheels=(out / "index/public/nixl-1.5.1-py3-none-any.whl",))
+    for script in ("vllm",):  # its console script, pointed at this venv's python
+        text = (gpu_venv / "bin" / script).read_text().replace(str(gpu_venv), str(dest))
+        (dest / "bin" / script).write_text(text)
+        (dest / "bin" / script).chmod(0o755)
+    return dest
+
+
+@pytest.fixture
+def cuda_env(hf_home: Path, tmp_path: Path) -> dict[str, str]:
+    root = gpu_root(tmp_path / "gpu-root")
+    (root / "etc/rbln-sim/load-seconds").write_text("0.2\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "RBLN_", "HF_"))}
+    base.pop("CUDA_VISIBLE_DEVICES", None)
+    return dict(base, RBLN_SIM_ROOT=str(root), PATH=f"{root}/usr/bin:/usr/bin:/bin",
+                HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
+                VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache-gpu"))  # fmt: skip
+
+
+def test_gpu_prefill_decode_and_the_compatibility_check(
+    nixl_venv: Path, gpu_venv: Path, cuda_env: dict[str, str], venv: Path, sim_env: dict[str, str]
+) -> None:
+    """Two CUDA servers pair as the RBLN ones do; an RBLN decode refuses a GPU prefill's blocks
+    (the handshake's compatibility hash: another vLLM build); without nixl the connector's
+    import fails the start."""
+    proc = subprocess.run(
+        [str(gpu_venv / "bin/vllm"), "serve", MODEL, "--kv-transfer-config",
+         kv_config("kv_producer", "NixlConnector")],
+        capture_output=True, text=True, env=cuda_env, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "ImportError: No module named 'nixl'" in proc.stderr
+
+    p = pd_server(nixl_venv, cuda_env, "kv_producer", free_port(), 0, connector="NixlConnector")
+    servers = [p]
+    try:
+        d = pd_server(nixl_venv, cuda_env, "kv_consumer", free_port(), 1, connector="NixlConnector")
+        servers.append(d)
+        rbln = pd_server(venv, sim_env, "kv_consumer", free_port(), 2)
+        servers.append(rbln)
+        params = prefill(p.port)
+        status, raw = request(rbln.port, "POST", CHAT_PATH, dict(CHAT, kv_transfer_params=params))
+        assert (status, json.loads(raw)) == (500, INTERNAL)
+        status, raw = request(
+            d.port, "POST", CHAT_PATH, dict(CHAT, max_tokens=3, kv_transfer_params=params)
+        )
+        assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 3, raw
+        assert roles(d.port)["decode"] == 1 and roles(p.port)["prefill"] == 1
+    finally:
+        errs = [server.stop()[1] for server in servers]
+    assert "RuntimeError: NIXL compatibility hash mismatch. Local: " in errs[2]
+    assert "Prefill and decode instances have incompatible configurations." in errs[2]
 
 
 # ---------------------------------------------------------------------------------------------
