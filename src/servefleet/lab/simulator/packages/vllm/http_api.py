@@ -21,7 +21,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .checks import fault_switch
@@ -110,6 +110,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
         server_version = "vllm-sim/" + VERSION
         protocol_version = "HTTP/1.1"
         generated = 0  # tokens of the request in hand so far
+        ended: Callable[[], None] | None = None  # counts the request in hand (see _end)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             sys.stderr.write(f"INFO: {self.address_string()} {format % args}\n")
@@ -195,6 +196,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             self.generated, aborted = 0, False
             role = role_of(state.kv, job.kv_transfer_params)
             engine = state.kv.engine(self.headers.get("X-data-parallel-rank")) if state.kv else None
+            self.ended = lambda: state.count(job, self.generated, role)  # once, see _end
             try:
                 if role != "decode" or self._load(job, engine):
                     self._generate(job, rate, role, engine)
@@ -202,8 +204,15 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 aborted = state.requests.abort.is_set()
                 self.close_connection = True
             finally:
-                state.count(job, self.generated, role)
+                self._end()
                 state.requests.done(aborted)
+
+        def _end(self) -> None:
+            """Count the request in /metrics, once: as vLLM's engine does, when it has ended,
+            before its answer's last bytes go out (a client that has read them sees it)."""
+            ended, self.ended = self.ended, None
+            if ended is not None:
+                ended()
 
         def _load(self, job: Job, engine: Engine | None) -> bool:
             """A decode's KV load from its prefill (:mod:`vllm.kv_transfer`); False when it
@@ -221,6 +230,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                     return True
             _log(f"Request {job.id} failed with an internal error during generation", "ERROR")
             body = error_body(INTERNAL_ERROR, "InternalServerError", 500)
+            self._end()
             if not job.stream:
                 self._send(500, body)
                 return False
@@ -261,10 +271,12 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 whole = answer(job, created)
                 if params is not None:
                     whole["kv_transfer_params"] = params
+                self._end()
                 self._send(200, whole)
                 return
             for event in last_events(job, created):
                 self._event(event)
+            self._end()
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")  # the chunked body's end
 
