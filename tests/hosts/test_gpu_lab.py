@@ -1,11 +1,15 @@
 """A lab of NVIDIA GPU hosts (destructive: it re-ups the lab as an H200 host and an H100 host and
 leaves a default 3-host lab behind): the hosts' hardware in the state, the inventory groups and
 ``lab status``, nvidia-smi over ``servefleet lab ssh``, no NPU, and the public index serving the
-CUDA build of vllm 0.30.0 that a GPU host installs and serves with."""
+CUDA build of vllm 0.30.0 that a GPU host installs and serves with; with PyPI's nixl beside it,
+a prefill on one host and a decode on the other pair over the NIXL side channel on the lab
+bridge, and a prefill that advertises ``localhost`` fails its decode as vLLM's does."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from typing import Any
 
 import pytest
@@ -28,6 +32,20 @@ HEALTH = (
     "        time.sleep(0.1)\n"
     "sys.exit(1)'"
 )
+# A client run on a host (the script on stdin): `python3 - URL [BODY]` prints "STATUS BODY"
+CLIENT = """
+import sys, urllib.error, urllib.request
+data = sys.argv[2].encode() if len(sys.argv) > 2 else None
+req = urllib.request.Request(sys.argv[1], data=data, headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        print(resp.status, resp.read().decode())
+except urllib.error.HTTPError as exc:
+    print(exc.code, exc.read().decode())
+"""
+PD_MODEL = "/tmp/model"
+TO_PREFILL = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+              "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
 
 
 def query(host: str, fields: str) -> str:
@@ -81,6 +99,98 @@ def test_an_h200_and_an_h100_host(lab: dict[str, Any]) -> None:
                           "/tmp/model --port 8001 -tp 4 2>&1", check=False)  # fmt: skip
         assert "World size (4) is larger than the number of available GPUs (2)" in refused.stdout
         on_host(state, "lab1", "test -s /run/rbln-sim/vllm-8000.json; systemctl stop sf-gpu-test")
+        pd_across_hosts(state)
     finally:
         lab.clear()
         lab.update(lab_up())
+
+
+def ask(
+    state: dict[str, Any], host: str, port: int, path: str, body: Any = None
+) -> tuple[int, str]:
+    """A request from ``host`` to its own server on ``port``: (status, body)."""
+    command = f"python3 - http://127.0.0.1:{port}{path}"
+    if body is not None:
+        command += " " + shlex.quote(json.dumps(body))
+    status, _, text = on_host(state, host, command, stdin=CLIENT).stdout.partition(" ")
+    return int(status), text
+
+
+def pd_serve(state: dict[str, Any], host: str, unit: str, port: int, gpu: int, role: str,
+             side_env: dict[str, str]) -> None:  # fmt: skip
+    """Start a NixlConnector server as transient unit ``unit`` and wait for its /health."""
+    config = json.dumps({"kv_connector": "NixlConnector", "kv_role": role})
+    env = " ".join(f"-E {k}={v}" for k, v in {"CUDA_VISIBLE_DEVICES": str(gpu), **side_env}.items())
+    on_host(state, host, f"systemd-run --unit {unit} {env} {VENV}/bin/vllm serve {PD_MODEL} "
+            f"--port {port} --kv-transfer-config {shlex.quote(config)}")  # fmt: skip
+    on_host(state, host, HEALTH.replace("8000", str(port)))
+
+
+def pd_across_hosts(state: dict[str, Any]) -> None:
+    """A prefill on lab1 and a decode on lab2 (upstream's NixlConnector, nixl from the public
+    index) pair over the side channel on the bridge; a prefill whose side channel host is unset
+    (vLLM's localhost) sends its decode to the decode's own host, where another NIXL engine
+    listens on that port: vLLM's "engine ID mismatch", HTTP 500."""
+    lab1, lab2 = (h["address"] for h in state["hosts"][:2])
+    on_host(state, "lab2", f"python3 -m venv {VENV} && {VENV}/bin/pip install -q {PIP} "
+            "vllm==0.30.0", timeout=300)  # fmt: skip
+    for host in ("lab1", "lab2"):
+        on_host(state, host, f"{VENV}/bin/pip install -q {PIP} nixl==1.5.1 && mkdir -p "
+                f"{PD_MODEL} && echo '{{}}' > {PD_MODEL}/config.json", timeout=300)  # fmt: skip
+    try:
+        pd_serve(
+            state,
+            "lab1",
+            "sf-pd-prefill",
+            8001,
+            0,
+            "kv_producer",
+            {"VLLM_NIXL_SIDE_CHANNEL_HOST": lab1, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5557"},
+        )
+        pd_serve(
+            state,
+            "lab1",
+            "sf-pd-local",
+            8003,
+            1,
+            "kv_producer",
+            {"VLLM_NIXL_SIDE_CHANNEL_PORT": "5558"},
+        )  # no host: localhost
+        pd_serve(
+            state,
+            "lab2",
+            "sf-pd-decode",
+            8002,
+            0,
+            "kv_consumer",
+            {"VLLM_NIXL_SIDE_CHANNEL_HOST": "0.0.0.0", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5558"},
+        )
+        chat = {"model": PD_MODEL, "messages": [{"role": "user", "content": "Hello there"}]}
+        status, text = ask(state, "lab1", 8001, "/v1/chat/completions",
+                           dict(chat, max_tokens=1, kv_transfer_params=TO_PREFILL))  # fmt: skip
+        assert status == 200, text
+        params = json.loads(text)["kv_transfer_params"]
+        assert (params["remote_host"], params["remote_port"]) == (lab1, 5557)
+        status, text = ask(state, "lab2", 8002, "/v1/chat/completions",
+                           dict(chat, max_tokens=5, kv_transfer_params=params))  # fmt: skip
+        assert status == 200 and json.loads(text)["usage"]["completion_tokens"] == 5, text
+
+        status, text = ask(state, "lab1", 8003, "/v1/chat/completions",
+                           dict(chat, max_tokens=1, kv_transfer_params=TO_PREFILL))  # fmt: skip
+        local = json.loads(text)["kv_transfer_params"]
+        assert status == 200 and (local["remote_host"], local["remote_port"]) == ("localhost", 5558)
+        status, text = ask(state, "lab2", 8002, "/v1/chat/completions",
+                           dict(chat, kv_transfer_params=local))  # fmt: skip
+        assert status == 500 and json.loads(text)["error"]["message"] == "Internal server error"
+        journal = on_host(state, "lab2", "journalctl -u sf-pd-decode --no-pager").stdout
+        assert (
+            f"Remote NIXL agent engine ID mismatch. Expected {local['remote_engine_id']},"
+            in journal
+        )
+        status, metrics = ask(state, "lab2", 8002, "/metrics")
+        assert (
+            f'servefleet_sim_requests_total{{model_name="{PD_MODEL}",role="decode"}} 2' in metrics
+        )
+    finally:
+        on_host(state, "lab1", "systemctl stop sf-pd-prefill sf-pd-local", check=False)
+        on_host(state, "lab2", "systemctl stop sf-pd-decode", check=False)

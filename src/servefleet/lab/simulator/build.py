@@ -16,9 +16,10 @@ sources next to this file (``servefleet/lab/simulator/``, shipped in the servefl
                          arctic_inference-0.1.1.tar.gz (sdist) + the setuptools wheel it builds
                          with, the squatters (rebel-compiler 0.12.0, lmcache-rbln and
                          nixl-rbln 0.12.0.post1), and PyPI's CUDA builds that GPU hosts
-                         install: vllm 0.30.0 (the same simulated server, as its CUDA build)
-                         and torch 2.13.0; and the REAL vllm-router wheel with its
-                         dependencies (fetched once: it needs no NPU, so it is not simulated)
+                         install: vllm 0.30.0 (the same simulated server, as its CUDA build),
+                         torch 2.13.0 and nixl 1.5.1 (for NixlConnector's prefill/decode);
+                         and the REAL vllm-router wheel with its dependencies (fetched once:
+                         it needs no NPU, so it is not simulated)
     OUT/apt/             dkms and linux-headers-$(uname -r) stand-in .debs (not indexed)
     OUT/files/driver/    rebellions-x86_64-3.5.1.run, rebellions-x86_64-3.6.0.run
     OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model and
@@ -70,6 +71,7 @@ VLLM_VERSION = "0.30.0+cpu"
 TORCH_VERSION = "2.13.0+cpu"
 CUDA_VLLM_VERSIONS = ["0.30.0", "0.30.1"]  # PyPI's vllm and torch: CUDA builds, no local version
 CUDA_TORCH_VERSION = "2.13.0"
+NIXL_VERSION = "1.5.1"  # PyPI's nixl, which upstream vLLM's NixlConnector imports
 PURE = "py3-none-any"
 # Platform tags of the real wheels (rbln.md §3.1): vllm's CPU build is manylinux_2_39 only;
 # RBLN's workaround source serves one that a glibc 2.35 host takes; torch-rbln one per CPython
@@ -303,6 +305,7 @@ def build_wheels(index: Path) -> None:
         "(CPU build)", "(CUDA build, the default on PyPI)"
     )
     write_wheel(public, "torch", CUDA_TORCH_VERSION, cuda_torch)
+    write_wheel(public, "nixl", NIXL_VERSION, package_files("nixl", NIXL_VERSION))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class Job:
     + max_tokens: how many tokens the reply has
     + stream: answer as server-sent events
     + include_usage: ``stream_options.include_usage``
+    + kv_transfer_params: the request's ``kv_transfer_params`` (an object), or None
     """
 
     kind: str
@@ -93,6 +94,7 @@ class Job:
     max_tokens: int
     stream: bool
     include_usage: bool
+    kv_transfer_params: dict[str, Any] | None = None
 
     def tokens(self) -> list[str]:
         """The reply's tokens: the words in order (again from the first when they run out), a
@@ -135,13 +137,21 @@ def _prompt_size(kind: str, req: Mapping[str, Any]) -> int:
     )
 
 
-def parse_job(kind: str, raw: bytes, names: Sequence[str], max_model_len: int | None) -> Job:
+def parse_job(
+    kind: str,
+    raw: bytes,
+    names: Sequence[str],
+    max_model_len: int | None,
+    request_id: str | None = None,
+) -> Job:
     """The checked request of ``kind`` in body ``raw``; RequestError as vLLM would refuse it.
 
     + kind: ``chat`` or ``completion``
     + raw: the request body
     + names: the served model names
     + max_model_len: the server's --max-model-len (None or -1: unbounded here)
+    + request_id: the ``X-Request-Id`` header, which vLLM makes the response's id (after
+      ``chatcmpl-`` or ``cmpl-``); None: an id derived from the body
     """
     try:
         req = json.loads(raw)
@@ -178,15 +188,19 @@ def parse_job(kind: str, raw: bytes, names: Sequence[str], max_model_len: int | 
             f"requested {prompt + limit} tokens ({prompt} in the {where}, {limit} in the "
             f"completion). Please reduce the length of the {where} or completion."
         )
+    kv_params = req.get("kv_transfer_params")
+    if kv_params is not None and not isinstance(kv_params, dict):
+        raise RequestError(f"kv_transfer_params must be an object, got {kv_params!r:.60}.")
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     return Job(
         kind=kind,
-        id=prefix + hashlib.sha1(raw).hexdigest()[:16],
+        id=prefix + (request_id or hashlib.sha1(raw).hexdigest()[:16]),
         model=str(req["model"]),
         prompt_tokens=prompt,
         max_tokens=limit,
         stream=stream,
         include_usage=bool((options or {}).get("include_usage")),
+        kv_transfer_params=kv_params,
     )
 
 

@@ -21,11 +21,11 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .checks import fault_switch
-from .common import VERSION, SimError
+from .common import VERSION, SimError, _log
 from .generation import (
     Job,
     RequestError,
@@ -38,6 +38,7 @@ from .generation import (
     token_event,
     tokens_per_second,
 )
+from .kv_transfer import INTERNAL_ERROR, ROLES, Engine, KVTransfer, TransferError, role_of
 from .lifecycle import Requests
 
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
@@ -68,10 +69,17 @@ def authorized(hashes: list[bytes], header: str | None) -> bool:
 
 
 class _State:
-    def __init__(self, ns: argparse.Namespace, env: Mapping[str, str], info: dict[str, Any]):
+    def __init__(
+        self,
+        ns: argparse.Namespace,
+        env: Mapping[str, str],
+        info: dict[str, Any],
+        kv: KVTransfer | None = None,
+    ):
         self.ns = ns
         self.env = env
         self.info = info
+        self.kv = kv  # the NIXL connector, None without one
         self.argv = list(sys.argv)  # this process's command line, for the fail-health switch
         self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
         self.keys = api_key_hashes(ns, env)
@@ -79,12 +87,15 @@ class _State:
         self.successes = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.roles = dict.fromkeys(ROLES, 0)  # requests ended, by the part they played
         self.started = int(time.time())
         self._lock = threading.Lock()
 
-    def count(self, job: Job, generated: int) -> None:
-        """A generation request has ended after ``generated`` tokens (a success: all)."""
+    def count(self, job: Job, generated: int, role: str) -> None:
+        """A generation request that played ``role`` has ended after ``generated`` tokens (a
+        success: all)."""
         with self._lock:
+            self.roles[role] += 1
             self.successes += generated == job.max_tokens
             self.prompt_tokens += job.prompt_tokens
             self.generation_tokens += generated
@@ -99,6 +110,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
         server_version = "vllm-sim/" + VERSION
         protocol_version = "HTTP/1.1"
         generated = 0  # tokens of the request in hand so far
+        ended: Callable[[], None] | None = None  # counts the request in hand (see _end)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             sys.stderr.write(f"INFO: {self.address_string()} {format % args}\n")
@@ -169,7 +181,8 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(404, {"detail": "Not Found"})
                 return
             try:
-                job = parse_job(kind, raw, state.names, state.ns.max_model_len)
+                request_id = self.headers.get("X-Request-Id")
+                job = parse_job(kind, raw, state.names, state.ns.max_model_len, request_id)
                 rate = tokens_per_second(state.env)
             except RequestError as exc:
                 self._send(exc.code, exc.body)
@@ -181,24 +194,67 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(503, error_body(SHUTTING_DOWN, "ServiceUnavailableError", 503))
                 return
             self.generated, aborted = 0, False
+            role = role_of(state.kv, job.kv_transfer_params)
+            engine = state.kv.engine(self.headers.get("X-data-parallel-rank")) if state.kv else None
+            self.ended = lambda: state.count(job, self.generated, role)  # once, see _end
             try:
-                self._generate(job, rate)
+                if role != "decode" or self._load(job, engine):
+                    self._generate(job, rate, role, engine)
             except _Cut:
                 aborted = state.requests.abort.is_set()
                 self.close_connection = True
             finally:
-                state.count(job, self.generated)
+                self._end()
                 state.requests.done(aborted)
 
-        def _generate(self, job: Job, rate: float) -> None:
-            """Produce ``job``'s tokens at ``rate`` (counted in ``self.generated``) and answer.
-            Raises _Cut when the shutdown aborts it or the client goes away."""
+        def _end(self) -> None:
+            """Count the request in /metrics, once: as vLLM's engine does, when it has ended,
+            before its answer's last bytes go out (a client that has read them sees it)."""
+            ended, self.ended = self.ended, None
+            if ended is not None:
+                ended()
+
+        def _load(self, job: Job, engine: Engine | None) -> bool:
+            """A decode's KV load from its prefill (:mod:`vllm.kv_transfer`); False when it
+            failed under ``kv_load_failure_policy`` ``fail`` and the failure is answered as
+            vLLM answers it. Raises _Cut when the shutdown cuts the wait."""
+            assert state.kv is not None and engine is not None and job.kv_transfer_params
+            try:
+                state.kv.fetch(engine, job.id, job.kv_transfer_params, state.requests.abort)
+                return True
+            except TransferError:
+                if state.requests.abort.is_set():
+                    raise _Cut("aborted while loading KV") from None
+                if state.kv.policy == "recompute":
+                    _log(f"Request {job.id}: KV load failed; recomputing it locally", "WARNING")
+                    return True
+            _log(f"Request {job.id} failed with an internal error during generation", "ERROR")
+            body = error_body(INTERNAL_ERROR, "InternalServerError", 500)
+            self._end()
+            if not job.stream:
+                self._send(500, body)
+                return False
+            self._open_stream()
+            for event in first_events(job, int(time.time())):
+                self._event(event)
+            self._event(body)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+            return False
+
+        def _open_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def _generate(self, job: Job, rate: float, role: str, engine: Engine | None) -> None:
+            """Produce ``job``'s tokens at ``rate`` (counted in ``self.generated``) and answer;
+            a prefill for a remote decode then holds its KV blocks, and its whole answer names
+            them. Raises _Cut when the shutdown aborts it or the client goes away."""
             start, created = time.monotonic(), int(time.time())
             if job.stream:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self._open_stream()
                 for event in first_events(job, created):
                     self._event(event)
             for i, token in enumerate(job.tokens()):
@@ -207,11 +263,20 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 self.generated = i + 1
                 if job.stream:
                     self._event(token_event(job, created, i, token))
+            params = None
+            if role == "prefill":
+                assert state.kv is not None and engine is not None
+                params = state.kv.prefill_params(engine, job.id, job.prompt_tokens)
             if not job.stream:
-                self._send(200, answer(job, created))
+                whole = answer(job, created)
+                if params is not None:
+                    whole["kv_transfer_params"] = params
+                self._end()
+                self._send(200, whole)
                 return
             for event in last_events(job, created):
                 self._event(event)
+            self._end()
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")  # the chunked body's end
 
@@ -236,8 +301,12 @@ def _metrics(state: _State) -> str:
         ("vllm:prompt_tokens_total", "counter", state.prompt_tokens),
         ("vllm:generation_tokens_total", "counter", state.generation_tokens),
         ("vllm_sim:compiled_at_start", "gauge", int(state.info["compiled"])),
+        ("servefleet_sim_kv_leases", "gauge", state.kv.blocks.count() if state.kv else 0),
     ]
     out = []
     for name, kind, value in rows:
         out += [f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
+    out.append("# TYPE servefleet_sim_requests_total counter")
+    for role, count in state.roles.items():
+        out.append(f'servefleet_sim_requests_total{{{label},role="{role}"}} {count}')
     return "\n".join(out) + "\n"

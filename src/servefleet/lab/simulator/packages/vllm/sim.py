@@ -9,6 +9,7 @@ vllm-rbln; the CUDA build is described at :func:`vllm.cuda.start_cuda`.
 This module is the entry point (``serve``, ``main``) and names the simulated server's API in one
 namespace; the server is split by concern into the package's modules: :mod:`vllm.common`
 (build, simulation paths, config fields, SimError), :mod:`vllm.flag_table` (the parser),
+:mod:`vllm.kv_transfer` (prefill/decode over the NIXL connector's side channel),
 :mod:`vllm.compile_cache` (the cache key), :mod:`vllm.checks` (start-up checks, warm-up, fault
 switches), :mod:`vllm.cuda` (the CUDA build), :mod:`vllm.http_api` (the HTTP API and its API
 key), :mod:`vllm.generation` (the reply, its token rate and its streamed events) and
@@ -56,6 +57,12 @@ a fast default without the file), whole or streamed as server-sent events. ``--a
 ``$VLLM_API_KEY``) guards every ``/v1`` path as vLLM does. SIGTERM or SIGINT: vLLM 0.30's
 shutdown, no new request, the requests in flight drained for up to ``--shutdown-timeout``
 seconds (0, the default: none), the rest aborted, then exit 0.
+
+Prefill/decode (``--kv-transfer-config`` with ``NixlConnector``, on rbln ``RblnNixlConnector``):
+the NIXL side channel on ``$VLLM_NIXL_SIDE_CHANNEL_HOST``:``$VLLM_NIXL_SIDE_CHANNEL_PORT``, a
+prefill's ``kv_transfer_params``, a decode's fetch over TCP and its failures as vLLM's
+(:mod:`vllm.kv_transfer`); ``servefleet_sim_requests_total{role=...}`` counts the requests by
+the part they played.
 
 Every path under /etc/rbln-sim, /run/rbln-sim and /var/log/rbln-sim is prefixed by
 ``$RBLN_SIM_ROOT`` when that is set (tests only; a deploy never sets it).
@@ -115,6 +122,7 @@ from .flag_table import (
 )
 from .generation import tokens_per_second
 from .http_api import _make_handler, _State
+from .kv_transfer import kv_transfer
 from .serve_args import engine_config_error, platform_of, validate_parsed_serve_args
 
 SHUTDOWN_SIGNALS = {signal.SIGTERM, signal.SIGINT}  # vLLM handles both alike
@@ -228,6 +236,7 @@ def serve(argv: Sequence[str]) -> int:
     config_error = engine_config_error(ns, platform)
     if config_error is not None:
         raise SimError(f"pydantic_core._pydantic_core.ValidationError: {config_error}")
+    kv = kv_transfer(ns, env)  # the NIXL connector's configuration, checked before the model
     host = ns.host or "0.0.0.0"  # no --host: every interface, as vLLM
 
     def _stop(signum: int, frame: Any) -> None:
@@ -245,7 +254,10 @@ def serve(argv: Sequence[str]) -> int:
     else:
         info, fds = _start_rbln(ns, env)
     tokens_per_second(env)  # a bad rate file fails the start, not the first request
-    state = _State(ns, env, info)
+    if kv is not None:  # the engines' side channels, once the KV cache exists
+        _log(f"KV transfer: {kv.connector} kv_role={kv.kv_role} policy={kv.policy}")
+        kv.open()
+    state = _State(ns, env, info, kv)
     # from here SIGTERM and SIGINT wait for sigwait (every thread started below inherits the mask)
     signal.pthread_sigmask(signal.SIG_BLOCK, SHUTDOWN_SIGNALS)
     httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
@@ -261,6 +273,8 @@ def serve(argv: Sequence[str]) -> int:
         httpd.shutdown()
     finally:
         httpd.server_close()
+        if kv is not None:
+            kv.close()
         for fd in fds:
             os.close(fd)
         _log("Shutting down")
