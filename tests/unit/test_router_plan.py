@@ -197,3 +197,23 @@ def test_status_shows_the_router_and_its_workers_as_it_sees_them() -> None:
         "labels": {"host": "h", "job": "servefleet-router"},
     } in groups
     assert status_summary(plan_host(settings(), probe()), {}, "x")["router"] is None
+
+
+def test_a_locked_router_release_is_the_locks(tmp_path: Any) -> None:
+    from dataclasses import replace
+
+    from servefleet.lock import write_lock
+
+    s = routed()
+    unlocked = plan_router_release(s)
+    assert unlocked.stack is not None and unlocked.stack.name == "router" and not unlocked.locked
+    pylock = 'lock-version = "1.0"\n[[packages]]\nname = "vllm-router"\nversion = "0.1.17"\n' \
+             'wheels = [{ url = "https://x.example/r.whl", hashes = { sha256 = "' + "b" * 64 + '" } }]\n'  # fmt: skip
+    write_lock(tmp_path, {unlocked.stack: pylock}, {}, {})
+    locked = plan_router_release(replace(s, sdk_lock=str(tmp_path)))
+    assert locked.pylock == pylock and locked.id != unlocked.id
+    other = tmp_path / "other"
+    write_lock(other, {}, {}, {})
+    with pytest.raises(DataError) as e:
+        plan_router_release(replace(s, sdk_lock=str(other)))
+    assert "does not lock this host's stack router" in str(e.value)

@@ -454,19 +454,26 @@ def setuptools_wheel() -> Path:
 # serve_router_version, with what it depends on for each Python a lock resolves for
 ROUTER_REQUIREMENT = "vllm-router==0.1.17"
 ROUTER_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# What its dependencies need on Python 3.10 only: pip evaluates `python_full_version` markers
+# for the Python it runs with (3.11 here), so it would not fetch them; a lock (uv, universal)
+# needs them (`uv pip compile --universal --python-version 3.10` lists them)
+ROUTER_PY310_ONLY = ("async-timeout", "exceptiongroup")
 
 
 def router_wheels() -> list[Path]:
     """The vllm-router wheel and its dependencies' wheels, for every Python of ROUTER_PYTHONS:
     from the cache, else fetched once with ``pip download`` and the machine's own pip config."""
-    cache = WHEEL_CACHE / ROUTER_REQUIREMENT.replace("==", "-")
+    extras = hashlib.sha256(",".join(ROUTER_PY310_ONLY).encode()).hexdigest()[:8]
+    cache = WHEEL_CACHE / f"{ROUTER_REQUIREMENT.replace('==', '-')}-{extras}"
     if not (cache / ".complete").is_file():
         WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".router-"))
         try:
             for python in ROUTER_PYTHONS:
+                more = ROUTER_PY310_ONLY if python == "3.10" else ()
                 cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:",
-                       "--python-version", python, "--dest", str(tmp), ROUTER_REQUIREMENT]  # fmt: skip
+                       "--python-version", python, "--dest", str(tmp), ROUTER_REQUIREMENT,
+                       *more]  # fmt: skip
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
                     said = [x for x in proc.stderr.splitlines() if x.strip()
