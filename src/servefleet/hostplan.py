@@ -23,6 +23,7 @@ from servefleet.errors import DataError, RecipeError
 from servefleet.flags import merge, table_for
 from servefleet.glibc import glibc_refusal, host_glibc, levels
 from servefleet.kinds import Hardware, Kind, kind_named, kind_of
+from servefleet.kinds.roles import DECODE, PREFILL, bind, is_pd, one_host_values
 from servefleet.lock import load_lock
 from servefleet.release import (
     ReleasePlan,
@@ -50,7 +51,7 @@ from servefleet.render import render_unit
 from servefleet.router import RouterPlan, admin_url, plan_router, worker_url
 from servefleet.settings import Settings
 from servefleet.shipped import VLLM_FLAGS_DIR
-from servefleet.spec import ServeSpec
+from servefleet.spec import Server, ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import Copy, host_copies
 
@@ -80,9 +81,11 @@ class Instance:
     argv: tuple[str, ...] = ()  # its command line (ExecStart=), what the pre-flight checks
     env: tuple[tuple[str, str], ...] = ()  # its Environment= (the unit's sha aside)
     worker: str | None = None  # how the routers in front reach it (None: no router)
+    role: str = "main"  # its serving role (prefill, decode: behind the host's router)
 
     def to_json(self, fingerprint: str) -> dict[str, Any]:
         return {
+            "role": self.role,
             "worker": self.worker,
             "unit": self.unit,
             "sha": self.sha,
@@ -197,6 +200,13 @@ class HostPlan:
         return f"{self.settings.serve_root}/{STATE}"
 
     @property
+    def restart_order(self) -> tuple[Instance, ...]:
+        """The instances in the order the converge restarts them: decode servers before
+        prefill servers (a prefill that restarts first would hand its blocks to decodes that
+        are about to go), otherwise by index."""
+        return tuple(sorted(self.instances, key=lambda i: i.role != DECODE))
+
+    @property
     def converged(self) -> bool:
         """Every instance runs its desired unit, the cache is warm, nothing stale is left, and
         the host's kept good state is this one (a run that died before recording it converges
@@ -206,7 +216,7 @@ class HostPlan:
             and self.warm
             and not self.stale_units
             and not self.reload_needed
-            and self.good_shas == tuple(i.sha for i in self.instances)
+            and self.good_shas == tuple(i.sha for i in self.restart_order)
             and self.good_release == self.release.id
             and (self.router is None or self.router_host or self.router.converged)
             and not self.router_stale
@@ -226,7 +236,10 @@ class HostPlan:
             "devices_env": self.platform.devices_env_for(self.hardware),
             "health_timeout": s.serve_health_timeout,
             "prewarm_timeout": self.platform.first_start_timeout(s),
-            "instances": [i.to_json(self.spec.compile_fingerprint or "-") for i in self.instances],
+            "instances": [
+                i.to_json(self.spec.compile_fingerprint or "-") for i in self.restart_order
+            ],
+            "pd": is_pd(self.spec),
             "stale": list(self.stale_units),
             "router": self.router.to_json() if self.router else None,
             "routers": list(self.routers),
@@ -245,7 +258,7 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
 
 
 def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpec:
-    """``serve_extra_args`` / ``serve_extra_env`` appended to the first server's argv and env,
+    """``serve_extra_args`` / ``serve_extra_env`` appended to each serving server's argv and env,
     checked against the flag table of the hosts' platform (a flag or variable the recipe sets
     is refused unless ``serve_override_args`` names it; then the extra replaces it).
 
@@ -257,21 +270,19 @@ def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpe
     s = settings
     if not (s.serve_extra_args or s.serve_extra_env or s.serve_override_args):
         return spec
-    first = spec.servers[0]
-    argv, env = merge(
-        first.argv,
-        first.env,
-        s.serve_extra_args,
-        s.serve_extra_env,
-        s.serve_override_args,
-        table_for(platform.name),
-    )
+
+    def extended(server: Server) -> Server:
+        argv, env = merge(server.argv, server.env, s.serve_extra_args, s.serve_extra_env,
+                          s.serve_override_args, table_for(platform.name))  # fmt: skip
+        return dataclasses.replace(server, argv=argv, env=env)
+
     fingerprint = spec.compile_fingerprint
     if fingerprint is not None:
         extras = [list(s.serve_extra_args), s.serve_extra_env, list(s.serve_override_args)]
         text = fingerprint + "\n" + json.dumps(extras, sort_keys=True)
         fingerprint = hashlib.sha256(text.encode()).hexdigest()
-    servers = [dataclasses.replace(first, argv=argv, env=env), *spec.servers[1:]]
+    serving = ("main", PREFILL, DECODE)
+    servers = [extended(x) if x.role in serving else x for x in spec.servers]
     return dataclasses.replace(spec, servers=servers, compile_fingerprint=fingerprint)
 
 
@@ -334,11 +345,12 @@ def instance_command(
     index: int,
     devices: str,
     devices_env: str | None = None,
+    server: Server | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment instance ``index`` runs with (its unit's ExecStart= and
     Environment=, before the unit's own sha): what the pre-flight checks (arguments as
-    :func:`render_instance`)."""
-    server = spec.servers[0]
+    :func:`render_instance`; ``server``: the spec's server it runs, default its first)."""
+    server = server or spec.servers[0]
     port = settings.serve_base_port + index
     exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release),
                  "--port", str(port)]  # fmt: skip
@@ -358,7 +370,7 @@ def instance_command(
 
 def render_instance(
     settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
-    devices_env: str | None = None,
+    devices_env: str | None = None, server: Server | None = None,
 ) -> tuple[str, str]:  # fmt: skip
     """The unit file of one instance and its SERVEFLEET_UNIT sha (pure: the deploy writes this
     text, ``servefleet resolve --format unit`` prints it).
@@ -369,8 +381,9 @@ def render_instance(
     + index: the instance (port ``serve_base_port + index``)
     + devices: its devices (``0,1``)
     + devices_env: the variable that gives them (default: the spec's platform's)
+    + server: the spec's server it runs (default: the first)
     """
-    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env)
+    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env, server)
     port = settings.serve_base_port + index
     fields: dict[str, Any] = dict(
         exec_argv=exec_argv,
@@ -471,18 +484,24 @@ def plan_host(
     fleet = settings.serve_router == "fleet"
     routed = settings.serve_router == "host" or (fleet and bool(fleet_routers))
     devices_env = platform.devices_env_for(hardware)
+    placed: list[tuple[Server | None, str]] = [(None, "main")] * len(groups)
+    if is_pd(spec) and not builder:
+        spec, placed, pd_refusal = _place_pd(settings, spec, groups)
+        refusal = refusal or pd_refusal
+        groups = groups[: len(placed)]
     instances = []
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
-        text, sha = render_instance(settings, spec, release, i, devices, devices_env)
-        argv, env = instance_command(settings, spec, release, i, devices, devices_env)
+        server, role = placed[i]
+        text, sha = render_instance(settings, spec, release, i, devices, devices_env, server)
+        argv, env = instance_command(settings, spec, release, i, devices, devices_env, server)
         unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
         converged = on_host.get("active") == "active" and on_host.get("running") == sha
         worker = worker_url(settings, port, address if fleet else None) if routed else None
         instances.append(Instance(i, unit, port, devices, text, sha, written, converged,
-                                  tuple(argv), tuple(sorted(env.items())), worker))  # fmt: skip
+                                  tuple(argv), tuple(sorted(env.items())), worker, role))  # fmt: skip
     if instances and instances[-1].port > MAX_PORT:
         raise DataError(
             f"serve_base_port: {settings.serve_base_port} + {len(instances) - 1} instances ends at port "
@@ -492,7 +511,9 @@ def plan_host(
     router, router_release, routers = None, None, tuple(fleet_routers) if fleet else ()
     if settings.serve_router == "host" and not builder:
         router = _router_for(settings, instances, probe)
-        router_release, routers = router.release, (router.admin,)
+        # a P/D router's worker API cannot put a worker back (its /add_worker wants the
+        # role's own call): its instances are not taken out of rotation
+        router_release, routers = router.release, () if router.roles else (router.admin,)
     elif router_host:  # its workers are known once the run's other hosts are planned
         router_release = plan_router_release(settings)
         router = plan_router(settings, router_release, (), probe.get("router"),
@@ -537,6 +558,55 @@ def plan_host(
     )
 
 
+def _place_pd(
+    settings: Settings, spec: ServeSpec, groups: list[str]
+) -> tuple[ServeSpec, list[tuple[Server | None, str]], str | None]:
+    """A prefill/decode selection on one host: ``serve_pd_pairs`` prefill servers on the first
+    device groups, as many decode servers on the next, their placeholders bound to this host
+    (:func:`servefleet.kinds.roles.one_host_values`), behind its router. The k-th server of a
+    role (from 0) listens for NIXL on the recipe's side-channel port + 10 k. Returns the bound
+    spec, each instance's (server, role), and a refusal when the host has too few groups."""
+    if settings.serve_router != "host":
+        raise DataError(
+            f"serve_router: {settings.serve_router!r}, but the selection has the roles prefill "
+            "and decode, which are served behind the host's router; allowed: host"
+        )
+    address = settings.serve_host or "127.0.0.1"
+    spec = bind(spec, one_host_values(address, address, settings.serve_router_port))
+    by_role = {x.role: x for x in spec.servers}
+    prefill, decode = by_role[PREFILL], by_role[DECODE]
+    if prefill.npus != decode.npus:
+        raise DataError(
+            f"serve_recipe: its prefill and decode servers need {prefill.npus} and "
+            f"{decode.npus} devices; allowed: a selection whose roles need as many"
+        )
+    pairs = settings.serve_pd_pairs
+    refusal = None
+    if len(groups) < 2 * pairs:
+        refusal = (
+            f"the host has {len(groups)} device groups of {prefill.npus}; serve_pd_pairs {pairs} "
+            f"needs {2 * pairs} (a prefill and a decode server each)"
+        )
+    placed: list[tuple[Server | None, str]] = []
+    for role, server in ((PREFILL, prefill), (DECODE, decode)):
+        for k in range(pairs):
+            placed.append((_side_channel(server, k), role))
+    return spec, placed, refusal
+
+
+SIDE_CHANNEL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+SIDE_CHANNEL_DEFAULT = 5600  # vLLM's, when the recipe sets none
+
+
+def _side_channel(server: Server, k: int) -> Server:
+    """The k-th server of a role on a host: its own NIXL side-channel port (unique per host)."""
+    if k == 0:
+        return server
+    base = server.env.get(SIDE_CHANNEL_PORT, str(SIDE_CHANNEL_DEFAULT))
+    port = int(base) + 10 * k if base.isdigit() else SIDE_CHANNEL_DEFAULT + 10 * k
+    return dataclasses.replace(server, env={**server.env, SIDE_CHANNEL_PORT: str(port)})
+
+
 def _router_for(
     settings: Settings, instances: Sequence[Instance], probe: dict[str, Any]
 ) -> RouterPlan:
@@ -551,7 +621,9 @@ def _router_for(
             )
     release = plan_router_release(settings)
     workers = [i.worker or "" for i in instances]
-    return plan_router(settings, release, workers, probe.get("router"), probe.get("releases", []))
+    roles = [i.role for i in instances] if any(i.role != "main" for i in instances) else []
+    return plan_router(settings, release, workers, probe.get("router"), probe.get("releases", []),
+                       roles)  # fmt: skip
 
 
 def wheelhouse_copies(plan: HostPlan) -> list[Copy]:

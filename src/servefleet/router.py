@@ -40,6 +40,7 @@ class RouterPlan:
     listed: tuple[str, ...] | None  # the workers the running router lists now (None: unknown)
     active: str = "absent"  # its unit's ActiveState as the probe found it
     healthy: dict[str, bool] | None = None  # worker -> healthy, as the router's checks find it
+    roles: tuple[str, ...] = ()  # each worker's role (prefill, decode): the router's P/D mode
     found: dict[str, Any] = field(default_factory=dict, repr=False)  # the probe's entry
     releases: tuple[str, ...] = field(default=(), repr=False)  # complete releases on the host
     unit: str = ROUTER_UNIT
@@ -47,7 +48,7 @@ class RouterPlan:
     def over(self, settings: Settings, workers: Sequence[str]) -> RouterPlan:
         """This router over other workers, as the same probe found it (a fleet router's list
         is known once every host of the run is planned)."""
-        return plan_router(settings, self.release, workers, self.found, self.releases)
+        return plan_router(settings, self.release, workers, self.found, self.releases, self.roles)
 
     @property
     def converged(self) -> bool:
@@ -70,6 +71,7 @@ class RouterPlan:
             "workers": list(self.workers),
             "release": self.release.id,
             "text": self.text,
+            "pd": bool(self.roles),
         }
 
 
@@ -104,21 +106,34 @@ def fleet_order(workers: Sequence[str]) -> list[str]:
     return sorted(workers, key=key)
 
 
-def router_command(settings: Settings, release: ReleasePlan, workers: Sequence[str]) -> list[str]:
+def router_command(
+    settings: Settings,
+    release: ReleasePlan,
+    workers: Sequence[str],
+    roles: Sequence[str] = (),
+) -> list[str]:
     """The router's command line (its unit's ExecStart=): every choice is the data's, none is
     left to vllm-router's defaults (its health check would poll once a minute).
 
     + settings: validated data (``serve_router_*``)
     + release: the router's release
     + workers: the instance URLs
+    + roles: each worker's role; prefill and decode put the router in P/D mode (vLLM's
+      two-stage requests: the prefill's ``kv_transfer_params`` to a decode)
     """
     s = settings
     bind = s.serve_host or "0.0.0.0"
+    if roles:
+        pools = ["--vllm-pd-disaggregation"]
+        for worker, role in zip(workers, roles, strict=True):
+            pools += [f"--{role}", worker]
+    else:
+        pools = ["--worker-urls", *workers]
     return [
         f"{release.path}/bin/{ROUTER_EXECUTABLE}",
         "--host", bind,
         "--port", str(s.serve_router_port),
-        "--worker-urls", *workers,
+        *pools,
         "--policy", s.serve_router_policy,
         "--health-check-endpoint", "/health",
         "--health-check-interval-secs", str(s.serve_router_health_interval),
@@ -132,7 +147,7 @@ def router_command(settings: Settings, release: ReleasePlan, workers: Sequence[s
 
 
 def render_router(
-    settings: Settings, release: ReleasePlan, workers: Sequence[str]
+    settings: Settings, release: ReleasePlan, workers: Sequence[str], roles: Sequence[str] = ()
 ) -> tuple[str, str, list[str]]:
     """The router's unit text, its SERVEFLEET_UNIT sha and its argv (pure: the host's converge
     writes this text).
@@ -141,7 +156,7 @@ def render_router(
     + release: the router's release
     + workers: the instance URLs, in instance order
     """
-    argv = router_command(settings, release, workers)
+    argv = router_command(settings, release, workers, roles)
     fields: dict[str, Any] = dict(
         exec_argv=argv,
         workers=workers,
@@ -162,6 +177,7 @@ def plan_router(
     workers: Sequence[str],
     found: dict[str, Any] | None,
     releases: Sequence[str],
+    roles: Sequence[str] = (),
 ) -> RouterPlan:
     """A router over ``workers``, from how the probe found it on its host.
 
@@ -172,7 +188,7 @@ def plan_router(
     + releases: the complete releases on the host
     """
     workers = tuple(workers)
-    text, sha, argv = render_router(settings, release, workers)
+    text, sha, argv = render_router(settings, release, workers, roles)
     found = found or {}
     listed = found.get("workers")
     return RouterPlan(
@@ -191,6 +207,7 @@ def plan_router(
         healthy=dict(found["healthy"]) if isinstance(found.get("healthy"), dict) else None,
         found=dict(found),
         releases=tuple(releases),
+        roles=tuple(roles),
     )
 
 

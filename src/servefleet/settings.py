@@ -295,6 +295,11 @@ class Settings:
         "fleet scope: the copies, on the controller",
     )
 
+    serve_pd_pairs: int = key(
+        c.whole(1, 32),
+        1,
+        "a prefill/decode selection: prefill servers on a host, and as many decode servers",
+    )
     serve_router: str = key(
         c.router,
         "none",

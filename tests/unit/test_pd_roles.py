@@ -537,17 +537,14 @@ def _data(**over: Any) -> Any:
     return settings_from(data.get, CREDS)
 
 
-def test_a_deploy_refuses_roles_it_cannot_place() -> None:
-    msg = _refused(resolve_for, _data(serve_recipe=str(PD_CARD)))
-    assert "the roles prefill, decode" in msg and "cannot place several roles" in msg
-    assert msg.endswith("allowed: a card of one role")
+def test_a_deploy_places_prefill_and_decode_and_refuses_what_it_cannot() -> None:
+    spec = resolve_for(_data(serve_recipe=str(PD_CARD)))  # placed on one host (test_pd_placement)
+    assert [x.role for x in spec.servers] == ["prefill", "decode"]
     gpu = _data(
         serve_recipe="vllm/zai-org/GLM-5.2", serve_strategy="pd_cluster", serve_hardware="b200"
     )
-    msg = _refused(resolve_for, gpu)
-    assert "the roles prefill, decode" in msg
-    assert msg.endswith("allowed: serve_strategy of one host: single_node_tp, single_node_tep")
-    # one role with a placeholder left in it is refused too
+    assert [x.role for x in resolve_for(gpu).servers] == ["prefill", "decode"]
+    # one role with a placeholder left in it is refused
     card = _seed()
     _grid(card)["base"][0]["envs"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] = (
         "VLLM_NIXL_SIDE_CHANNEL_HOST=$PREFILL_NODE_1"
@@ -556,5 +553,5 @@ def test_a_deploy_refuses_roles_it_cannot_place() -> None:
 
     spec = resolve_rbln(card_from_dict(card, name="card"))
     msg = _refused(deployable, spec, "x")
-    assert "holds $PREFILL_NODE_1, which only a placement of roles binds" in msg
+    assert "holds $PREFILL_NODE_1, which only a placement of roles on several hosts binds" in msg
     assert resolve_for(_data()).servers[0].role == "main"  # the default data still deploys

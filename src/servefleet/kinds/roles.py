@@ -166,23 +166,50 @@ def bind(spec: ServeSpec, values: Mapping[str, str]) -> ServeSpec:
     return replace(spec, servers=servers, router=[sub(a) for a in spec.router])
 
 
+# What a deploy binds on one host (:func:`one_host_values`): each pool's one node, the router
+PLACED = ("DECODE_NODE_1", "PREFILL_NODE_1", "ROUTER_HOST", "ROUTER_PORT")
+
+
+def is_pd(spec: ServeSpec) -> bool:
+    """The spec's serving roles are prefill and decode."""
+    return sorted(serving_roles(spec)) == sorted(PD_ROLES)
+
+
 def deployable(spec: ServeSpec, allowed: str) -> ServeSpec:
-    """The spec, when a deploy can place it (one serving role, nothing left to bind); else a
-    one-line refusal. Placing prefill/decode roles on hosts is not built yet.
+    """The spec, when a deploy can place it: one serving role with nothing left to bind, or a
+    prefill and a decode role whose pools are one node each (both on one host, behind its
+    router: :func:`one_host_values`); else a one-line refusal. Pools of several nodes (a DEP
+    pool's ranks, ``$PREFILL_NODE_2``) are not placed yet.
 
     + spec: a resolved spec
     + allowed: what the data may select instead (named in the message)
     """
     roles = serving_roles(spec)
-    if len(roles) > 1:
+    if len(roles) > 1 and not is_pd(spec):
         raise RecipeError(
             f"{spec.recipe}: the selection has the roles {', '.join(roles)}, each its own "
-            f"server, and servefleet cannot place several roles on hosts yet; allowed: {allowed}"
+            f"server, and servefleet places only a prefill and a decode role; allowed: {allowed}"
         )
-    unbound = placeholders(spec)
+    unbound = [p for p in placeholders(spec) if not (is_pd(spec) and p in PLACED)]
     if unbound:
         raise RecipeError(
             f"{spec.recipe}: the selection holds {', '.join('$' + p for p in unbound)}, which "
-            f"only a placement of roles binds; allowed: {allowed}"
+            f"only a placement of roles on several hosts binds (not built yet); allowed: {allowed}"
         )
     return spec
+
+
+def one_host_values(address: str, router_host: str, router_port: int) -> dict[str, str]:
+    """The placeholders of a prefill/decode selection served on one host: both pools' node is
+    the host itself (its servers' address: the NIXL side channels listen there), and the
+    router is the host's own.
+
+    + address: where the host's servers listen (``serve_host``, else loopback)
+    + router_host, router_port: where its router listens
+    """
+    return {
+        "PREFILL_NODE_1": address,
+        "DECODE_NODE_1": address,
+        "ROUTER_HOST": router_host,
+        "ROUTER_PORT": str(router_port),
+    }

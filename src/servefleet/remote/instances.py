@@ -389,6 +389,8 @@ def bring_router(state: dict[str, Any]) -> None:
         if why is not None:
             raise Failed(f"health gate: {ROUTER}: {why}", health.journal_tail(ROUTER))
         log(f"{ROUTER}: healthy on port {router['port']}")
+    if router.get("pd"):  # its P/D pools are its argv's: its worker API cannot add them back
+        return
     listed = listed_workers(router) or []
     for worker in router["workers"]:
         if worker not in listed:
@@ -406,6 +408,7 @@ def bring_to(state: dict[str, Any]) -> None:
     daemon_reload_if_needed(units)
     now = live(state["devices_env"])
     routers = state.get("routers") or []
+    restarted = set()
     for inst in state["instances"]:
         current = now.get(inst["unit"])
         restart = not running_desired(current, inst["sha"])
@@ -414,6 +417,8 @@ def bring_to(state: dict[str, Any]) -> None:
             for admin in routers if worker else ():
                 router_call(admin, "remove", worker)
             start_through_gate(state, inst, restart)
+            if restart:
+                restarted.add(inst.get("role"))
             for admin in routers if worker else ():
                 router_call(admin, "add", worker)
             now = live(state["devices_env"])
@@ -425,6 +430,36 @@ def bring_to(state: dict[str, Any]) -> None:
     if state.get("stale"):
         systemctl("daemon-reload")
     bring_router(state)
+    if state.get("pd") and "prefill" in restarted:
+        recheck_peers(state)
+
+
+def recheck_peers(state: dict[str, Any]) -> None:
+    """After a prefill restarted: one request through the router, prefill then decode. A decode
+    that cannot read from the restarted prefill (NIXL keeps a peer's old state) fails it; then
+    every decode restarts through its gate and the request must pass."""
+    router = state["router"]
+    host = state.get("host") or "127.0.0.1"
+    base = f"http://[{host}]:{router['port']}" if ":" in host else f"http://{host}:{router['port']}"
+    first = state["instances"][0]["unit"] if state["instances"] else None
+    key = health.api_key(health.unit_state(first)) if first else None
+
+    def through() -> str | None:
+        return health.probe(base, state["model"], state["health_timeout"], key,
+                            health.ROUTER_READY)  # fmt: skip
+
+    why = through()
+    if why is None:
+        log(f"{ROUTER}: a request through prefill and decode passed")
+        return
+    log(f"{ROUTER}: a request through prefill and decode failed ({why}): restarting the decodes")
+    for inst in state["instances"]:
+        if inst.get("role") == "decode":
+            start_through_gate(state, inst, True)
+    why = through()
+    if why is not None:
+        raise Failed(f"{ROUTER}: prefill/decode through the router: {why}")
+    log(f"{ROUTER}: a request through prefill and decode passed")
 
 
 def unit_sha(text: str) -> str | None:

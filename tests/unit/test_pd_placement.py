@@ -1,0 +1,82 @@
+"""Prefill/decode on one host (#21): the P/D card's roles on the host's device groups, their
+placeholders bound to the host, behind its router in P/D mode; decode restarts before prefill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_deploy_plan import probe, settings
+
+from servefleet.errors import DataError
+from servefleet.hostplan import plan_host
+from servefleet.kinds.roles import placeholders
+
+PD_CARD = Path(__file__).resolve().parents[1] / "data" / "rbln" / "gpt-oss-120b-pd.json"
+
+
+def pd(**over: Any):
+    return settings(serve_recipe=str(PD_CARD), serve_router="host", **over)
+
+
+def test_one_pair_on_the_first_two_groups_behind_the_hosts_router() -> None:
+    plan = plan_host(pd(), probe())
+    assert plan.refusal is None
+    assert [(i.role, i.port, i.devices) for i in plan.instances] == [
+        ("prefill", 8000, "0"),
+        ("decode", 8001, "1"),
+    ]
+    spec_roles = {x.role: x for x in plan.spec.servers}
+    assert placeholders(plan.spec) == []  # every $PREFILL_NODE_1 etc. bound
+    for inst in plan.instances:
+        argv, env = list(inst.argv), dict(inst.env)
+        # the card's argv as it is, then what the deploy adds (its port last: vLLM takes it)
+        card = spec_roles[inst.role].argv
+        assert argv[1 : len(card)] == card[1:]
+        assert argv[len(card) : len(card) + 2] == ["--port", str(inst.port)]
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+        assert env["RBLN_VISIBLE_DEVICES"] == inst.devices
+    assert dict(plan.instances[0].env)["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5557"
+    assert dict(plan.instances[1].env)["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5558"
+    r = plan.router
+    assert r is not None and r.roles == ("prefill", "decode")
+    argv = list(r.argv)
+    i = argv.index("--vllm-pd-disaggregation")
+    assert argv[i : i + 5] == ["--vllm-pd-disaggregation", "--prefill", "http://127.0.0.1:8000",
+                               "--decode", "http://127.0.0.1:8001"]  # fmt: skip
+    assert "--worker-urls" not in argv
+    state = plan.desired_state()
+    assert state["pd"] is True and state["routers"] == []  # its worker API cannot re-add P/D
+    assert [i["role"] for i in state["instances"]] == ["decode", "prefill"]  # decode first
+    assert state["router"]["pd"] is True
+
+
+def test_two_pairs_get_their_own_side_channel_ports() -> None:
+    plan = plan_host(pd(serve_pd_pairs=2), probe())
+    roles = [(i.role, dict(i.env)["VLLM_NIXL_SIDE_CHANNEL_PORT"]) for i in plan.instances]
+    assert roles == [("prefill", "5557"), ("prefill", "5567"), ("decode", "5558"),
+                     ("decode", "5568")]  # fmt: skip
+    assert [i["role"] for i in plan.desired_state()["instances"]] == ["decode"] * 2 + [
+        "prefill"
+    ] * 2
+
+
+def test_a_host_with_too_few_groups_is_refused_and_no_router_is_an_error() -> None:
+    plan = plan_host(pd(serve_pd_pairs=3), probe())
+    assert plan.refusal == (
+        "the host has 4 device groups of 1; serve_pd_pairs 3 needs 6 (a prefill and a decode "
+        "server each)"
+    )
+    with pytest.raises(DataError) as e:
+        plan_host(settings(serve_recipe=str(PD_CARD)), probe())
+    assert "serve_router: 'none', but the selection has the roles prefill and decode" in str(
+        e.value
+    )
+
+
+def test_a_main_server_is_placed_as_before() -> None:
+    plan = plan_host(settings(serve_router="host"), probe())
+    assert {i.role for i in plan.instances} == {"main"}
+    assert plan.router is not None and plan.router.roles == ()
+    assert plan.desired_state()["pd"] is False
