@@ -286,3 +286,51 @@ def test_a_fleet_router_over_two_hosts_through_a_rollout_and_a_stopped_host(
             on_host(lab, host, f"rm -f {RATE_FILE}")
     deploy(lab, "serve_shutdown_timeout=61", router="fleet", hosts=FLEET)  # lab2 serves again
     assert request(front, stream=False) is None
+
+
+PD_CARD = "tests/data/rbln/gpt-oss-120b-pd.json"  # a P/D card made for the tests
+
+
+def role_counts(lab: dict[str, Any], host: str, port: int) -> dict[str, int]:
+    """The simulated server's requests per role (its /metrics), read on the host."""
+    read = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"
+    out = on_host(lab, host, f'python3 -c "{read}"').stdout
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("servefleet_sim_requests_total{"):
+            role = line.split('role="', 1)[1].split('"', 1)[0]
+            found[role] = int(float(line.rsplit(" ", 1)[1]))
+    return found
+
+
+def started_at(lab: dict[str, Any], host: str, unit: str) -> int:
+    out = on_host(lab, host, f"systemctl show -p ActiveEnterTimestampMonotonic --value {unit}")
+    return int(out.stdout.strip())
+
+
+def test_prefill_and_decode_on_one_host_behind_its_router(lab: dict[str, Any]) -> None:
+    host = "lab1"
+    on_host(lab, host, f"rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health {BARRIERS}")
+    data = (f"serve_recipe={PD_CARD}",)
+    deploy(lab, *data, hosts=(host,))
+    front = address(lab, host)
+    workers = healthy(front)
+    assert workers == {"http://127.0.0.1:8000": True, "http://127.0.0.1:8001": True}, workers
+    before = (role_counts(lab, host, 8000), role_counts(lab, host, 8001))
+    assert request(front, stream=False) is None and request(front, stream=True) is None
+    after = (role_counts(lab, host, 8000), role_counts(lab, host, 8001))
+    assert after[0]["prefill"] - before[0]["prefill"] == 2  # instance 0 prefills both ...
+    assert after[1]["decode"] - before[1]["decode"] == 2  # ... and instance 1 decodes them
+    env = on_host(lab, host, "tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value "
+                  "servefleet-vllm-1.service)/environ").stdout.split()  # fmt: skip
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1" in env
+
+    # a change that restarts both: decode first, then prefill, then one request through both
+    deploy(lab, *data, "serve_shutdown_timeout=61", hosts=(host,))
+    decode_start = started_at(lab, host, "servefleet-vllm-1.service")
+    prefill_start = started_at(lab, host, "servefleet-vllm-0.service")
+    assert decode_start < prefill_start
+    assert request(front, stream=False) is None
+    deploy(lab, router="none", hosts=(host,))  # the default selection again, no router
+    gone = on_host(lab, host, f"test -e /etc/systemd/system/{ROUTER_UNIT}", check=False)
+    assert gone.returncode != 0
