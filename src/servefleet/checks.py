@@ -36,6 +36,7 @@ VIRTUAL_DIRS = ("/dev/", "/proc/", "/sys/")
 _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 name
 DEB_PACKAGE = re.compile(r"[a-z0-9]([a-z0-9+.-]|\{kernel\})+")
 SLUG = re.compile(r"[a-z0-9_-]+")
+PD_ROLE = re.compile(r"prefill|decode")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # axes, index names
 _AXIS_VALUE = re.compile(r"[^\x00-\x1f\x7f-\x9f%$]+")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")

@@ -275,7 +275,10 @@ def router_status(plan: HostPlan, health: Mapping[str, str]) -> dict[str, Any] |
     if r is None:
         return None
     if plan.router_host:  # the fleet it routes to is the run's: judge it by what it lists
-        r = r.over(plan.settings, fleet_order(r.listed or ()))
+        listed = fleet_order(r.listed or ())
+        roles = [r.types.get(w, "") for w in listed]
+        pd = any(x in ("prefill", "decode") for x in roles)
+        r = r.over(plan.settings, listed, roles if pd else ())
     seen = r.healthy or {}
     wanted = r.workers or r.listed or ()  # a fleet router's: as it lists them
     workers = {

@@ -415,6 +415,7 @@ def plan_host(
     router_host: bool = False,
     address: str | None = None,
     fleet_routers: Sequence[str] = (),
+    host_groups: Sequence[str] = (),
 ) -> HostPlan:
     """Everything one host needs, from its validated data and its probe.
 
@@ -428,6 +429,7 @@ def plan_host(
       a router only (no device, driver or server of its own)
     + address: how other hosts reach this one (the inventory's): a fleet router's workers
     + fleet_routers: the worker APIs of the fleet's routers (``serve_router = "fleet"``)
+    + host_groups: the inventory groups of the host (``serve_roles`` places a role by group)
     """
     platform = kind_of(settings.serve_recipe)
     spec = spec or resolve_for(settings)
@@ -485,8 +487,8 @@ def plan_host(
     routed = settings.serve_router == "host" or (fleet and bool(fleet_routers))
     devices_env = platform.devices_env_for(hardware)
     placed: list[tuple[Server | None, str]] = [(None, "main")] * len(groups)
-    if is_pd(spec) and not builder:
-        spec, placed, pd_refusal = _place_pd(settings, spec, groups)
+    if is_pd(spec) and not (builder or router_host):
+        spec, placed, pd_refusal = _place_pd(settings, spec, groups, host_groups, address)
         refusal = refusal or pd_refusal
         groups = groups[: len(placed)]
     instances = []
@@ -514,6 +516,8 @@ def plan_host(
         # a P/D router's worker API cannot put a worker back (its /add_worker wants the
         # role's own call): its instances are not taken out of rotation
         router_release, routers = router.release, () if router.roles else (router.admin,)
+    elif fleet and any(i.role != "main" for i in instances):
+        routers = ()  # a P/D router's worker API cannot put a worker back
     elif router_host:  # its workers are known once the run's other hosts are planned
         router_release = plan_router_release(settings)
         router = plan_router(settings, router_release, (), probe.get("router"),
@@ -559,20 +563,29 @@ def plan_host(
 
 
 def _place_pd(
-    settings: Settings, spec: ServeSpec, groups: list[str]
+    settings: Settings,
+    spec: ServeSpec,
+    groups: list[str],
+    host_groups: Sequence[str] = (),
+    address: str | None = None,
 ) -> tuple[ServeSpec, list[tuple[Server | None, str]], str | None]:
-    """A prefill/decode selection on one host: ``serve_pd_pairs`` prefill servers on the first
-    device groups, as many decode servers on the next, their placeholders bound to this host
-    (:func:`servefleet.kinds.roles.one_host_values`), behind its router. The k-th server of a
-    role (from 0) listens for NIXL on the recipe's side-channel port + 10 k. Returns the bound
-    spec, each instance's (server, role), and a refusal when the host has too few groups."""
+    """A prefill/decode selection on this host. Without ``serve_roles``: ``serve_pd_pairs``
+    prefill servers on the first device groups, as many decode servers on the next, behind the
+    host's router. With it: every device group serves the role whose group the host is in,
+    behind a fleet router. The placeholders are bound to this host (each pool's node is the
+    server itself: :func:`servefleet.kinds.roles.one_host_values`); the k-th server of a role on
+    a host (from 0) listens for NIXL on the recipe's side-channel port + 10 k. Returns the
+    bound spec, each instance's (server, role), and a refusal when the host cannot serve it."""
+    if settings.serve_roles:
+        return _place_by_group(settings, spec, groups, host_groups, address)
     if settings.serve_router != "host":
         raise DataError(
             f"serve_router: {settings.serve_router!r}, but the selection has the roles prefill "
-            "and decode, which are served behind the host's router; allowed: host"
+            "and decode, which are served behind the host's router (or set serve_roles); "
+            "allowed: host"
         )
-    address = settings.serve_host or "127.0.0.1"
-    spec = bind(spec, one_host_values(address, address, settings.serve_router_port))
+    here = settings.serve_host or "127.0.0.1"
+    spec = bind(spec, one_host_values(here, here, settings.serve_router_port))
     by_role = {x.role: x for x in spec.servers}
     prefill, decode = by_role[PREFILL], by_role[DECODE]
     if prefill.npus != decode.npus:
@@ -592,6 +605,37 @@ def _place_pd(
         for k in range(pairs):
             placed.append((_side_channel(server, k), role))
     return spec, placed, refusal
+
+
+def _place_by_group(
+    settings: Settings,
+    spec: ServeSpec,
+    groups: list[str],
+    host_groups: Sequence[str],
+    address: str | None,
+) -> tuple[ServeSpec, list[tuple[Server | None, str]], str | None]:
+    """``serve_roles``: this host serves the role whose inventory group it is in."""
+    roles = settings.serve_roles
+    if settings.serve_router != "fleet" or set(roles) != {PREFILL, DECODE}:
+        raise DataError(
+            f"serve_roles: {dict(roles)!r} places each role on the hosts of a group, behind a "
+            "fleet router; allowed: both prefill and decode named, with serve_router = 'fleet'"
+        )
+    mine = [r for r in (PREFILL, DECODE) if roles[r] in host_groups]
+    if len(mine) != 1:
+        where = "both" if mine else "neither"
+        return (
+            spec,
+            [],
+            (
+                f"serve_roles: this host is in {where} of the groups {roles[PREFILL]!r} (prefill) and "
+                f"{roles[DECODE]!r} (decode); allowed: a host of one of them"
+            ),
+        )
+    here = settings.serve_host or address or "127.0.0.1"
+    spec = bind(spec, one_host_values(here, here, settings.serve_router_port))
+    server = next(x for x in spec.servers if x.role == mine[0])
+    return spec, [(_side_channel(server, k), mine[0]) for k in range(len(groups))], None
 
 
 SIDE_CHANNEL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"

@@ -41,14 +41,17 @@ class RouterPlan:
     active: str = "absent"  # its unit's ActiveState as the probe found it
     healthy: dict[str, bool] | None = None  # worker -> healthy, as the router's checks find it
     roles: tuple[str, ...] = ()  # each worker's role (prefill, decode): the router's P/D mode
+    types: dict[str, str] = field(default_factory=dict)  # worker -> its type, as the router has it
     found: dict[str, Any] = field(default_factory=dict, repr=False)  # the probe's entry
     releases: tuple[str, ...] = field(default=(), repr=False)  # complete releases on the host
     unit: str = ROUTER_UNIT
 
-    def over(self, settings: Settings, workers: Sequence[str]) -> RouterPlan:
-        """This router over other workers, as the same probe found it (a fleet router's list
-        is known once every host of the run is planned)."""
-        return plan_router(settings, self.release, workers, self.found, self.releases, self.roles)
+    def over(
+        self, settings: Settings, workers: Sequence[str], roles: Sequence[str] = ()
+    ) -> RouterPlan:
+        """This router over other workers (with their roles, in P/D mode), as the same probe
+        found it (a fleet router's list is known once every host of the run is planned)."""
+        return plan_router(settings, self.release, workers, self.found, self.releases, roles)
 
     @property
     def converged(self) -> bool:
@@ -205,6 +208,7 @@ def plan_router(
         listed=tuple(str(w) for w in listed) if isinstance(listed, list) else None,
         active=str(found.get("active") or "absent"),
         healthy=dict(found["healthy"]) if isinstance(found.get("healthy"), dict) else None,
+        types=dict(found["types"]) if isinstance(found.get("types"), dict) else {},
         found=dict(found),
         releases=tuple(releases),
         roles=tuple(roles),

@@ -295,6 +295,16 @@ class Settings:
         "fleet scope: the copies, on the controller",
     )
 
+    serve_roles: dict[str, str] = key(
+        c.entries(
+            c.matching(c.PD_ROLE, "a role", "prefill or decode"),
+            c.matching(c.SLUG, "an inventory group", "a group name of [a-z0-9_-]"),
+            "prefill or decode -> an inventory group",
+        ),
+        {},
+        "a prefill/decode selection: the group whose hosts serve each role (behind a fleet "
+        "router); none = both roles on each host, behind its own router",
+    )
     serve_pd_pairs: int = key(
         c.whole(1, 32),
         1,

@@ -45,10 +45,10 @@ def address(lab: dict[str, Any], name: str) -> str:
     return str(next(h["address"] for h in lab["hosts"] if h["name"] == name))
 
 
-def request(host: str, stream: bool) -> str | None:
+def request(host: str, stream: bool, model: str = MODEL) -> str | None:
     """One chat through the router: None when it succeeded whole (every token, and [DONE] for a
     stream), else what went wrong."""
-    body = json.dumps({"model": MODEL, "max_tokens": TOKENS, "stream": stream,
+    body = json.dumps({"model": model, "max_tokens": TOKENS, "stream": stream,
                        "messages": [{"role": "user", "content": "Hello"}]})  # fmt: skip
     conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=60)
     try:
@@ -222,7 +222,7 @@ FLEET = ("lab1", "lab2", "lab3")  # lab3 runs the fleet router (the inventory gr
 def fleet_lab(lab: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The session lab re-upped with lab3 in the group router; re-upped as it was after."""
     lab.clear()
-    lab.update(lab_up("--router", "lab3"))
+    lab.update(lab_up("--group", "router=lab3"))
     try:
         yield lab
     finally:

@@ -12,6 +12,7 @@ from test_deploy_plan import probe, settings
 from servefleet.errors import DataError
 from servefleet.hostplan import plan_host
 from servefleet.kinds.roles import placeholders
+from servefleet.kinds.vllm import defaults as vllm_defaults
 
 PD_CARD = Path(__file__).resolve().parents[1] / "data" / "rbln" / "gpt-oss-120b-pd.json"
 
@@ -80,3 +81,50 @@ def test_a_main_server_is_placed_as_before() -> None:
     assert {i.role for i in plan.instances} == {"main"}
     assert plan.router is not None and plan.router.roles == ()
     assert plan.desired_state()["pd"] is False
+
+
+GLM = dict(serve_recipe="vllm/zai-org/GLM-5.2", serve_strategy="pd_cluster", serve_hardware="h200",
+           serve_router="fleet", serve_roles={"prefill": "pre", "decode": "dec"},
+           **vllm_defaults.DEFAULTS)  # fmt: skip
+H200 = {"gpus": [f"{i}, NVIDIA H200, 143771, 570.86" for i in range(8)], "pci": [], "smi": None}
+
+
+def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() -> None:
+    from servefleet.release import plan_release
+
+    s = settings(**GLM)
+    routers = ["http://10.0.0.3:8080"]
+    for groups, role, addr in ((["pre"], "prefill", "10.0.0.1"), (["dec"], "decode", "10.0.0.2")):
+        plan = plan_host(s, probe(**H200), address=addr, fleet_routers=routers, host_groups=groups)
+        assert plan.refusal is None, plan.refusal
+        assert [(i.role, i.worker) for i in plan.instances] == [(role, f"http://{addr}:8000")]
+        env = dict(plan.instances[0].env)
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == addr  # its own NIXL side channel
+        assert plan.routers == ()  # a P/D worker is never taken out of rotation
+        assert "nixl" in plan.spec.requirements.packages  # NixlConnector imports it
+        assert "nixl==1.5.1" in plan_release(s, plan.spec, None).requirements
+    neither = plan_host(s, probe(**H200), address="10.0.0.9", fleet_routers=routers,
+                        host_groups=["other"])  # fmt: skip
+    assert neither.refusal == (
+        "serve_roles: this host is in neither of the groups 'pre' (prefill) and 'dec' (decode); "
+        "allowed: a host of one of them"
+    )
+    assert neither.instances == ()
+    with pytest.raises(DataError) as e:
+        plan_host(settings(**{**GLM, "serve_router": "host"}), probe(**H200), host_groups=["pre"])
+    assert "serve_roles: {'prefill': 'pre', 'decode': 'dec'} places each role" in str(e.value)
+
+
+def test_a_fleet_router_routes_prefill_and_decode_in_pd_mode() -> None:
+    from servefleet.router import fleet_order
+
+    s = settings(**GLM)
+    host = plan_host(s, probe(), router_host=True)
+    assert host.router is not None and host.instances == ()
+    workers = fleet_order(["http://10.0.0.2:8000", "http://10.0.0.1:8000"])
+    roles = {"http://10.0.0.1:8000": "prefill", "http://10.0.0.2:8000": "decode"}
+    r = host.router.over(s, workers, [roles[w] for w in workers])
+    argv = list(r.argv)
+    assert "--vllm-pd-disaggregation" in argv and "--worker-urls" not in argv
+    assert argv[argv.index("--prefill") + 1] == "http://10.0.0.1:8000"
+    assert argv[argv.index("--decode") + 1] == "http://10.0.0.2:8000"

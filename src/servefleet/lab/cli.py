@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -47,6 +48,17 @@ def _per_host(
         if not sep or not host or not item:
             raise click.BadParameter(f"{value!r} is not HOST={what} (e.g. {example})")
         found[host] = item
+    return found
+
+
+def _groups(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """GROUP=HOST options as group -> hosts."""
+    found: dict[str, list[str]] = {}
+    for value in values:
+        group, sep, host = value.partition("=")
+        if not sep or not re.fullmatch(r"[a-z0-9_-]+", group) or not host:
+            raise click.BadParameter(f"{value!r} is not GROUP=HOST (e.g. router=lab3)")
+        found.setdefault(group, []).append(host)
     return found
 
 
@@ -118,12 +130,12 @@ def lab() -> None:
     "(repeatable)",
 )
 @click.option(
-    "--router",
-    "routers",
+    "--group",
+    "groups",
     multiple=True,
-    metavar="HOST",
-    help="put a host in the inventory group router (serve_router = fleet: it runs a router only; "
-    "repeatable)",
+    metavar="GROUP=HOST",
+    help="also put a host in an inventory group (repeatable), e.g. router=lab3 (serve_router = "
+    "fleet: it runs a router only) or prefill=lab1 (serve_roles)",
 )
 @_one_line_errors
 def up(
@@ -137,7 +149,7 @@ def up(
     compile_seconds: float,
     models: tuple[str, ...],
     offline: tuple[str, ...],
-    routers: tuple[str, ...],
+    groups: tuple[str, ...],
 ) -> None:
     """Clear any earlier lab, then start hosts and package servers.
 
@@ -160,7 +172,7 @@ def up(
         offline=offline,
         base=base,
         odd_base=_per_host(odd_base, "BASE", "lab2=trixie"),
-        routers=routers,
+        groups=_groups(groups),
     )
     for host in state["hosts"]:
         note = " (offline)" if host["name"] in state["offline"] else ""

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -627,7 +627,8 @@ def plan_hosts(
     + odd_hardware: host name -> hardware (``cr13``, ``h100``, ``h200``) for hosts that differ
     + base: the Debian suite of every host (``bookworm``: glibc 2.36, ``trixie``: glibc 2.41)
     + odd_base: host name -> suite for hosts that differ
-    + routers: hosts of the inventory group ``router`` (``serve_router = "fleet"``)
+    + groups: more inventory groups -> their hosts (``router``: ``serve_router = "fleet"``;
+      a role's group: ``serve_roles``)
     """
     if not 1 <= count <= 40:
         raise LabError(f"--hosts must be between 1 and 40, not {count}")
@@ -742,7 +743,7 @@ def up(
     offline: Sequence[str] = (),
     base: str = DEFAULT_SUITE,
     odd_base: dict[str, str] | None = None,
-    routers: Sequence[str] = (),
+    groups: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """Clear any earlier lab, then build and start a new one; return its state. The indexes
     serve this lab's own hard-link copy of the build (``servefleet lab republish`` changes it,
@@ -762,7 +763,14 @@ def up(
     """
     plan = plan_hosts(hosts, devices, odd_skus or {}, hardware, odd_hardware, base, odd_base)
     offline_hosts = check_hosts(offline, [h["name"] for h in plan], "--offline")
-    router_hosts = check_hosts(routers, [h["name"] for h in plan], "--router")
+    extra = {
+        g: check_hosts(hs, [h["name"] for h in plan], "--group") for g, hs in (groups or {}).items()
+    }
+    clash = sorted(set(extra) & {"lab", *layout.HARDWARE})
+    if clash:
+        raise LabError(
+            f"--group {clash[0]}: the lab makes that group itself; allowed: another name"
+        )
     added = check_models(models)
     if compile_seconds < 0:
         raise LabError(f"--compile-seconds must be >= 0, not {compile_seconds:g}")
@@ -859,7 +867,7 @@ def up(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "bridge": {"name": layout.BRIDGE, "address": layout.BRIDGE_IP, "prefix": layout.PREFIX},
         "hosts": plan,
-        "groups": {**host_groups(plan), **({"router": router_hosts} if router_hosts else {})},
+        "groups": {**host_groups(plan), **extra},
         "ssh": ssh,
         "servers": servers,
         "indexes": {k: servers[f"index_{k}"]["url"] for k in layout.INDEXES},

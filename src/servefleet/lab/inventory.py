@@ -1,6 +1,6 @@
 """The lab fleet as a pyinfra inventory (``servefleet lab up``): every lab host in the group
 ``lab`` and in the group of its hardware (``cr13``: RBLN NPUs; ``h200``, ``h100``: NVIDIA GPUs;
-a group the lab has no host of is empty); the hosts of ``lab up --router`` also in ``router``, reached as root over SSH with the lab's key and strict
+a group the lab has no host of is empty), and the groups of ``lab up --group GROUP=HOST``, reached as root over SSH with the lab's key and strict
 host key checking. The hosts' cards (SKU, device count) are not given as data: a deploy
 discovers them. ``inventories/lab.py`` (this repository's and a scaffolded one's) is
 ``globals().update(lab_inventory())``."""
@@ -12,7 +12,7 @@ from typing import Any
 from servefleet.errors import ServefleetError
 from servefleet.lab.state import load_state
 
-GROUPS = ("cr13", "h200", "h100", "router")  # router: `lab up --router HOST`
+GROUPS = ("cr13", "h200", "h100")  # always there (empty when the lab has no such host)
 
 
 def lab_inventory() -> dict[str, Any]:
@@ -31,7 +31,7 @@ def lab_inventory() -> dict[str, Any]:
     out: dict[str, Any] = {
         "lab": [(h["name"], dict(ssh, ssh_hostname=h["address"])) for h in state["hosts"]]
     }
-    for group in GROUPS:
+    for group in [*GROUPS, *(g for g in state["groups"] if g not in (*GROUPS, "lab"))]:
         members = state["groups"].get(group, [])
         out[group] = [h["name"] for h in state["hosts"] if h["name"] in members]
     return out

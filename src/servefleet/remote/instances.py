@@ -430,7 +430,7 @@ def bring_to(state: dict[str, Any]) -> None:
     if state.get("stale"):
         systemctl("daemon-reload")
     bring_router(state)
-    if state.get("pd") and "prefill" in restarted:
+    if state.get("pd") and state.get("router") and "prefill" in restarted:  # the host's own
         recheck_peers(state)
 
 

@@ -166,6 +166,7 @@ def router(url: str | None) -> dict[str, Any]:
             if all(isinstance(u, str) for u in urls):
                 found["workers"] = urls
                 found["healthy"] = {w["url"]: w.get("is_healthy") is True for w in listed}
+                found["types"] = {w["url"]: str(w.get("worker_type")) for w in listed}
         except (OSError, ValueError, KeyError, TypeError):
             pass
     return found

@@ -54,7 +54,8 @@ def plan_or_failure(files: bool = False) -> HostPlan | str:
             plan = plan_host(settings, probe, spec, builder=builder, secret_key=key,
                              router_host=router.is_router_host(settings),
                              address=router.address_of(host),
-                             fleet_routers=router.fleet_routers(settings))  # fmt: skip
+                             fleet_routers=router.fleet_routers(settings),
+                             host_groups=list(host.groups))  # fmt: skip
             driver.check_data(plan)
             plan = with_wheelhouse(with_built_wheels(plan))
     except ProbeError as e:

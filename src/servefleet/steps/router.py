@@ -56,7 +56,7 @@ class FleetRouting:
     workers, joined while it is planned, in inventory order."""
 
     order: list[str]
-    workers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    workers: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # (url, role)
 
     @classmethod
     def of_run(cls, state: Any) -> FleetRouting:
@@ -65,9 +65,13 @@ class FleetRouting:
             run = _RUNS[state] = cls([h.name for h in state.inventory])
         return run
 
-    def every(self) -> list[str]:
-        """Every worker, in the fleet router's order (:func:`servefleet.router.fleet_order`)."""
-        return fleet_order([w for name in self.order for w in self.workers.get(name, ())])
+    def every(self) -> tuple[list[str], list[str]]:
+        """Every worker, in the fleet router's order (:func:`servefleet.router.fleet_order`),
+        and their roles (none when every one serves whole requests)."""
+        role_of = {w: r for name in self.order for w, r in self.workers.get(name, ())}
+        workers = fleet_order(list(role_of))
+        pd = any(r != "main" for r in role_of.values())
+        return workers, [role_of[w] for w in workers] if pd else []
 
 
 _RUNS: weakref.WeakKeyDictionary[Any, FleetRouting] = weakref.WeakKeyDictionary()
@@ -76,7 +80,7 @@ _RUNS: weakref.WeakKeyDictionary[Any, FleetRouting] = weakref.WeakKeyDictionary(
 def join(plan: HostPlan) -> None:
     """A serving host's instances, for the fleet routers of this run."""
     if plan.settings.serve_router == "fleet" and not plan.router_host:
-        workers = tuple(i.worker for i in plan.instances if i.worker)
+        workers = tuple((i.worker, i.role) for i in plan.instances if i.worker)
         FleetRouting.of_run(host.state).workers[host.name] = workers
 
 
@@ -107,7 +111,7 @@ def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # no
     (pyinfra passes ``state`` and ``host`` by these names)."""
     assert plan.router is not None
     s = plan.settings
-    router: RouterPlan = plan.router.over(s, FleetRouting.of_run(state).every())
+    router: RouterPlan = plan.router.over(s, *FleetRouting.of_run(state).every())
     if router.converged:
         return True
     doc = {

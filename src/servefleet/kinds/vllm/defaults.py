@@ -2,7 +2,8 @@
 from the public index, no vllm-rbln extras, no index owning a package. A host whose data names a
 vLLM recipe takes these for every key its data does not set."""
 
-SDK_PINS = ["vllm==0.30.0", "torch==2.13.0"]  # upstream vLLM, CUDA build, and its torch
+# upstream vLLM (CUDA build), its torch, and NIXL (for a prefill/decode selection's NixlConnector)
+SDK_PINS = ["vllm==0.30.0", "torch==2.13.0", "nixl==1.5.1"]
 SDK_EXTRA_PACKAGES: dict[str, list[str]] = {}  # no vllm-rbln extras on GPU hosts
 PIP_INDEXES: dict[str, dict[str, object]] = {}  # nothing is owned by a private index
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,21 @@ from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.roles import deployable
 from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.spec import ServeSpec
+
+NIXL = "nixl"  # PyPI's NIXL (the meta package over its CUDA builds): NixlConnector imports it
+
+
+def with_nixl(spec: ServeSpec) -> ServeSpec:
+    """A spec whose servers move KV blocks with vLLM's ``NixlConnector`` needs the ``nixl``
+    package in its release (vLLM does not depend on it): pinned like every package."""
+    uses = any(
+        "NixlConnector" in arg and '"kv_connector"' in arg for x in spec.servers for arg in x.argv
+    )
+    req = spec.requirements
+    if not uses or NIXL in req.packages:
+        return spec
+    return replace(spec, requirements=replace(req, packages=[*req.packages, NIXL]))
+
 
 # What the probe runs (its output lands under "gpus"): one CSV line per GPU
 NVIDIA_QUERY = (
@@ -182,7 +198,8 @@ class Vllm(Kind):
             no_features=off,
         )
         usable = single_node_strategies(recipe, spec.selection["hardware"])
-        return deployable(spec, f"serve_strategy of one host: {', '.join(usable) or 'none'}")
+        spec = deployable(spec, f"serve_strategy of one host: {', '.join(usable) or 'none'}")
+        return with_nixl(spec)
 
     def hardware(self, probe: dict[str, Any]) -> Hardware:
         amd = probe.get("amd") or []
