@@ -143,6 +143,7 @@ def router_command(
         "--health-failure-threshold", str(s.serve_router_health_failures),
         "--health-success-threshold", str(s.serve_router_health_successes),
         "--retry-max-retries", str(s.serve_router_retries),
+        "--cb-failure-threshold", str(s.serve_router_breaker_failures),
         "--worker-startup-timeout-secs", str(s.serve_health_timeout),
         "--prometheus-host", bind,
         "--prometheus-port", str(s.serve_router_metrics_port),

@@ -344,7 +344,12 @@ class Settings:
         c.whole(1, 100), 2, "passed checks in a row that put it back"
     )
     serve_router_retries: int = key(
-        c.whole(1, 20), 3, "attempts per request on another instance after a 5xx or refusal"
+        c.whole(1, 20), 5, "attempts a request gets, each on an instance the policy picks (1: no retry)"
+    )
+    serve_router_breaker_failures: int = key(
+        c.whole(1, 1000),
+        2,
+        "failed requests in a row that take an instance out until the router's breaker retries it",
     )
 
     # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
@@ -548,7 +553,7 @@ def _router(values: dict[str, Any], environ: Mapping[str, str]) -> None:
 
 
 _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
-    "serve_router_retries": _router,
+    "serve_router_breaker_failures": _router,
     "sdk_extra_packages": _extras_pinned,
     "sdk_wheelhouse": _wheelhouse,
     "pip_indexes": _indexes_pinned,

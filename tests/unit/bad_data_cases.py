@@ -77,6 +77,10 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
         "serve_router_health_successes: expected a whole number",
     ),
     "serve_router_retries": (0.5, "serve_router_retries: expected a whole number"),
+    "serve_router_breaker_failures": (
+        "x",
+        "serve_router_breaker_failures: expected a whole number",
+    ),
     "serve_extra_args": (5, "serve_extra_args: expected a list, got 5"),
     "serve_extra_env": (5, "serve_extra_env: expected a mapping, got 5"),
     "serve_override_args": (5, "serve_override_args: expected a list, got 5"),
@@ -190,6 +194,7 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("serve_router_health_failures", 101, "serve_router_health_failures: 101 is out of range; allowed: 1-100"),
     ("serve_router_health_successes", 0, "serve_router_health_successes: 0 is out of range; allowed: 1-100"),
     ("serve_router_retries", 21, "serve_router_retries: 21 is out of range; allowed: 1-20"),
+    ("serve_router_breaker_failures", 0, "serve_router_breaker_failures: 0 is out of range; allowed: 1-1000"),
     ("models_hf_home", "/var/lib/servefleet/hf hub", "models_hf_home: '/var/lib/servefleet/hf hub' holds a character outside [A-Za-z0-9._/-]"),
     ("models_hf_home", "/proc/hf", "models_hf_home: '/proc/hf' is on a virtual file system"),
     ("models_store_url", UNTRUSTED + "/models", "models_store_url: 'http://10.9.9.9:8080/models' is http on 10.9.9.9"),

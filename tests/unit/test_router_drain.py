@@ -45,6 +45,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/list_workers":
             self._answer(200, json.dumps({"urls": self.server.workers}).encode())
+        elif self.path == "/workers":  # its health checks find every worker it lists healthy
+            listed = [{"url": w, "is_healthy": True} for w in self.server.workers]
+            self._answer(200, json.dumps({"workers": listed}).encode())
         else:
             self._answer(404, b"")
 
@@ -147,8 +150,23 @@ def test_a_worker_left_out_of_rotation_comes_back(host: dict[str, Any]) -> None:
     assert sorted(host["router"].workers) == sorted(WORKERS)
 
 
-def test_a_router_that_does_not_answer_fails_no_restart(host: dict[str, Any]) -> None:
+def test_a_router_that_does_not_answer_stops_no_restart_and_fails_its_gate(
+    host: dict[str, Any],
+) -> None:
     host["state"]["router"]["admin"] = "http://127.0.0.1:9"  # nothing listens there
     host["state"]["routers"] = ["http://127.0.0.1:9"]
-    instances.bring_to(host["state"])
+    host["state"]["health_timeout"] = 1
+    with pytest.raises(instances.Failed) as e:
+        instances.bring_to(host["state"])
     assert host["events"] == [f"gate servefleet-vllm-{i}.service" for i in range(3)]
+    assert "it finds http://127.0.0.1:8000, http://127.0.0.1:8001, http://127.0.0.1:8002 " \
+           "unhealthy after 1s" in str(e.value)  # fmt: skip
+
+
+def test_the_converge_ends_once_the_router_finds_every_instance_healthy(
+    host: dict[str, Any],
+) -> None:
+    host["running"].update({u: "new" for u in host["running"]})
+    host["router"].workers.remove(WORKERS[2])  # not listed yet: not routed to
+    instances.bring_to(host["state"])  # puts it back, then the router finds all three healthy
+    assert host["events"] == [f"add_worker {WORKERS[2]}"]

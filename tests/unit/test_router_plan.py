@@ -27,7 +27,7 @@ def test_no_router_by_default() -> None:
 
 
 def test_router_lists_every_instance_of_the_host_and_the_datas_choices() -> None:
-    s = routed(serve_router_policy="power_of_two", serve_router_retries=5)
+    s = routed(serve_router_policy="power_of_two", serve_router_retries=4)
     plan = plan_host(s, probe())
     r = plan.router
     assert r is not None
@@ -40,7 +40,8 @@ def test_router_lists_every_instance_of_the_host_and_the_datas_choices() -> None
         "--host": "0.0.0.0",
         "--port": "8080",
         "--policy": "power_of_two",
-        "--retry-max-retries": "5",
+        "--retry-max-retries": "4",
+        "--cb-failure-threshold": "2",
         "--health-check-interval-secs": "5",
         "--health-failure-threshold": "3",
         "--health-success-threshold": "2",

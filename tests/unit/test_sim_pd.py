@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from http import client as httpc
@@ -28,21 +29,8 @@ from typing import Any
 
 import pytest
 from lab_sim_support import Server, derived_venv, free_port, http
+from sim_fixtures import MODEL, vllm
 from test_lab_gpu import gpu_root, gpu_venv  # noqa: F401 (a fixture, used by name)
-from test_lab_sim import (  # noqa: F401 (fixtures, used by name)
-    MODEL,
-    builder,
-    clean_links,
-    fakebin,
-    hf_home,
-    manifest,
-    out,
-    sim,
-    sim_env,
-    simroot,
-    venv,
-    vllm,
-)
 from test_sim_serving import Stream, read_stream, request, wait_for
 
 PROMPT = "Tell me more about the lab and its simulated servers please"  # 11 words
@@ -486,7 +474,9 @@ def test_gpu_prefill_decode_and_the_compatibility_check(
 
 
 def router_binary() -> str | None:
-    return os.environ.get("VLLM_ROUTER") or shutil.which("vllm-router")
+    beside = Path(sys.executable).parent / "vllm-router"  # the dev extra's (pyproject)
+    found = os.environ.get("VLLM_ROUTER") or shutil.which("vllm-router")
+    return found or (str(beside) if beside.is_file() else None)
 
 
 @pytest.mark.skipif(router_binary() is None, reason="no vllm-router ($VLLM_ROUTER or on PATH)")

@@ -389,15 +389,35 @@ def bring_router(state: dict[str, Any]) -> None:
         if why is not None:
             raise Failed(f"health gate: {ROUTER}: {why}", health.journal_tail(ROUTER))
         log(f"{ROUTER}: healthy on port {router['port']}")
-    if router.get("pd"):  # its P/D pools are its argv's: its worker API cannot add them back
-        return
-    listed = listed_workers(router) or []
-    for worker in router["workers"]:
-        if worker not in listed:
-            router_call(router["admin"], "add", worker)
-    for worker in listed:
-        if worker not in router["workers"]:
-            router_call(router["admin"], "remove", worker)
+    if not router.get("pd"):  # P/D pools are its argv's: its worker API cannot add them back
+        listed = listed_workers(router) or []
+        for worker in router["workers"]:
+            if worker not in listed:
+                router_call(router["admin"], "add", worker)
+        for worker in listed:
+            if worker not in router["workers"]:
+                router_call(router["admin"], "remove", worker)
+    wait_routed(router, state["health_timeout"])
+
+
+def wait_routed(router: dict[str, Any], timeout: float) -> None:
+    """Until the router's own health checks find every instance healthy (a restarted one is
+    routed to only then), at most ``timeout`` s; an instance it still finds unhealthy fails."""
+    deadline, seen = time.monotonic() + timeout, {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    while True:
+        try:
+            with opener.open(router["admin"] + "/workers", timeout=10) as r:
+                seen = {w["url"]: w.get("is_healthy") is True
+                        for w in json.loads(r.read(1 << 20))["workers"]}  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError):
+            seen = {}
+        down = [w for w in router["workers"] if not seen.get(w)]
+        if not down:
+            return
+        if time.monotonic() > deadline:
+            raise Failed(f"{ROUTER}: it finds {', '.join(down)} unhealthy after {timeout:g}s")
+        time.sleep(0.5)
 
 
 def bring_to(state: dict[str, Any]) -> None:

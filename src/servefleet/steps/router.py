@@ -57,6 +57,7 @@ class FleetRouting:
 
     order: list[str]
     workers: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # (url, role)
+    changing: set[str] = field(default_factory=set)  # hosts whose servers this run restarts
 
     @classmethod
     def of_run(cls, state: Any) -> FleetRouting:
@@ -81,7 +82,10 @@ def join(plan: HostPlan) -> None:
     """A serving host's instances, for the fleet routers of this run."""
     if plan.settings.serve_router == "fleet" and not plan.router_host:
         workers = tuple((i.worker, i.role) for i in plan.instances if i.worker)
-        FleetRouting.of_run(host.state).workers[host.name] = workers
+        run = FleetRouting.of_run(host.state)
+        run.workers[host.name] = workers
+        if not plan.converged:
+            run.changing.add(host.name)
 
 
 def install(plan: HostPlan) -> None:
@@ -111,9 +115,11 @@ def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # no
     (pyinfra passes ``state`` and ``host`` by these names)."""
     assert plan.router is not None
     s = plan.settings
-    router: RouterPlan = plan.router.over(s, *FleetRouting.of_run(state).every())
-    if router.converged:
-        return True
+    run = FleetRouting.of_run(state)
+    router: RouterPlan = plan.router.over(s, *run.every())
+    all_healthy = router.healthy is not None and all(router.healthy.get(w) for w in router.workers)
+    if router.converged and all_healthy and not run.changing:
+        return True  # it runs this list, finds every instance healthy, and none restarts now
     doc = {
         "router": router.to_json(),
         "model": plan.desired_state()["model"],
