@@ -96,6 +96,35 @@ def run(
     )
 
 
+def run_many(
+    state: dict[str, Any], runs: list[list[str]], parallel: int = 4, timeout: float = 1800
+) -> list[subprocess.CompletedProcess[str]]:
+    """:func:`run` of each argv in ``runs`` (``parallel`` at a time), each the real pyinfra CLI
+    in a process of its own, forked from one that imported pyinfra once
+    (``forked_pyinfra.py``); the results in the order of ``runs``."""
+    argvs = [pyinfra_cmd(*args)[1:] for args in runs]
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("forked_pyinfra.py"))],
+        cwd=REPO,
+        env={**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a timeout kills the forked runs too
+    )
+    try:
+        out, _ = proc.communicate(json.dumps({"runs": argvs, "parallel": parallel}), timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, f"forked_pyinfra.py exited {proc.returncode}"
+    return [
+        subprocess.CompletedProcess([PYINFRA, *argv], r["returncode"], r["stdout"], r["stderr"])
+        for argv, r in zip(argvs, json.loads(out), strict=True)
+    ]
+
+
 # The host programs' test barriers (``remote/health.py`` ``barrier``): while this root-only
 # directory on a host holds ``hold-<point>``, the host program writes ``reached-<point>`` there
 # when it gets to that point and waits until the hold is removed.

@@ -15,7 +15,6 @@ import re
 import shlex
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from faults import (
     restart_point,
     run,
     run_killed,
+    run_many,
     running_sig,
     runs_argv,
     secrets,
@@ -403,10 +403,12 @@ def test_bad_data_matrix_changes_nothing_on_any_host(settled: dict[str, Any]) ->
     lab = settled
     before = units_and_releases(lab)
 
-    def refused(case: tuple[str, object, str]) -> str | None:
-        key, value, message = case
-        text = value if isinstance(value, str) else json.dumps(value)
-        proc = run(lab, "--data", f"{key}={text}")
+    cases = [(k, v if isinstance(v, str) else json.dumps(v), m) for k, v, m in _bad_data_cases()]
+    # each run: the real pyinfra CLI against every host, in a process of its own
+    runs = run_many(lab, [["--data", f"{key}={text}"] for key, text, _ in cases])
+
+    def refused(case: tuple[str, str, str], proc: subprocess.CompletedProcess[str]) -> str | None:
+        key, text, message = case
         out = proc.stdout + proc.stderr
         errors = [line for line in out.splitlines() if "servefleet:" in line]
         if proc.returncode == 0:
@@ -415,8 +417,7 @@ def test_bad_data_matrix_changes_nothing_on_any_host(settled: dict[str, Any]) ->
             return f"{key}={text}: {errors or out[-500:]}"
         return "a traceback" if "Traceback" in out else None
 
-    with ThreadPoolExecutor(4) as pool:  # each run is one real pyinfra CLI against every host
-        problems = [p for p in pool.map(refused, _bad_data_cases()) if p]
+    problems = [p for p in map(refused, cases, runs) if p]
     assert not problems, problems
     assert units_and_releases(lab) == before
 
