@@ -344,7 +344,9 @@ class Settings:
         c.whole(1, 100), 2, "passed checks in a row that put it back"
     )
     serve_router_retries: int = key(
-        c.whole(1, 20), 5, "attempts a request gets, each on an instance the policy picks (1: no retry)"
+        c.whole(1, 20),
+        5,
+        "attempts a request gets, each on an instance the policy picks (1: no retry)",
     )
     serve_router_breaker_failures: int = key(
         c.whole(1, 1000),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from servefleet.lab.fleet import ssh_command
@@ -29,6 +31,24 @@ def servefleet(
 def lab_up(*extra: str) -> dict[str, Any]:
     servefleet("lab", "up", "--hosts", str(LAB_HOSTS), *extra)
     return load_state()
+
+
+@contextmanager
+def relabbed(lab: dict[str, Any], *up_args: str) -> Iterator[dict[str, Any]]:
+    """The session lab re-upped with ``servefleet lab up UP_ARGS`` for one test, and as it was
+    (``lab_up()``) after, whatever the test did.
+
+    + lab: the session's lab state (updated in place)
+    + up_args: the arguments of ``lab up``
+    """
+    lab.clear()
+    servefleet("lab", "up", *up_args)
+    lab.update(load_state())
+    try:
+        yield lab
+    finally:
+        lab.clear()
+        lab.update(lab_up())
 
 
 def on_host(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from faults import run
-from labhelpers import lab_up, on_host, servefleet
+from labhelpers import on_host, relabbed
 
 TEMPLATE = "examples/tool_chat_template_x.jinja"
 TEXT = "{% for m in messages %}{{ m['content'] }}{% endfor %}\n"  # a chat template of the test's
@@ -23,16 +23,8 @@ TEXT = "{% for m in messages %}{{ m['content'] }}{% endfor %}\n"  # a chat templ
 @pytest.fixture
 def h200_lab(lab: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """One H200 host; the session lab comes back as it was after."""
-    lab.clear()
-    servefleet("lab", "up", "--hosts", "1", "--hardware", "h200")
-    from servefleet.lab.state import load_state
-
-    lab.update(load_state())
-    try:
-        yield lab
-    finally:
-        lab.clear()
-        lab.update(lab_up())
+    with relabbed(lab, "--hosts", "1", "--hardware", "h200") as one:
+        yield one
 
 
 def serving(lab: dict[str, Any]) -> str:

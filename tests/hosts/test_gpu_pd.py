@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from faults import run
-from labhelpers import lab_up, on_host, servefleet
+from labhelpers import on_host, relabbed, servefleet
 from test_plan_status import cli
 from test_router import address, healthy, request, role_counts
 
@@ -30,17 +30,9 @@ MODEL = "zai-org/GLM-5.2-FP8"
 def pd_lab(lab: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Three H200 hosts: lab1 in the group prefill, lab2 in decode, lab3 in router; the session
     lab comes back as it was after."""
-    lab.clear()
-    servefleet("lab", "up", "--hosts", "3", "--hardware", "h200", "--group", "prefill=lab1",
-               "--group", "decode=lab2", "--group", "router=lab3")  # fmt: skip
-    from servefleet.lab.state import load_state
-
-    lab.update(load_state())
-    try:
-        yield lab
-    finally:
-        lab.clear()
-        lab.update(lab_up())
+    with relabbed(lab, "--hosts", "3", "--hardware", "h200", "--group", "prefill=lab1",
+                  "--group", "decode=lab2", "--group", "router=lab3") as three:  # fmt: skip
+        yield three
 
 
 def deploy(lab: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from faults import BARRIERS, hold, release, restart_point, run, run_killed
-from labhelpers import lab_up, on_host
+from labhelpers import on_host, relabbed
 from test_plan_status import answers_ssh, cli, host_systemctl, wait_for
 
 HOSTS = ("lab1", "lab2")
@@ -221,13 +221,8 @@ FLEET = ("lab1", "lab2", "lab3")  # lab3 runs the fleet router (the inventory gr
 @pytest.fixture
 def fleet_lab(lab: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The session lab re-upped with lab3 in the group router; re-upped as it was after."""
-    lab.clear()
-    lab.update(lab_up("--group", "router=lab3"))
-    try:
-        yield lab
-    finally:
-        lab.clear()
-        lab.update(lab_up())
+    with relabbed(lab, "--hosts", "3", "--group", "router=lab3") as fleet:
+        yield fleet
 
 
 def test_a_fleet_router_over_two_hosts_through_a_rollout_and_a_stopped_host(

@@ -1,7 +1,7 @@
 """The host's converge and its router (#21): each instance leaves the router's rotation before it
 restarts and comes back after its gate, in instance order; a run that died with one out puts it
 back; what the router lists is read from its worker API. The router here is an HTTP server that
-records the worker API calls as vllm-router answers them (``/list_workers``, ``POST
+records the worker API calls as vllm-router answers them (``/workers``, ``POST
 /add_worker?url=``, ``POST /remove_worker?url=``); systemd and the gate are the test's."""
 
 from __future__ import annotations
@@ -43,9 +43,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path == "/list_workers":
-            self._answer(200, json.dumps({"urls": self.server.workers}).encode())
-        elif self.path == "/workers":  # its health checks find every worker it lists healthy
+        if self.path == "/workers":  # its health checks find every worker it lists healthy
             listed = [{"url": w, "is_healthy": True} for w in self.server.workers]
             self._answer(200, json.dumps({"workers": listed}).encode())
         else:

@@ -158,10 +158,6 @@ def test_router_port_on_an_instance_port_is_refused() -> None:
     )
 
 
-def test_router_unit_name() -> None:
-    assert ROUTER_UNIT == "servefleet-router.service"
-
-
 def test_status_shows_the_router_and_its_workers_as_it_sees_them() -> None:
     from servefleet.fleetview import prometheus_targets, status_problems, status_summary
 

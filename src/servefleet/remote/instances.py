@@ -346,15 +346,16 @@ def router_call(admin: str, verb: str, worker: str) -> None:
         log(f"router {admin}: {verb}_worker {worker} failed ({e}); its health checks decide")
 
 
-def listed_workers(router: dict[str, Any]) -> list[str] | None:
-    """The workers the running router lists now (None: it does not answer)."""
+def router_workers(router: dict[str, Any]) -> dict[str, bool] | None:
+    """The workers the running router lists now, each with whether its own health checks find
+    it healthy (its ``/workers``); None when it does not answer with such a list."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(router["admin"] + "/list_workers", timeout=10) as r:
-            urls = json.loads(r.read(1 << 20)).get("urls")
-    except (OSError, ValueError, AttributeError):
+        with opener.open(router["admin"] + "/workers", timeout=10) as r:
+            listed = json.loads(r.read(1 << 20))["workers"]
+        return {str(w["url"]): w.get("is_healthy") is True for w in listed}
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return [str(u) for u in urls] if isinstance(urls, list) else None
 
 
 def bring_router(state: dict[str, Any]) -> None:
@@ -390,7 +391,7 @@ def bring_router(state: dict[str, Any]) -> None:
             raise Failed(f"health gate: {ROUTER}: {why}", health.journal_tail(ROUTER))
         log(f"{ROUTER}: healthy on port {router['port']}")
     if not router.get("pd"):  # P/D pools are its argv's: its worker API cannot add them back
-        listed = listed_workers(router) or []
+        listed = list(router_workers(router) or {})
         for worker in router["workers"]:
             if worker not in listed:
                 router_call(router["admin"], "add", worker)
@@ -403,15 +404,9 @@ def bring_router(state: dict[str, Any]) -> None:
 def wait_routed(router: dict[str, Any], timeout: float) -> None:
     """Until the router's own health checks find every instance healthy (a restarted one is
     routed to only then), at most ``timeout`` s; an instance it still finds unhealthy fails."""
-    deadline, seen = time.monotonic() + timeout, {}
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + timeout
     while True:
-        try:
-            with opener.open(router["admin"] + "/workers", timeout=10) as r:
-                seen = {w["url"]: w.get("is_healthy") is True
-                        for w in json.loads(r.read(1 << 20))["workers"]}  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError):
-            seen = {}
+        seen = router_workers(router) or {}
         down = [w for w in router["workers"] if not seen.get(w)]
         if not down:
             return

@@ -8,7 +8,6 @@ known: see :func:`servefleet.prewarm_store.prewarm_roles`.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from pyinfra import host
 
 from servefleet.hostplan import HostPlan
 from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.steps.lib import per_run
 
 
 def warm_entry(plan: HostPlan) -> WarmEntry:
@@ -47,10 +47,7 @@ class FleetPrewarm:
     @classmethod
     def of_run(cls, state: Any) -> FleetPrewarm:
         """The fleet pre-warm of the run ``state`` (pyinfra's State), made on first use."""
-        run = _RUNS.get(state)
-        if run is None:
-            run = _RUNS[state] = cls([h.name for h in state.inventory])
-        return run
+        return per_run(state, cls, cls)
 
     def join(self, entry: WarmEntry) -> None:
         self.entries[entry.host] = entry
@@ -63,6 +60,3 @@ class FleetPrewarm:
     def role_is(self, name: str, *wanted: str) -> Callable[[], bool]:
         """An ``_if`` for host ``name``: true when, at run time, its role is one of ``wanted``."""
         return lambda: self.role(name) in wanted
-
-
-_RUNS: weakref.WeakKeyDictionary[Any, FleetPrewarm] = weakref.WeakKeyDictionary()

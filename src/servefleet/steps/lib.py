@@ -4,6 +4,9 @@ never the serve user's. Every other step runs the programs this one uploads."""
 from __future__ import annotations
 
 import shlex
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyinfra.operations import files
 
@@ -43,3 +46,23 @@ def upload(plan: HostPlan) -> None:
             group="root",
             mode="755",
         )
+
+
+T = TypeVar("T")
+_PER_RUN: weakref.WeakKeyDictionary[Any, dict[type, Any]] = weakref.WeakKeyDictionary()
+
+
+def per_run(state: Any, kind: type[T], make: Callable[[list[str]], T]) -> T:
+    """The one ``kind`` of the pyinfra run ``state`` (what its hosts join while they are
+    planned, for operations that decide when they run), made on first use from the run's host
+    names in inventory order; gone with the run.
+
+    + state: pyinfra's State
+    + kind: the class of what is kept
+    + make: builds it from the host names
+    """
+    kept = _PER_RUN.setdefault(state, {})
+    if kind not in kept:
+        kept[kind] = make([h.name for h in state.inventory])
+    found: T = kept[kind]
+    return found

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from servefleet.remote.layout import PLANS
 from servefleet.router import RouterPlan, admin_url, fleet_order
 from servefleet.settings import Settings, settings_from
 from servefleet.steps import ensure
+from servefleet.steps.lib import per_run
 from servefleet.steps.operations import Stdin, _connector_args, release
 
 NO_HOME = "/nonexistent"  # the router user's home: it keeps nothing
@@ -61,10 +61,7 @@ class FleetRouting:
 
     @classmethod
     def of_run(cls, state: Any) -> FleetRouting:
-        run = _RUNS.get(state)
-        if run is None:
-            run = _RUNS[state] = cls([h.name for h in state.inventory])
-        return run
+        return per_run(state, cls, cls)
 
     def every(self) -> tuple[list[str], list[str]]:
         """Every worker, in the fleet router's order (:func:`servefleet.router.fleet_order`),
@@ -73,9 +70,6 @@ class FleetRouting:
         workers = fleet_order(list(role_of))
         pd = any(r != "main" for r in role_of.values())
         return workers, [role_of[w] for w in workers] if pd else []
-
-
-_RUNS: weakref.WeakKeyDictionary[Any, FleetRouting] = weakref.WeakKeyDictionary()
 
 
 def join(plan: HostPlan) -> None:
