@@ -8,6 +8,7 @@ Used by tests/hosts/test_faults.py (one N per phase) and by ``tests/fault_sweep.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -223,13 +224,20 @@ def op_names(state: dict[str, Any], *args: str) -> list[str]:
 
 
 def resolved(*extra: str) -> dict[str, Any]:
+    """``servefleet resolve rbln/gpt-oss-120b EXTRA...`` (the shipped card) as JSON, a new copy
+    each call; the CLI runs once for each ``extra``."""
+    return json.loads(_resolve(extra))
+
+
+@functools.cache
+def _resolve(extra: tuple[str, ...]) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "servefleet", "resolve", "rbln/gpt-oss-120b", *extra],
         capture_output=True,
         text=True,
         check=True,
     )
-    return json.loads(out.stdout)
+    return out.stdout
 
 
 def record(state: dict[str, Any], host: str, port: int) -> dict[str, Any] | None:
