@@ -20,4 +20,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+# an editable install's modules are not compiled by pip (a wheel's are): compiled here, or every
+# process recompiles the ones it imports where no bytecode is written (PYTHONDONTWRITEBYTECODE)
+.venv/bin/python -m compileall -q -x '/lab/simulator/' src >/dev/null
 echo "setup.sh: ready (.venv/bin/servefleet, .venv/bin/pyinfra)" >&2

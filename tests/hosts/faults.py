@@ -8,15 +8,21 @@ Used by tests/hosts/test_faults.py (one N per phase) and by ``tests/fault_sweep.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -86,43 +92,105 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """The real pyinfra CLI from the repo root, credentials in the environment."""
     run_env = env or {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
-    return subprocess.run(
-        pyinfra_cmd(*args, deploy_file=deploy_file),
-        cwd=REPO,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return pyinfra(pyinfra_cmd(*args, deploy_file=deploy_file)[1:], run_env, timeout)
 
 
 def run_many(
-    state: dict[str, Any], runs: list[list[str]], parallel: int = 4, timeout: float = 1800
+    state: dict[str, Any], runs: list[list[str]], parallel: int = 4
 ) -> list[subprocess.CompletedProcess[str]]:
-    """:func:`run` of each argv in ``runs`` (``parallel`` at a time), each the real pyinfra CLI
-    in a process of its own, forked from one that imported pyinfra once
-    (``forked_pyinfra.py``); the results in the order of ``runs``."""
-    argvs = [pyinfra_cmd(*args)[1:] for args in runs]
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("forked_pyinfra.py"))],
-        cwd=REPO,
-        env={**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a timeout kills the forked runs too
-    )
-    try:
-        out, _ = proc.communicate(json.dumps({"runs": argvs, "parallel": parallel}), timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, f"forked_pyinfra.py exited {proc.returncode}"
-    return [
-        subprocess.CompletedProcess([PYINFRA, *argv], r["returncode"], r["stdout"], r["stderr"])
-        for argv, r in zip(argvs, json.loads(out), strict=True)
-    ]
+    """:func:`run` of each argv in ``runs``, ``parallel`` at a time; the results in order."""
+    with ThreadPoolExecutor(parallel) as pool:
+        return list(pool.map(lambda args: run(state, *args), runs))
+
+
+FORKED = Path(__file__).with_name("forked_pyinfra.py")
+IMPORT_ENV = ("SERVEFLEET_RECIPES", "SERVEFLEET_TEMPLATES")  # read as servefleet is imported
+
+
+def pyinfra(
+    args: list[str], env: dict[str, str], timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    """``pyinfra ARGS`` from the repository's root with ``env``: the real CLI in a process of its
+    own, forked from one that imported pyinfra and servefleet once (:class:`Forks`), or exec'd
+    when ``env`` differs from that one's where an import or Python's start reads it."""
+    forks = Forks.get()
+    if forks.takes(env):
+        return forks.run(args, env, timeout)
+    cmd = [PYINFRA, *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class Forks:
+    """``forked_pyinfra.py``, started on first use and left running for the session (it ends
+    when this process does): each run is a child it forks."""
+
+    _one: Forks | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> Forks:
+        with cls._lock:
+            if cls._one is None or cls._one.proc.poll() is not None:
+                cls._one = cls()
+            return cls._one
+
+    def __init__(self) -> None:
+        self.path = os.path.join(tempfile.mkdtemp(prefix="servefleet-forks-"), "socket")
+        self.env = {**os.environ, "PYINFRA_PROGRESS": "off"}
+        cmd = [sys.executable, str(FORKED), self.path]
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, text=True, **pipes)
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline() == "ready\n", "forked_pyinfra.py did not start"
+        atexit.register(shutil.rmtree, os.path.dirname(self.path), True)
+
+    def close(self) -> None:
+        """End it once its runs have (their CPU time is then this process's children's)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+    def takes(self, env: dict[str, str]) -> bool:
+        """Whether a run with ``env`` can be forked from this one: the same values where an
+        import (or Python's start) reads the environment."""
+        read = [
+            k for k in {*env, *self.env} if k in IMPORT_ENV or k.startswith(("PYTHON", "GEVENT"))
+        ]
+        return all(env.get(k) == self.env.get(k) for k in read)
+
+    def run(
+        self, args: list[str], env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [PYINFRA, *args]
+        request = json.dumps({"argv": args, "env": env, "cwd": str(REPO)}).encode()
+        said: dict[str, int] = {}
+        with (
+            tempfile.TemporaryFile() as out,
+            tempfile.TemporaryFile() as err,
+            socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn,
+        ):
+            conn.connect(self.path)
+            socket.send_fds(conn, [request], [out.fileno(), err.fileno()])
+            deadline = time.monotonic() + timeout
+            while "returncode" not in said:
+                conn.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    message = conn.recv(1 << 16)
+                except TimeoutError:
+                    if "pid" in said:
+                        os.killpg(said["pid"], signal.SIGKILL)
+                    raise subprocess.TimeoutExpired(cmd, timeout) from None
+                if not message:  # killed: it said no exit code
+                    said["returncode"] = -signal.SIGKILL
+                    break
+                said.update(json.loads(message))
+            text = []
+            for f in (out, err):  # as subprocess.run(text=True) reads them
+                f.seek(0)
+                text.append(
+                    f.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+                )
+        return subprocess.CompletedProcess(cmd, said["returncode"], text[0], text[1])
 
 
 # The host programs' test barriers (``remote/health.py`` ``barrier``): while this root-only
@@ -208,14 +276,7 @@ def run_killed(
 def op_names(state: dict[str, Any], *args: str) -> list[str]:
     """The operations a run would start, in order (the table of a real --dry run)."""
     env = {**os.environ, **secrets(state), "PYINFRA_PROGRESS": "off"}
-    out = subprocess.run(
-        [PYINFRA, "--dry", *args, "inventories/lab.py", "deploys/serve.py"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = pyinfra(["--dry", *args, "inventories/lab.py", "deploys/serve.py"], env, 600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = ANSI.sub("", out.stdout + out.stderr)
     table = text.split("--> Detected changes:", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
@@ -223,13 +284,20 @@ def op_names(state: dict[str, Any], *args: str) -> list[str]:
 
 
 def resolved(*extra: str) -> dict[str, Any]:
+    """``servefleet resolve rbln/gpt-oss-120b EXTRA...`` (the shipped card) as JSON, a new copy
+    each call; the CLI runs once for each ``extra``."""
+    return json.loads(_resolve(extra))
+
+
+@functools.cache
+def _resolve(extra: tuple[str, ...]) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "servefleet", "resolve", "rbln/gpt-oss-120b", *extra],
         capture_output=True,
         text=True,
         check=True,
     )
-    return json.loads(out.stdout)
+    return out.stdout
 
 
 def record(state: dict[str, Any], host: str, port: int) -> dict[str, Any] | None:

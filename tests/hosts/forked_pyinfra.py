@@ -1,23 +1,31 @@
-"""Many runs of the real pyinfra CLI, each in a process of its own, forked from this one after it
-has imported pyinfra and servefleet's deploy code once: most of the CPU that a run refused
-before any operation spends (the bad-data matrix: about 150 runs) goes to that import.
+"""The host tests' pyinfra runs, each the real pyinfra CLI in a process of its own, forked from this
+one after it has imported pyinfra and servefleet's deploy code once: a run's own import costs
+about 0.6 CPU-s, most of what a run refused before any operation spends.
 
-Each child runs pyinfra's own ``main()`` with its own argv, as ``pyinfra ARGS...`` does: it
-loads the inventory, connects to the hosts, loads the deploy file and exits with pyinfra's code,
-its stdout and stderr in files of their own. A program (``faults.run_many``): reads
-``{"runs": [[ARG, ...], ...], "parallel": N}`` (JSON) on stdin, writes one JSON list of
-``{"returncode", "stdout", "stderr"}`` on stdout, in the order of the runs."""
+``forked_pyinfra.py SOCKET`` listens on the Unix socket SOCKET (SOCK_SEQPACKET) and prints
+``ready``; when its stdin ends it waits for its children and exits (so what they used counts as
+its children's CPU time). Each connection is one run: the client sends ``{"argv": [ARG, ...],
+"env": {...}, "cwd": DIR}`` (JSON) with the descriptors of the run's stdout and stderr; the
+child it is forked into (a session of its own, stdin /dev/null) says ``{"pid": PID}``, runs
+pyinfra's ``main()`` with that argv, environment and directory as ``pyinfra ARGS...`` does, says
+``{"returncode": CODE}`` and exits with it. ``faults.pyinfra`` is the client."""
 
-# ruff: noqa: I001 - pyinfra_cli.main first: it patches the standard library for gevent
+# ruff: noqa: I001, E402 - pyinfra_cli.main first: it patches the standard library for gevent
 from __future__ import annotations
 
-import json
-import os
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 from typing import Any
+
+# as for the pyinfra script: its own directory first on the path, not this one's
+sys.path[0] = str(Path(sys.executable).parent)
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import traceback
 
 from pyinfra_cli.main import main
 
@@ -25,19 +33,34 @@ import gevent.monkey
 import gevent.os
 import servefleet.deploys  # noqa: F401 - what deploys/*.py import: imported once, here
 
-# the blocking waitpid: this process runs no gevent loop (gevent's would watch for children)
+# this process runs no gevent loop: the standard library's own socket, select, signal, waitpid
+Socket = gevent.monkey.get_original("socket", "socket")
+select = gevent.monkey.get_original("select", "select")
+set_signal = gevent.monkey.get_original("signal", "signal")
 waitpid = gevent.monkey.get_original("os", "waitpid")
+PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 
 
-def child(args: list[str], out: Path, err: Path) -> None:
-    """In a forked child: ``pyinfra ARGS``, stdout in ``out`` and stderr in ``err``. Exits."""
+def say(conn: socket.socket, message: dict[str, int]) -> None:
+    conn.send(json.dumps(message).encode())
+
+
+def child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child: the run, then its exit code on ``conn``. Exits."""
     code = 1
     try:
-        for fd, path in ((1, out), (2, err)):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.setsid()
+        set_signal(signal.SIGCHLD, signal.SIG_DFL)  # the run waits for its own children
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((0, null), (1, fds[0]), (2, fds[1])):
             os.dup2(target, fd)
-            os.close(target)
-        sys.argv = ["pyinfra", *args]
+        for fd in (null, *fds):
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = [PYINFRA, *request["argv"]]
+        say(conn, {"pid": os.getpid()})
         main()
         code = 0
     except SystemExit as done:
@@ -47,31 +70,43 @@ def child(args: list[str], out: Path, err: Path) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+        try:
+            say(conn, {"returncode": code})
+        finally:
+            os._exit(code)
 
 
-def run_all(runs: list[list[str]], parallel: int) -> list[dict[str, Any]]:
-    """Every run, at most ``parallel`` at a time; their results in the order of ``runs``."""
-    results: list[dict[str, Any]] = [{} for _ in runs]
-    with tempfile.TemporaryDirectory(prefix="forked-pyinfra-") as tmp:
-        files = [(Path(tmp, f"{i}.out"), Path(tmp, f"{i}.err")) for i in range(len(runs))]
-        pending = list(range(len(runs)))
-        running: dict[int, int] = {}  # pid -> the index of its run
-        while pending or running:
-            while pending and len(running) < parallel:
-                i = pending.pop(0)
-                pid = gevent.os.fork_gevent()  # the child's gevent hub is its own
-                if pid == 0:
-                    child(runs[i], *files[i])
-                running[pid] = i
-            pid, status = waitpid(-1, 0)
-            i = running.pop(pid)
-            out, err = (p.read_text(errors="replace") for p in files[i])
-            code = os.waitstatus_to_exitcode(status)
-            results[i] = {"returncode": code, "stdout": out, "stderr": err}
-    return results
+def reap(*_: object) -> None:
+    """Every child that has ended (on SIGCHLD)."""
+    with contextlib.suppress(ChildProcessError):
+        while waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def serve(path: str) -> None:
+    listener = Socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    set_signal(signal.SIGCHLD, reap)
+    print("ready", flush=True)
+    while True:
+        readable, _, _ = select([listener, sys.stdin], [], [])
+        if sys.stdin in readable and not sys.stdin.buffer.read1(1):
+            break  # the client is gone
+        if listener in readable:
+            conn, _ = listener.accept()
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+            if gevent.os.fork_gevent() == 0:  # gevent made ready in the child, none watched here
+                listener.close()
+                child(conn, json.loads(data), fds)
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+    set_signal(signal.SIGCHLD, signal.SIG_DFL)
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            waitpid(-1, 0)
 
 
 if __name__ == "__main__":
-    request = json.load(sys.stdin)
-    json.dump(run_all(request["runs"], int(request["parallel"])), sys.stdout)
+    serve(sys.argv[1])

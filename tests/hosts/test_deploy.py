@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import DRAIN, argv_watch, make_change_cold, resolved, secrets
+from faults import DRAIN, argv_watch, make_change_cold, pyinfra, resolved, secrets
 from labhelpers import lab_up, on_host
 
 from servefleet.lab import layout
@@ -60,14 +60,7 @@ def deploy(
         gd.mkdir(exist_ok=True)
         (gd / "lab.py").write_text(group_data)
         extra = ["--group-data", str(gd)]
-    return subprocess.run(
-        [PYINFRA, "-y", *extra, *args, "inventories/lab.py", deploy_file],
-        cwd=REPO,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    return pyinfra(["-y", *extra, *args, "inventories/lab.py", deploy_file], run_env)
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -68,7 +68,7 @@ def clean_links(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def venv(out: Path, clean_links: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with the RBLN stack 0.12.0 and arctic-inference (built from its sdist)."""
     path = tmp_path_factory.mktemp("venv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
     pip(
         python,

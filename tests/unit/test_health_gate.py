@@ -198,6 +198,36 @@ def test_a_prewarm_answering_unhealthy_fails_after_answered_timeout(
     assert why == f"not healthy within 1s: http://127.0.0.1:{stub.port}/health answered 500"
 
 
+def test_polls_every_tenth_of_a_second_for_five_seconds_then_back_off_to_one(
+    systemd: FakeSystemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm restart (about a second) is seen within 0.1 s of answering; past five seconds (a
+    compile) the pause doubles up to one second. On a clock that only the gate's sleeps move."""
+    monkeypatch.setenv("PATH", systemd.env()["PATH"])
+    systemd.show(ours())
+    now, pauses = [1000.0], []
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(round(seconds, 6))
+            now[0] += seconds
+
+    monkeypatch.setattr(health, "time", Clock)
+    with Stub(health=503) as stub:
+        why = health.check(UNIT, stub.port, MODEL, 9.0)
+    assert why == f"not healthy within 9s: http://127.0.0.1:{stub.port}/health answered 503"
+    quick = next(i for i, p in enumerate(pauses) if p != 0.1)
+    assert sum(pauses[:quick]) == pytest.approx(5.0, abs=0.05)  # 0.1 s apart for five seconds
+    slow = pauses[quick:]
+    assert slow[:5] == [0.2, 0.4, 0.8, 1.0, 1.0] and len(slow) == 6  # then doubled up to 1 s
+    assert sum(pauses) == pytest.approx(9.0)  # until the deadline
+
+
 # -- the API key: read from the files the unit's EnvironmentFile= names, sent as a Bearer ------
 
 KEY = "sk-" + "0123456789abcdef" * 2

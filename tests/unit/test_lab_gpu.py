@@ -258,7 +258,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gpu_venv(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """vllm 0.30.0 installed as a GPU host installs it: from the public index alone."""
     path = tmp_path_factory.mktemp("gpuvenv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     pip(path / "bin/python", "install", "--no-index", "--find-links", str(out / "index/public"),
         "vllm==0.30.0", "arctic-inference==0.1.1")  # fmt: skip
     return path

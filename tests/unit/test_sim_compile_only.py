@@ -6,6 +6,7 @@ simulation path goes under $RBLN_SIM_ROOT, as in test_lab_sim.py (sim_fixtures.p
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -164,12 +165,14 @@ def test_bundle_is_deterministic_and_every_flipped_byte_is_caught(sim: Any, tmp_
     for bad in (b"", data[:-1], old, b"\xff" + data[1:], b"[]"):
         path.write_bytes(bad)
         assert sim.bundle_fault(str(path), MODEL, sig), bad[:40]
-    for mask in (0x01, 0x20, 0x80):
-        for i in range(len(data)):
-            flipped = bytearray(data)
-            flipped[i] ^= mask
-            path.write_bytes(flipped)
-            assert sim.bundle_fault(str(path), MODEL, sig), (i, mask)
+    path.write_bytes(data)
+    with path.open("r+b", buffering=0) as fh:  # each byte flipped in place, then put back
+        for mask in (0x01, 0x20, 0x80):
+            for i in range(len(data)):
+                os.pwrite(fh.fileno(), bytes([data[i] ^ mask]), i)
+                assert sim.bundle_fault(str(path), MODEL, sig), (i, mask)
+                os.pwrite(fh.fileno(), data[i : i + 1], i)
+    assert path.read_bytes() == data
     path.unlink()
     path.mkdir()
     assert sim.bundle_fault(str(path), MODEL, sig).startswith("cannot read it")

@@ -320,6 +320,11 @@ def probe(
         return f"not answering: {e}"
 
 
+# A start within QUICK_START seconds is seen within QUICK_POLL (a warm restart: each instance of a
+# rollout waits for it); after that the pause doubles up to SLOW_POLL (a compile of hours).
+QUICK_START, QUICK_POLL, SLOW_POLL = 5.0, 0.1, 1.0
+
+
 def check(
     unit: str,
     port: int,
@@ -345,11 +350,12 @@ def check(
     Returns None when healthy, else the reason in one line (no journal)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
     answered = False
     st = unit_state(unit)
     baseline = st.restarts  # NRestarts survives a manual restart: count from here
-    pause = 0.1  # a quick start is seen at once; a long compile is polled once a second
+    pause = QUICK_POLL
     while True:
         fatal = state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, False)
         if fatal:
@@ -373,7 +379,8 @@ def check(
         if left <= 0:
             return f"not healthy within {timeout:g}s: {why}"
         time.sleep(min(pause, left))
-        pause = min(1.0, pause * 2)
+        if time.monotonic() - began >= QUICK_START:
+            pause = min(SLOW_POLL, pause * 2)
         st = unit_state(unit)
 
 

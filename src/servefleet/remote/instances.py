@@ -208,7 +208,9 @@ def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: boo
     started = time.time() - 1
     if restart:
         make_room(state, inst)
-        systemctl("enable", "--quiet", inst["unit"])
+        # --no-reload: the restart reads the unit (bring_to reloaded a changed file) and boot reads
+        # the link; a reload here, at every restart, cost each instance of a rollout 0.15-0.3 s
+        systemctl("enable", "--quiet", "--no-reload", inst["unit"])
         systemctl("restart", inst["unit"])
         log(f"{inst['unit']}: restarted ({'cold: compiling, ' if cold else ''}gate {timeout}s)")
         health.barrier(f"restarted-{inst['unit']}-{inst['fingerprint']}")  # tests' fault point

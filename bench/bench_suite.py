@@ -1,0 +1,119 @@
+"""Bench (not a test): what the host tests pay again and again, before and after issue #16's cuts,
+on a 3-host lab: a run refused for bad data (the real pyinfra CLI, exec'd vs forked from a process
+that imported it once: ``tests/hosts/forked_pyinfra.py``), a command on a host over ssh (OpenSSH's
+default key exchange vs the lab's curve25519 vs one shared connection) and enabling a unit
+(with the daemon-reload ``systemctl enable`` does vs ``--no-reload``). Each row: wall time and
+this machine's CPU time (the runs' and their children's) per call, and the ratio to the first
+row of its group. Needs root; brings a lab up and leaves the machine with the lab down.
+
+    .venv/bin/python bench/bench_suite.py [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from labbench import REPO, lab, lab_env
+
+PYINFRA = str(Path(sys.executable).parent / "pyinfra")
+BAD = ["-y", "inventories/lab.py", "deploys/serve.py", "--data", "serve_target=1"]
+
+
+def cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def per_call(runs: int, calls: Callable[[int], None]) -> tuple[float, float]:
+    """(wall, CPU) seconds per call of ``calls(runs)``, which makes ``runs`` calls."""
+    start, used = time.monotonic(), cpu()
+    calls(runs)
+    return (time.monotonic() - start) / runs, (cpu() - used) / runs
+
+
+def each(cmd: list[str], code: int = 0, **kwargs: object) -> Callable[[int], None]:
+    """``n`` runs of ``cmd``, each exiting ``code``."""
+    return lambda n: [check(cmd, code, **kwargs) for _ in range(n)] and None
+
+
+def check(cmd: list[str], code: int = 0, **kwargs: object) -> None:
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+    if proc.returncode != code:
+        raise SystemExit(f"{' '.join(cmd)[:200]} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="calls per row")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "tests" / "hosts"))
+    from faults import Forks
+    from labhelpers import shared_connection
+
+    from servefleet.lab.fleet import ssh_command
+    from servefleet.lab.state import load_state
+
+    groups: list[tuple[str, list[tuple[str, tuple[float, float]]]]] = []
+    try:
+        lab("up", "--hosts", "3")
+        env = lab_env()
+        state = load_state()
+
+        def forked(n: int) -> None:
+            forks = Forks()
+            assert all(forks.run(BAD, env, 600).returncode == 1 for _ in range(n))
+            forks.close()  # its CPU time and its runs' counted
+
+        refused = [
+            ("pyinfra, exec'd", per_call(args.runs, each([PYINFRA, *BAD], 1, env=env))),
+            ("pyinfra, forked", per_call(args.runs, forked)),
+        ]
+        groups.append(("a run refused for bad data (3 hosts)", refused))
+
+        ssh, *rest = ssh_command(state, "lab1", ["true"])
+        i = rest.index("KexAlgorithms=curve25519-sha256")
+        default = [ssh, *rest[: i - 1], *rest[i + 1 :]]
+        calls = [
+            ("OpenSSH's default key exchange", per_call(args.runs, each(default))),
+            ("curve25519 (the lab's)", per_call(args.runs, each([ssh, *rest]))),
+        ]
+        shared = [ssh, *shared_connection(state), *rest]
+        check(shared)  # the master
+        calls.append(("one shared connection", per_call(args.runs, each(shared))))
+        groups.append(("`true` on a host over ssh", calls))
+
+        unit = "servefleet-bench.service"
+        make = (f"printf '[Service]\\nExecStart=/bin/sleep 1000\\n[Install]\\n"
+                f"WantedBy=multi-user.target\\n' > /etc/systemd/system/{unit}; "
+                "systemctl daemon-reload")  # fmt: skip
+        check(ssh_command(state, "lab1", [make]))
+
+        def enables(option: str) -> Callable[[int], None]:  # n of them in one ssh call
+            loop = f"for i in $(seq {{}}); do systemctl enable --quiet {option} {unit}; done"
+            return lambda n: check([*shared[:-1], loop.format(n)])  # "true" replaced
+
+        enable = [
+            (f"systemctl enable {unit}", per_call(args.runs, enables(""))),
+            ("with --no-reload", per_call(args.runs, enables("--no-reload"))),
+        ]
+        groups.append(("enabling an enabled unit (a loop on the host)", enable))
+    finally:
+        lab("down")
+    print("| what | per call (s) | CPU per call (s) | vs first |")
+    print("|---|---|---|---|")
+    for title, rows in groups:
+        print(f"| **{title}** | | | |")
+        base = rows[0][1][0]
+        for name, (wall, used) in rows:
+            print(f"| {name} | {wall:.3f} | {used:.3f} | {wall / base:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
