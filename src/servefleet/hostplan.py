@@ -576,6 +576,13 @@ def _place_pd(
     server itself: :func:`servefleet.kinds.roles.one_host_values`); the k-th server of a role on
     a host (from 0) listens for NIXL on the recipe's side-channel port + 10 k. Returns the
     bound spec, each instance's (server, role), and a refusal when the host cannot serve it."""
+    if settings.api_key:  # measured with vllm-router 0.1.17; its source: vllm_pd_router.rs
+        raise DataError(
+            "creds_api_key_env: an API key, but the selection has the roles prefill and decode, "
+            "and vllm-router's prefill/decode mode sends its workers its own OPENAI_API_KEY, "
+            "never the client's, and checks no key itself: behind it the servers' key would "
+            "guard nothing; allowed: no API key (keep serve_router_port on a trusted network)"
+        )
     if settings.serve_roles:
         return _place_by_group(settings, spec, groups, host_groups, address)
     if settings.serve_router != "host":

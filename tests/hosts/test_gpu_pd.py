@@ -2,7 +2,8 @@
 two H200 hosts, prefill on lab1 and decode on lab2 (``serve_roles``), behind a fleet router on
 lab3. Each role runs the resolved argv (the site builder's) with its placeholders bound, plus
 what the deploy adds; a chat through the router goes prefill, then decode (the simulated servers' per-role
-counters); a killed prefill is named by ``status``, and the next deploy converges."""
+counters); a killed prefill is named by ``status``, and the next deploy converges, the decode re-checked
+(and restarted: the simulator's stale-peer switch keeps a restarted peer's old engine)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from faults import run
 from labhelpers import on_host, relabbed, servefleet
 from test_plan_status import cli
-from test_router import address, healthy, request, role_counts
+from test_router import STALE, address, healthy, request, role_counts, stale_read, started_at
 
 DATA = [
     "serve_recipe=vllm/zai-org/GLM-5.2",
@@ -63,6 +64,7 @@ def test_glm_prefill_and_decode_on_two_h200_hosts_behind_a_fleet_router(
     pd_lab: dict[str, Any],
 ) -> None:
     lab = pd_lab
+    on_host(lab, "lab2", f"touch {STALE}")  # its decode keeps a peer's first NIXL engine
     deploy(lab)
     front, p_addr, d_addr = address(lab, "lab3"), address(lab, "lab1"), address(lab, "lab2")
     conn_workers = healthy(front)
@@ -85,13 +87,17 @@ def test_glm_prefill_and_decode_on_two_h200_hosts_behind_a_fleet_router(
     assert after[0]["prefill"] - before[0]["prefill"] == 1  # lab1 prefilled it ...
     assert after[1]["decode"] - before[1]["decode"] == 1  # ... and lab2 decoded it
 
-    # the prefill server killed (and kept down): status names it; the next deploy converges
+    # the prefill server killed (and kept down): status names it; the next deploy converges,
+    # and the decode, which fails a request from the restarted prefill, restarts
+    decoded = started_at(lab, "lab2", "servefleet-vllm-0.service")
     on_host(lab, "lab1", "systemctl kill --signal=SIGKILL servefleet-vllm-0.service; "
             "systemctl stop servefleet-vllm-0.service")  # fmt: skip
     status = cli(lab, "status", "inventories/lab.py", *(a for d in DATA for a in ("--data", d)))
     assert status.returncode == 1
     assert "servefleet: lab1: servefleet-vllm-0.service drifts" in status.stderr, status.stderr
     deploy(lab)
+    assert started_at(lab, "lab2", "servefleet-vllm-0.service") > decoded
+    assert stale_read(lab, "lab2", "servefleet-vllm-0.service")
     assert request(front, stream=False, model=MODEL) is None
     again = cli(lab, "status", "inventories/lab.py", *(a for d in DATA for a in ("--data", d)))
     assert again.returncode == 0, again.stdout + again.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from faults import BARRIERS, hold, release, restart_point, run, run_killed
 from labhelpers import on_host, relabbed
+from test_endpoints import keyed
 from test_plan_status import answers_ssh, cli, host_systemctl, wait_for
 
 HOSTS = ("lab1", "lab2")
@@ -32,10 +34,14 @@ ROUTER_UNIT = "servefleet-router.service"
 
 
 def deploy(
-    lab: dict[str, Any], *data: str, router: str = "host", hosts: tuple[str, ...] = HOSTS
+    lab: dict[str, Any],
+    *data: str,
+    router: str = "host",
+    hosts: tuple[str, ...] = HOSTS,
+    env: dict[str, str] | None = None,
 ) -> str:
     args = [a for d in (f"serve_router={router}", *data) for a in ("--data", d)]
-    proc = run(lab, *(a for h in hosts for a in ("--limit", h)), *args)
+    proc = run(lab, *(a for h in hosts for a in ("--limit", h)), *args, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     return out
@@ -45,14 +51,17 @@ def address(lab: dict[str, Any], name: str) -> str:
     return str(next(h["address"] for h in lab["hosts"] if h["name"] == name))
 
 
-def request(host: str, stream: bool, model: str = MODEL) -> str | None:
-    """One chat through the router: None when it succeeded whole (every token, and [DONE] for a
-    stream), else what went wrong."""
+def request(host: str, stream: bool, model: str = MODEL, key: str | None = None) -> str | None:
+    """One chat through the router (with ``Authorization: Bearer key``): None when it succeeded
+    whole (every token, and [DONE] for a stream), else what went wrong."""
     body = json.dumps({"model": model, "max_tokens": TOKENS, "stream": stream,
                        "messages": [{"role": "user", "content": "Hello"}]})  # fmt: skip
     conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=60)
     try:
-        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        conn.request("POST", "/v1/chat/completions", body, headers)
         response = conn.getresponse()
         if response.status != 200:
             return f"HTTP {response.status}: {response.read(300)!r}"
@@ -181,6 +190,15 @@ def test_host_routers_serve_through_a_rolling_restart(lab: dict[str, Any]) -> No
                 -3000:
             ]
 
+    # an API key: the router holds none and passes each client's Authorization on
+    key, first = "sk-lab-" + secrets.token_hex(24), HOSTS[0]
+    deploy(lab, "serve_target=Throughput", hosts=(first,), env=keyed(lab, key))
+    assert request(address(lab, first), stream=False, key=key) is None
+    assert request(address(lab, first), stream=True, key=key) is None
+    assert (request(address(lab, first), stream=False) or "").startswith("HTTP 401")
+    router_unit = on_host(lab, first, f"cat /etc/systemd/system/{ROUTER_UNIT}").stdout
+    assert key not in router_unit and "EnvironmentFile" not in router_unit
+
     deploy(lab, router="none")
     for host in HOSTS:
         gone = on_host(lab, host, f"test -e /etc/systemd/system/{ROUTER_UNIT}", check=False)
@@ -303,9 +321,26 @@ def started_at(lab: dict[str, Any], host: str, unit: str) -> int:
     return int(out.stdout.strip())
 
 
+STALE = "/etc/rbln-sim/stale-peer"  # the simulator's switch: NIXL <= 1.3.2's stale peer state
+
+
+def stale_read(lab: dict[str, Any], host: str, unit: str) -> bool:
+    """Whether the unit's server logged a read that failed on a restarted peer's old engine."""
+    journal = on_host(lab, host, f"journalctl -u {unit} --no-pager -o cat").stdout
+    return "(the lab's stale-peer switch" in journal
+
+
 def test_prefill_and_decode_on_one_host_behind_its_router(lab: dict[str, Any]) -> None:
     host = "lab1"
     on_host(lab, host, f"rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health {BARRIERS}")
+    on_host(lab, host, f"echo kv_consumer > {STALE}")  # decodes keep a peer's first engine
+    try:
+        pd_on_one_host(lab, host)
+    finally:
+        on_host(lab, host, f"rm -f {STALE}")
+
+
+def pd_on_one_host(lab: dict[str, Any], host: str) -> None:
     data = (f"serve_recipe={PD_CARD}",)
     deploy(lab, *data, hosts=(host,))
     front = address(lab, host)
@@ -319,6 +354,32 @@ def test_prefill_and_decode_on_one_host_behind_its_router(lab: dict[str, Any]) -
     env = on_host(lab, host, "tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value "
                   "servefleet-vllm-1.service)/environ").stdout.split()  # fmt: skip
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1" in env
+
+    # the prefill killed and kept down: the next deploy starts it (a new NIXL engine), the
+    # decode (under the stale-peer switch) fails the re-check, restarts, and then passes
+    decoded = started_at(lab, host, "servefleet-vllm-1.service")
+    on_host(lab, host, "systemctl kill --signal=SIGKILL servefleet-vllm-0.service; "
+            "systemctl stop servefleet-vllm-0.service")  # fmt: skip
+    deploy(lab, *data, hosts=(host,))
+    assert started_at(lab, host, "servefleet-vllm-1.service") > decoded
+    assert stale_read(lab, host, "servefleet-vllm-1.service")
+    assert request(front, stream=False) is None
+
+    # an API key is refused in one line, before any change: vllm-router's prefill/decode mode
+    # sends its workers its own OPENAI_API_KEY and checks no client's key
+    units = {
+        u: started_at(lab, host, u)
+        for u in ("servefleet-vllm-0.service", "servefleet-vllm-1.service")
+    }
+    key = "sk-lab-" + secrets.token_hex(24)
+    args = [a for d in ("serve_router=host", *data) for a in ("--data", d)]
+    refused = run(lab, "--limit", host, *args, env=keyed(lab, key))
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "Traceback" not in out
+    assert (
+        f"servefleet: {host}: creds_api_key_env: an API key, but the selection has the roles" in out
+    ), out
+    assert units == {u: started_at(lab, host, u) for u in units}
 
     # a change that restarts both: decode first, then prefill, then one request through both
     deploy(lab, *data, "serve_shutdown_timeout=61", hosts=(host,))

@@ -153,7 +153,7 @@ def sim_env(simroot: Path, hf_home: Path, venv: Path, tmp_path: Path) -> Iterato
         RBLN_VISIBLE_DEVICES="0",
     )
     yield env
-    for switch in ("fail-start", "fail-health", "platform"):
+    for switch in ("fail-start", "fail-health", "stale-peer", "platform"):
         (simroot / "etc/rbln-sim" / switch).unlink(missing_ok=True)
 
 

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_deploy_plan import probe, settings
+from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.errors import DataError
 from servefleet.hostplan import plan_host
 from servefleet.kinds.roles import placeholders
 from servefleet.kinds.vllm import defaults as vllm_defaults
+from servefleet.settings import load_defaults, settings_from
 
 PD_CARD = Path(__file__).resolve().parents[1] / "data" / "rbln" / "gpt-oss-120b-pd.json"
 
@@ -74,6 +75,19 @@ def test_a_host_with_too_few_groups_is_refused_and_no_router_is_an_error() -> No
     assert "serve_router: 'none', but the selection has the roles prefill and decode" in str(
         e.value
     )
+
+
+def test_an_api_key_with_prefill_and_decode_is_refused_in_one_line() -> None:
+    """vllm-router's P/D mode sends its workers its own OPENAI_API_KEY and checks no client's
+    key (measured with 0.1.17: a client's key got 401 from the servers behind it)."""
+    data = load_defaults()
+    data.update(serve_recipe=str(PD_CARD), serve_router="host")
+    keyed = settings_from(data.get, {**CREDS, "SERVEFLEET_API_KEY": "sk-" + "a" * 40})
+    with pytest.raises(DataError) as e:
+        plan_host(keyed, probe())
+    message = str(e.value)
+    assert message.startswith("creds_api_key_env: an API key, but the selection has the roles")
+    assert "allowed: no API key" in message and "\n" not in message and "sk-a" not in message
 
 
 def test_a_main_server_is_placed_as_before() -> None:

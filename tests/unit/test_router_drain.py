@@ -168,3 +168,36 @@ def test_the_converge_ends_once_the_router_finds_every_instance_healthy(
     host["router"].workers.remove(WORKERS[2])  # not listed yet: not routed to
     instances.bring_to(host["state"])  # puts it back, then the router finds all three healthy
     assert host["events"] == [f"add_worker {WORKERS[2]}"]
+
+
+@pytest.mark.parametrize("marks", [True, False], ids=["systemd-257", "systemd-252"])
+def test_one_reload_after_the_restarts_where_systemd_asks_for_it(
+    host: dict[str, Any], monkeypatch: pytest.MonkeyPatch, marks: bool
+) -> None:
+    """Each instance is enabled with --no-reload; systemd 257 then marks it changed on disk
+    (NeedDaemonReload=yes, which the next probe reads as not converged), 252 does not: the
+    converge ends with one daemon-reload exactly where it is asked for."""
+    reloads: list[str] = []
+    gated: list[str] = []
+    gate = instances.start_through_gate
+
+    def start(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
+        gate(state, inst, restart)
+        gated.append(inst["unit"])
+
+    def show(units: list[str], *props: str) -> list[dict[str, str]]:
+        marked = marks and "NeedDaemonReload" in props
+        return [{"ActiveState": "active", "MainPID": "1",
+                 "NeedDaemonReload": "yes" if marked and u in gated else "no"}
+                for u in units]  # fmt: skip
+
+    def systemctl(*args: str, check: bool = True) -> str:
+        if args[0] == "daemon-reload":
+            reloads.append(f"reload after {len(gated)} restarts")
+        return ""
+
+    monkeypatch.setattr(instances, "start_through_gate", start)
+    monkeypatch.setattr(instances, "show", show)
+    monkeypatch.setattr(instances, "systemctl", systemctl)
+    instances.bring_to(host["state"])
+    assert reloads == (["reload after 3 restarts"] if marks else [])

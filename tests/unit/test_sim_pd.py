@@ -33,17 +33,12 @@ from sim_fixtures import MODEL, vllm
 from test_lab_gpu import gpu_root, gpu_venv  # noqa: F401 (a fixture, used by name)
 from test_sim_serving import Stream, read_stream, request, wait_for
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"))
+import health  # noqa: E402  (the host program the deploy's peer re-check runs)
+
 PROMPT = "Tell me more about the lab and its simulated servers please"  # 11 words
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}
-# What vllm-router (src/routers/http/vllm_pd_router.rs) and vLLM's toy proxy send a prefill
-TO_PREFILL = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+TO_PREFILL = health.TO_PREFILL  # what vllm-router sends a prefill (the deploy's re-check too)
 INTERNAL = {
     "error": {
         "message": "Internal server error",
@@ -309,6 +304,41 @@ def test_restarted_prefill_fails_the_old_params(venv: Path, sim_env: dict[str, s
         f"Remote NIXL agent engine ID mismatch. Expected {old['remote_engine_id']},"
         f"received {new['remote_engine_id']}." in err
     )
+
+
+def test_stale_peer_switch_keeps_a_restarted_prefills_old_engine(
+    venv: Path, sim_env: dict[str, str]
+) -> None:
+    """/etc/rbln-sim/stale-peer (here naming kv_consumer): a decode started under it keeps the
+    engine id it first read at each side channel (NIXL <= 1.3.2), so after the prefill restarts
+    the new params fail until the decode restarts; a prefill it does not match is unaffected."""
+    switch = Path(sim_env["RBLN_SIM_ROOT"]) / "etc/rbln-sim/stale-peer"
+    switch.write_text("kv_consumer\n")
+    p_side, d_side, p_port, d_port = free_port(), free_port(), free_port(), free_port()
+    p = pd_server(venv, sim_env, "kv_producer", p_side, 0, port=p_port)
+    d = pd_server(venv, sim_env, "kv_consumer", d_side, 1, port=d_port)
+    p_url, d_url = f"http://127.0.0.1:{p_port}", f"http://127.0.0.1:{d_port}"
+    try:  # the deploy's re-check (health.pd_probe): the router's two requests
+        assert health.pd_probe(p_url, d_url, MODEL, 10) is None
+        assert p.stop()[0] == 0
+        p = pd_server(venv, sim_env, "kv_producer", p_side, 0, port=p_port)  # a new engine
+        new = prefill(p.port)
+        status, raw = request(d.port, "POST", CHAT_PATH, dict(CHAT, kv_transfer_params=new))
+        assert (status, json.loads(raw)) == (500, INTERNAL)
+        why = health.pd_probe(p_url, d_url, MODEL, 10)
+        assert (
+            why == f"decode {d_url} after prefill {p_url}: {d_url}/v1/chat/completions answered 500"
+        )
+        code, err = d.stop()
+        assert code == 0
+        assert "NIXL transfer failure: transfer_failed | Context: {" in err
+        assert f"and that peer runs engine {new['remote_engine_id']} now" in err
+        d = pd_server(venv, sim_env, "kv_consumer", d_side, 1, port=d_port)  # restarted: fresh
+        assert health.pd_probe(p_url, d_url, MODEL, 10) is None
+        assert roles(d.port)["decode"] == 1
+    finally:
+        p.stop()
+        d.stop()
 
 
 def test_lease_expires(venv: Path, sim_env: dict[str, str]) -> None:

@@ -97,6 +97,8 @@ def serve(plan: HostPlan | None) -> None:
         router_step.after_servers()
     if plan.router_host:
         router_step.converge_fleet_router(plan)
+    elif plan.settings.serve_router == "fleet":
+        router_step.recheck(plan)
 
 
 @deploy("Rollback", data_defaults=DEFAULTS)

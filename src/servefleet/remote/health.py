@@ -283,6 +283,50 @@ def owner_problem(unit: str, port: int, host: str, st: UnitState, answered: bool
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 MAX_REPLY = 1 << 20  # bytes of a chat reply the gate reads (a one-token reply is far smaller)
 UNAUTHORIZED = "answered 401 Unauthorized"  # the server wants another key: waiting cannot help
+PING = [{"role": "user", "content": "ping"}]  # the gate's one-token chat
+
+
+# What vllm-router sends a prefill (src/routers/http/vllm_pd_router.rs, as vLLM's toy proxy):
+# the prefill's answer carries the kv_transfer_params its decode then reads the KV blocks with
+TO_PREFILL = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+class BadReply(ValueError):
+    """A chat completion answered 200 with no completion in it."""
+
+
+def _chat(base: str, body: dict[str, Any], key: str | None, limit: float) -> dict[str, Any]:
+    """POST a chat completion to ``base``; its reply (HTTPError, OSError, BadReply or another
+    ValueError else)."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(base + "/v1/chat/completions", data=data, headers=headers)
+    with _OPENER.open(req, timeout=min(30.0, limit)) as r:
+        raw = r.read(MAX_REPLY + 1)
+    if len(raw) > MAX_REPLY:
+        raise BadReply(f"chat completion reply is larger than {MAX_REPLY} bytes")
+    reply = json.loads(raw)
+    if not isinstance(reply, dict) or not reply.get("choices"):
+        raise BadReply("chat completion had no choices")
+    return reply
+
+
+def _why(e: Exception, key: str | None) -> str:
+    if isinstance(e, urllib.error.HTTPError):
+        if e.code == 401:
+            sent = "with the unit's API key" if key else "without an API key (the unit has none)"
+            return f"{e.url} {UNAUTHORIZED} {sent}"
+        return f"{e.url} answered {e.code}"
+    return str(e) if isinstance(e, BadReply) else f"not answering: {e}"
 
 
 def probe(
@@ -296,28 +340,32 @@ def probe(
         with _OPENER.open(base + path, timeout=min(5.0, limit)) as r:
             if r.status != 200:
                 return f"{path} answered {r.status}"
-        body = json.dumps(
-            {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}
-        ).encode()
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        req = urllib.request.Request(base + "/v1/chat/completions", data=body, headers=headers)
-        with _OPENER.open(req, timeout=min(30.0, limit)) as r:
-            raw = r.read(MAX_REPLY + 1)
-        if len(raw) > MAX_REPLY:
-            return f"chat completion reply is larger than {MAX_REPLY} bytes"
-        reply = json.loads(raw)
-        if not isinstance(reply, dict) or not reply.get("choices"):
-            return "chat completion had no choices"
+        _chat(base, {"model": model, "max_tokens": 1, "messages": PING}, key, limit)
         return None
-    except urllib.error.HTTPError as e:
-        if e.code == 401:
-            sent = "with the unit's API key" if key else "without an API key (the unit has none)"
-            return f"{e.url} {UNAUTHORIZED} {sent}"
-        return f"{e.url} answered {e.code}"
+    except (OSError, ValueError) as e:  # HTTPError is an OSError
+        return _why(e, key)
+
+
+def pd_probe(
+    prefill: str, decode: str, model: str, limit: float, key: str | None = None
+) -> str | None:
+    """None when one request goes through ``prefill`` and then ``decode`` as vllm-router sends
+    it (the decode reads the prefill's KV blocks over NIXL), else why not.
+
+    + prefill, decode: the servers' base URLs"""
+    body = {"model": model, "messages": PING}
+    try:
+        params = _chat(prefill, dict(body, max_tokens=1, kv_transfer_params=TO_PREFILL), key, limit)
     except (OSError, ValueError) as e:
-        return f"not answering: {e}"
+        return f"prefill {prefill}: {_why(e, key)}"
+    kv = params.get("kv_transfer_params")
+    if not isinstance(kv, dict):
+        return f"prefill {prefill}: its answer carries no kv_transfer_params"
+    try:
+        _chat(decode, dict(body, max_tokens=1, kv_transfer_params=kv), key, limit)
+    except (OSError, ValueError) as e:
+        return f"decode {decode} after prefill {prefill}: {_why(e, key)}"
+    return None
 
 
 # A start within QUICK_START seconds is seen within QUICK_POLL (a warm restart: each instance of a

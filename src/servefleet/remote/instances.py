@@ -6,6 +6,8 @@ usage: instances.py converge STATE.json   # desired state: restart what differs,
        instances.py restore STATE_DIR     # bring back the last good state (after a driver change)
        instances.py rollback STATE_DIR    # by hand: back to the good state before the last one
        instances.py current ROOT RELEASE  # point ROOT/current at releases/RELEASE (by rename)
+       instances.py router -              # a fleet router host: its router (state on stdin)
+       instances.py peers STATE_DIR -     # re-check this host's decodes (state on stdin)
 
 What runs is judged from the running processes, never from what a deploy wrote: each unit
 carries ``Environment=SERVEFLEET_UNIT=<sha>`` (a hash of the rest of its text), so the main
@@ -104,17 +106,20 @@ def process_env(pid: int) -> dict[str, str]:
 
 
 def process_port(pid: int) -> int | None:
+    """The port the process serves on: its last ``--port`` (argparse's rule: a recipe's own
+    ``--port`` comes before the one the deploy adds), or None."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return None
+    port = None
     for i, arg in enumerate(argv):
         value = argv[i + 1] if arg == "--port" and i + 1 < len(argv) else None
         if arg.startswith("--port="):
             value = arg.split("=", 1)[1]
         if value and value.isdigit():
-            return int(value)
-    return None
+            port = int(value)
+    return port
 
 
 def live(devices_env: str) -> dict[str, dict[str, Any]]:
@@ -210,6 +215,7 @@ def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: boo
         make_room(state, inst)
         # --no-reload: the restart reads the unit (bring_to reloaded a changed file) and boot reads
         # the link; a reload here, at every restart, cost each instance of a rollout 0.15-0.3 s
+        # (bring_to reloads once at its end where systemd then asks for one)
         systemctl("enable", "--quiet", "--no-reload", inst["unit"])
         systemctl("restart", inst["unit"])
         log(f"{inst['unit']}: restarted ({'cold: compiling, ' if cold else ''}gate {timeout}s)")
@@ -446,37 +452,56 @@ def bring_to(state: dict[str, Any]) -> None:
             log(f"{unit}: removed (no device group for it now)")
     if state.get("stale"):
         systemctl("daemon-reload")
+    else:  # systemd 257 marks a unit enabled with --no-reload as changed on disk (252 does not)
+        daemon_reload_if_needed(units)
     bring_router(state)
-    if state.get("pd") and state.get("router") and "prefill" in restarted:  # the host's own
-        recheck_peers(state)
+    if state.get("pd") and state.get("router") and restarted & {"prefill", "decode"}:
+        own = [str(i["worker"]) for i in state["instances"] if i.get("role") == "prefill"]
+        recheck_peers(state, own)  # the host's own pools (behind fleet routers: peers())
 
 
-def recheck_peers(state: dict[str, Any]) -> None:
-    """After a prefill restarted: one request through the router, prefill then decode. A decode
-    that cannot read from the restarted prefill (NIXL keeps a peer's old state) fails it; then
-    every decode restarts through its gate and the request must pass."""
-    router = state["router"]
-    host = state.get("host") or "127.0.0.1"
-    base = f"http://[{host}]:{router['port']}" if ":" in host else f"http://{host}:{router['port']}"
+def recheck_peers(state: dict[str, Any], prefills: list[str]) -> None:
+    """After a prefill or a decode restarted: each decode of this host takes one request from
+    each prefill in ``prefills`` (their base URLs), as the router sends it
+    (:func:`health.pd_probe`). A decode that cannot read from one (NIXL can keep a restarted
+    peer's old state) restarts through its gate, and must then pass."""
     first = state["instances"][0]["unit"] if state["instances"] else None
     key = health.api_key(health.unit_state(first)) if first else None
 
-    def through() -> str | None:
-        return health.probe(base, state["model"], state["health_timeout"], key,
-                            health.ROUTER_READY)  # fmt: skip
+    def failing(decode: dict[str, Any]) -> str | None:
+        for prefill in prefills:
+            why = health.pd_probe(prefill, str(decode["worker"]), state["model"],
+                                  state["health_timeout"], key)  # fmt: skip
+            if why is not None:
+                return why
+        return None
 
-    why = through()
-    if why is None:
-        log(f"{ROUTER}: a request through prefill and decode passed")
-        return
-    log(f"{ROUTER}: a request through prefill and decode failed ({why}): restarting the decodes")
     for inst in state["instances"]:
-        if inst.get("role") == "decode":
+        if inst.get("role") != "decode" or not inst.get("worker") or not prefills:
+            continue
+        why = failing(inst)
+        if why is not None:
+            log(f"{inst['unit']}: a request through prefill and decode failed ({why}): "
+                "restarting it")  # fmt: skip
             start_through_gate(state, inst, True)
-    why = through()
-    if why is not None:
-        raise Failed(f"{ROUTER}: prefill/decode through the router: {why}")
-    log(f"{ROUTER}: a request through prefill and decode passed")
+            why = failing(inst)
+            if why is not None:
+                raise Failed(f"{inst['unit']}: prefill/decode re-check: {why}")
+        log(f"{inst['unit']}: a request from each of {len(prefills)} prefill(s) passed")
+
+
+def peers(state_dir: Path, doc: dict[str, Any]) -> int:
+    """A decode host behind fleet routers, after a host of its run restarted servers: its
+    decodes re-checked against the run's prefills (``doc``: the host's desired state and
+    ``prefills``, their base URLs; from stdin)."""
+    with open(state_dir / layout.STATE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            recheck_peers(doc, [str(p) for p in doc.get("prefills") or []])
+        except Failed as failure:
+            report(failure)
+            return 1
+    return 0
 
 
 def unit_sha(text: str) -> str | None:
@@ -618,6 +643,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["router", "-"]:
         return router_only(json.load(sys.stdin))
+    if len(argv) == 3 and argv[0] == "peers" and argv[2] == "-":
+        return peers(Path(argv[1]), json.load(sys.stdin))
     if len(argv) != 2 or argv[0] not in ("converge", "restore", "rollback"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

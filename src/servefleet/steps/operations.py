@@ -4,6 +4,7 @@ facts are in :mod:`servefleet.steps.facts`)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -108,6 +109,18 @@ def release(plan_file: str, marker: str, installer: str):
 def _connector_args(on: Any) -> dict[str, Any]:
     args = on.current_op_global_arguments or {}
     return {k: v for k, v in args.items() if k in CONNECTOR_ARGUMENT_KEYS}
+
+
+def run_with_doc(on: Any, command: str, doc: dict[str, Any], failed: str) -> bool:
+    """Run time, in a FunctionCommand: ``command`` on the host ``on`` with ``doc`` as one JSON
+    line on stdin (never shown), over this operation's connection. A failure is logged in one
+    line, its stderr or ``failed`` (no traceback), and returned False: the operation fails, and
+    with it this host."""
+    args = {**_connector_args(on), "_stdin": Stdin(json.dumps(doc) + "\n")}
+    ok, out = on.run_shell_command(StringCommand(command), **args)
+    if not ok:
+        logger.error(f"{on.print_prefix}{out.stderr.strip() or failed}")
+    return bool(ok)
 
 
 def _run(on: Any, *words: str) -> tuple[bool, Any]:

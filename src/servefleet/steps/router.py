@@ -9,12 +9,11 @@ every host is known."""
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra import host
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import server
 
 from servefleet.hostplan import NOLOGIN, HostPlan
@@ -22,8 +21,8 @@ from servefleet.remote.layout import PLANS
 from servefleet.router import RouterPlan, admin_url, fleet_order
 from servefleet.settings import Settings, settings_from
 from servefleet.steps import ensure
-from servefleet.steps.lib import per_run
-from servefleet.steps.operations import Stdin, _connector_args, release
+from servefleet.steps.lib import command, per_run
+from servefleet.steps.operations import release, run_with_doc
 
 NO_HOME = "/nonexistent"  # the router user's home: it keeps nothing
 
@@ -121,13 +120,8 @@ def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # no
         "health_timeout": s.serve_health_timeout,
         "keyless": bool(s.api_key),  # the servers' key stays with them
     }
-    cmd = f"python3 {shlex.quote(plan.lib + '/instances.py')} router -"
-    args = {**_connector_args(host), "_stdin": Stdin(json.dumps(doc) + "\n")}
-    ok, out = host.run_shell_command(StringCommand(cmd), **args)
-    if not ok:
-        logger.error(f"{host.print_prefix}{out.stderr.strip() or 'the fleet router failed'}")
-        return False  # the operation fails, and with it this host (no traceback)
-    return True
+    cmd = command(s.serve_root, "instances.py", "router", "-")
+    return run_with_doc(host, cmd, doc, "the fleet router failed")
 
 
 @operation(is_idempotent=False)
@@ -161,3 +155,32 @@ def _fleet_servers_done():
 def after_servers() -> None:
     """With ``serve_router = "fleet"``, on every host: the point after the servers' steps."""
     _fleet_servers_done(name="The fleet's servers are converged (the fleet router comes next)")
+
+
+def _recheck_decodes(state: Any, host: Any, plan: HostPlan) -> bool:  # noqa: F811
+    """Run time: when a host of this run restarts servers, this host's decodes take one
+    request from each prefill of the run (``instances.py peers``)."""
+    run = FleetRouting.of_run(state)
+    if not run.changing:
+        return True  # no server of the run restarts: the pools are as they were checked
+    prefills = [w for name in run.order for w, r in run.workers.get(name, ()) if r == "prefill"]
+    doc = {**plan.desired_state(), "prefills": prefills}
+    cmd = command(plan.settings.serve_root, "instances.py", "peers", plan.state_dir, "-")
+    return run_with_doc(host, cmd, doc, "the prefill/decode re-check failed")
+
+
+@operation(is_idempotent=False)
+def recheck_decodes(plan: HostPlan):
+    """
+    This decode host's decodes re-checked against every prefill of the run, after the run's
+    servers converged (a decode that cannot read from a restarted prefill restarts).
+
+    + plan: this host's plan
+    """
+    yield FunctionCommand(_recheck_decodes, (plan,), {})
+
+
+def recheck(plan: HostPlan) -> None:
+    """With ``serve_router = "fleet"``, on a host serving decodes: after :func:`after_servers`."""
+    if any(i.role == "decode" for i in plan.instances):
+        recheck_decodes(name="Re-check this host's decodes against the run's prefills", plan=plan)

@@ -370,7 +370,7 @@ def fault_switch(env: Mapping[str, str], name: str, argv: Sequence[str]) -> str 
     whose command line, ``argv`` joined by single spaces, contains every one of those lines.
 
     + env: the environment (RBLN_SIM_ROOT)
-    + name: ``fail-start`` or ``fail-health``
+    + name: ``fail-start``, ``fail-health`` or ``stale-peer``
     + argv: the process's command line
     """
     path = sim_path(env, f"{SIM_ETC}/{name}")

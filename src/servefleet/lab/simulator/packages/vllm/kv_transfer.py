@@ -50,6 +50,12 @@ What vLLM does, read from its source (``vllm/distributed/kv_transfer/kv_connecto
   id, so after a peer's restart its failure is a transfer's, not a handshake's; both fail the
   request under ``fail``).
 - Without a NIXL connector ``kv_transfer_params`` are ignored, as vLLM ignores them.
+- The lab's fault switch ``/etc/rbln-sim/stale-peer`` (read at start, matched to the command
+  line as ``fail-start`` is): such a decode keeps the engine id it first read at each side
+  channel, as NIXL up to 1.3.2 kept a peer's remote agent metadata (vllm#49238: a decode broke
+  after its prefill restarted; smg#2382 the other way round), so once that peer restarts every
+  read from it fails (``transfer_failed``) until this server restarts. The pinned nixl 1.5.1
+  has the fix; the switch stands in for what the deploy's peer re-check must catch.
 
 Every request is counted by the part it played: ``prefill`` (``do_remote_decode``), ``decode``
 (``do_remote_prefill`` with complete parameters), ``local`` (anything else), in
@@ -70,10 +76,11 @@ import socketserver
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import fault_switch
 from .common import BUILD, VERSION, SimError, _log
 from .flag_table import _object
 
@@ -179,6 +186,7 @@ class KVTransfer:
         compat_hash: str,
         block_size: int,
         tp_size: int,
+        stale: bool = False,
     ) -> None:
         self.connector = connector
         self.kv_role = kv_role
@@ -189,6 +197,8 @@ class KVTransfer:
         self.block_size = block_size
         self.tp_size = tp_size
         self.blocks = Blocks(lease)
+        self.stale = stale  # the stale-peer switch: keep the first engine id of each channel
+        self.peers: dict[tuple[str, int], str] = {}
         self._servers: list[socketserver.ThreadingTCPServer] = []
 
     def engine(self, rank_header: str | None) -> Engine:
@@ -317,6 +327,14 @@ def _fetch(kv: KVTransfer, params: Mapping[str, Any], abort: Any) -> None:
                 "handshake_failed",
                 f"RuntimeError: Remote NIXL agent engine ID mismatch. Expected {expected},"
                 f"received {meta.get('engine_id')}.",
+            )
+        first = kv.peers.setdefault((str(host), port), expected) if kv.stale else expected
+        if first != expected:
+            raise TransferError(
+                "transfer_failed",
+                f"the remote agent metadata loaded for {host}:{port} is engine {first}'s, and "
+                f"that peer runs engine {expected} now (the lab's stale-peer switch: NIXL <= "
+                "1.3.2 kept a restarted peer's metadata, vllm#49238)",
             )
         read = {
             "op": "read",
@@ -479,13 +497,16 @@ def _compat_hash(ns: argparse.Namespace) -> str:
     return hashlib.sha256(json.dumps(factors).encode()).hexdigest()[:16]
 
 
-def kv_transfer(ns: argparse.Namespace, env: Mapping[str, str]) -> KVTransfer | None:
+def kv_transfer(
+    ns: argparse.Namespace, env: Mapping[str, str], argv: Sequence[str] = ()
+) -> KVTransfer | None:
     """The server's NIXL connector from ``--kv-transfer-config`` and the side channel
     variables; None without one (no connector, or another kind). SimError as vLLM refuses the
     configuration. Nothing is bound yet (:meth:`KVTransfer.open`).
 
     + ns: the parsed arguments
     + env: the server's environment
+    + argv: its command line (for the stale-peer switch)
     """
     kv = _object(ns.kv_transfer_config)
     connector = kv.get("kv_connector")
@@ -536,4 +557,5 @@ def kv_transfer(ns: argparse.Namespace, env: Mapping[str, str]) -> KVTransfer | 
         compat_hash=_compat_hash(ns),
         block_size=int(ns.block_size or DEFAULT_BLOCK_SIZE),
         tp_size=int(ns.tensor_parallel_size or 1),
+        stale=fault_switch(env, "stale-peer", argv) is not None,
     )

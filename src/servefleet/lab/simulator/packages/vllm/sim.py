@@ -236,7 +236,9 @@ def serve(argv: Sequence[str]) -> int:
     config_error = engine_config_error(ns, platform)
     if config_error is not None:
         raise SimError(f"pydantic_core._pydantic_core.ValidationError: {config_error}")
-    kv = kv_transfer(ns, env)  # the NIXL connector's configuration, checked before the model
+    kv = kv_transfer(
+        ns, env, sys.argv
+    )  # the NIXL connector's configuration, checked before the model
     host = ns.host or "0.0.0.0"  # no --host: every interface, as vLLM
 
     def _stop(signum: int, frame: Any) -> None:
