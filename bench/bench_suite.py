@@ -1,7 +1,8 @@
 """Bench (not a test): what the host tests pay again and again, before and after issue #16's cuts,
 on a 3-host lab: a run refused for bad data (the real pyinfra CLI, exec'd vs forked from a process
 that imported it once: ``tests/hosts/forked_pyinfra.py``), a command on a host over ssh (OpenSSH's
-default key exchange vs the lab's curve25519 vs one shared connection) and enabling a unit
+default key exchange vs the lab's curve25519 vs one shared connection), a command over the
+deploy's own paramiko connection (as paramiko leaves it vs with TCP_NODELAY) and enabling a unit
 (with the daemon-reload ``systemctl enable`` does vs ``--no-reload``). Each row: wall time and
 this machine's CPU time (the runs' and their children's) per call, and the ratio to the first
 row of its group. Needs root; brings a lab up and leaves the machine with the lab down.
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import paramiko
 from labbench import REPO, lab, lab_env
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -26,8 +28,14 @@ BAD = ["-y", "inventories/lab.py", "deploys/serve.py", "--data", "serve_target=1
 
 
 def cpu() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
+    """CPU seconds of this process and its children so far."""
+    return sum(
+        u.ru_utime + u.ru_stime
+        for u in (
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+            resource.getrusage(resource.RUSAGE_SELF),
+        )
+    )
 
 
 def per_call(runs: int, calls: Callable[[int], None]) -> tuple[float, float]:
@@ -58,6 +66,7 @@ def main() -> int:
 
     from servefleet.lab.fleet import ssh_command
     from servefleet.lab.state import load_state
+    from servefleet.steps import connection
 
     groups: list[tuple[str, list[tuple[str, tuple[float, float]]]]] = []
     try:
@@ -87,6 +96,25 @@ def main() -> int:
         check(shared)  # the master
         calls.append(("one shared connection", per_call(args.runs, each(shared))))
         groups.append(("`true` on a host over ssh", calls))
+
+        client = paramiko.SSHClient()
+        client.load_host_keys(state["ssh"]["known_hosts"])
+        address = next(h["address"] for h in state["hosts"] if h["name"] == "lab1")
+        client.connect(address, username=state["ssh"]["user"], key_filename=state["ssh"]["key"],
+                       look_for_keys=False, allow_agent=False)  # fmt: skip
+
+        def commands(n: int) -> None:  # as pyinfra runs each of its commands
+            for _ in range(n):
+                _, out, _ = client.exec_command("sh -c true")
+                assert out.channel.recv_exit_status() == 0
+
+        nagle = per_call(args.runs, commands)
+        connection.tune(client.get_transport())
+        tuned = per_call(args.runs, commands)
+        client.close()
+        groups.append(("a command over the deploy's connection (paramiko, one per host)",
+                       [("paramiko's default (Nagle's algorithm on)", nagle),
+                        ("with TCP_NODELAY (steps/connection.tune)", tuned)]))  # fmt: skip
 
         unit = "servefleet-bench.service"
         make = (f"printf '[Service]\\nExecStart=/bin/sleep 1000\\n[Install]\\n"
