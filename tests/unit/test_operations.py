@@ -59,10 +59,9 @@ def test_a_secret_reaches_only_the_command_that_writes_it(
     assert dest.read_text() == "s3cret\n" and dest.stat().st_mode & 0o777 == 0o600
     with_stdin = [command for command, stdin in seen if stdin]
     assert len(with_stdin) == 1 and "cat >" in with_stdin[0], seen
-    # the facts ran (File, and Sha256File when the file is there) and got no stdin
-    facts = [command for command, stdin in seen if not stdin]
-    assert any("stat -c" in c for c in facts) and all("cat >" not in c for c in facts), seen
-    assert any("sha256sum" in c for c in facts) == (before is not None), seen
+    # no fact reads the file: nothing of the old secret (its sha256) reaches any output
+    assert len(seen) == 1 and "sha256sum" not in seen[0][0] and "stat -c '" not in seen[0][0]
+    assert not list(tmp_path.glob("*.servefleet-tmp"))
 
 
 def test_an_up_to_date_secret_is_not_written(
@@ -71,9 +70,22 @@ def test_an_up_to_date_secret_is_not_written(
     dest = tmp_path / "secret"
     dest.write_text("s3cret\n")
     dest.chmod(0o600)
+    before = dest.stat()
     seen = _run_secret_file(monkeypatch, dest, "s3cret\n")
     assert hashlib.sha256(dest.read_bytes()).hexdigest() == hashlib.sha256(b"s3cret\n").hexdigest()
-    assert seen and all(stdin is None and "cat >" not in c for c, stdin in seen), seen
+    after = dest.stat()  # not replaced: the same file, untouched
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), seen
+    assert not list(tmp_path.glob("*.servefleet-tmp"))
+
+
+def test_a_secret_file_of_another_mode_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dest = tmp_path / "secret"
+    dest.write_text("s3cret\n")
+    dest.chmod(0o644)
+    _run_secret_file(monkeypatch, dest, "s3cret\n")
+    assert dest.stat().st_mode & 0o777 == 0o600
 
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -91,11 +103,15 @@ def test_pyinfra_never_prints_the_secret(tmp_path: Path, how: list[str]) -> None
         "SECRET_VALUE": secret,
         "PYINFRA_PROGRESS": "off",
     }
+    old = "old-pw-5d1f-before\n"  # the secret being replaced: nothing of it is printed either
+    dest.write_text(old)
+    dest.chmod(0o600)
     proc = subprocess.run([PYINFRA, *how, "@local", str(DEPLOY)], env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert secret not in out, out
+    assert old.strip() not in out and hashlib.sha256(old.encode()).hexdigest() not in out, out
     if "--debug-operations" in how:
         assert "***" in out, out  # the arguments are printed, the secret masked
     if "-y" in how:

@@ -3,7 +3,6 @@ facts are in :mod:`servefleet.steps.facts`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -18,38 +17,38 @@ from pyinfra.api import (
     operation,
 )
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
-from pyinfra.facts.files import File, Sha256File
+from pyinfra.facts.files import File
 
 from servefleet.prewarm_store import Store
 from servefleet.wheelhouse import Copy
 
 
-@operation()
+@operation(is_idempotent=False)
 def secret_file(dest: str, content: HiddenValue, mode: str = "600"):
     """
     Write a secret to a root-only file from this operation's ``_stdin`` (see :func:`put_secret`).
     Unlike ``files.put`` it never shows the content (no ``--diff``, nothing in ``-vvv``), never
-    puts it in argv, and works with ``--sudo``: nothing is uploaded as the login user.
+    puts it in argv, and works with ``--sudo``: nothing is uploaded as the login user. One
+    command, the only one that gets the secret: it writes a 0600 temporary file and replaces
+    ``dest`` only when that differs (content or mode). No fact reads the file, so no output
+    carries anything of the old secret (a ``Sha256File`` fact printed its sha256 under
+    ``-vvv``); the deploys add this operation only when the probe's keyed digest differs.
 
     + dest: path on the host, in a 0700 directory
-    + content: the secret (compared by sha256 with the file; it is sent on stdin)
+    + content: the secret (sent on stdin, never shown)
     + mode: final file mode
     """
-    data = content.unmask().encode()
-    # A fact loaded here gets this operation's global arguments, ``_stdin`` included (pyinfra's
-    # api/facts.py, _handle_fact_kwargs): without ``_stdin=None`` the secret went to the facts'
-    # stat and sha256sum, and when such a command had exited before the controller wrote to it,
-    # the write failed with OSError('Socket is closed') and took the host down (issue #17).
-    info = host.get_fact(File, path=dest, _stdin=None)
-    if (
-        info
-        and str(info["mode"]) == mode.lstrip("0")
-        and host.get_fact(Sha256File, path=dest, _stdin=None) == hashlib.sha256(data).hexdigest()
-    ):
-        host.noop(f"{dest} is up to date")
-        return
-    script = 'umask 077; cat > "$1.servefleet-tmp" && chmod "$2" "$1.servefleet-tmp" && mv -f "$1.servefleet-tmp" "$1"'
-    yield StringCommand("sh", "-c", QuoteString(script), "sh", QuoteString(dest), mode)
+    yield StringCommand("sh", "-c", QuoteString(WRITE_SECRET), "sh", QuoteString(dest), mode)
+
+
+# $1 the file, $2 its mode; the secret on stdin, read whole (a command that stops reading early
+# closes the channel under the controller's write: issue #17)
+WRITE_SECRET = (
+    'umask 077; cat > "$1.servefleet-tmp" || exit 1; '
+    'if [ -f "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %a "$1")" = "$2" ] '
+    '&& cmp -s "$1.servefleet-tmp" "$1"; then rm -f "$1.servefleet-tmp"; exit 0; fi; '
+    'chmod "$2" "$1.servefleet-tmp" && mv -f "$1.servefleet-tmp" "$1"'
+)
 
 
 class Stdin:
