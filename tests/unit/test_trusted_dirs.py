@@ -20,6 +20,7 @@ REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
 sys.path.insert(0, str(REMOTE))
 import instances  # noqa: E402
 import probe  # noqa: E402
+import trusted  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to nobody)")
 FP = "ab" * 32
@@ -249,3 +250,53 @@ def test_the_fetcher_refuses_a_hub_swapped_for_a_link(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{hf_home}/hub" in err and "not a directory" in err, err
     assert list(victim.iterdir()) == [] and victim.stat().st_uid == 0
+
+
+def test_a_walk_follows_roots_own_links_only(tree: dict[str, Path]) -> None:
+    """The walk from ``/`` follows a link root owns in a directory only root writes (a system's
+    ``/var -> /private/var``), and no other: not the serve user's link in its own tree, nor a
+    root-owned link in a directory the serve user can write (it could rename it away and plant
+    its own), nor the components above a path's last (``open_dir`` once followed those)."""
+    base, cache = tree["base"], tree["cache"]
+    (base / "real" / "sub").mkdir(parents=True)
+    (base / "var").symlink_to("real")  # root's, in a root-only directory
+    (base / "abs").symlink_to(base / "real")
+    for path in (f"{base}/var/sub", f"{base}/abs/sub"):
+        fd = trusted.open_path(path)
+        try:
+            assert os.fstat(fd).st_ino == (base / "real" / "sub").stat().st_ino
+        finally:
+            os.close(fd)
+    # the serve user's link in its cache root, pointing at root's directory: refused
+    _as_nobody_plant(cache, f"os.symlink({str(base / 'real')!r}, 'mine')")
+    with pytest.raises(OSError, match="mine is not a directory"):
+        trusted.open_path(f"{cache}/mine/sub")
+    assert trusted.open_dir(f"{cache}/mine/sub") is None
+    # a root-owned link in the serve user's directory: refused as well
+    os.symlink(base / "real", cache / "roots")
+    with pytest.raises(OSError, match="roots is not a directory"):
+        trusted.open_path(f"{cache}/roots/sub")
+    # a loop of root's links ends in one OSError
+    (base / "loop1").symlink_to("loop2")
+    (base / "loop2").symlink_to("loop1")
+    with pytest.raises(OSError, match="is not a directory"):
+        trusted.open_path(f"{base}/loop1")
+
+
+def test_a_planted_link_in_roots_place_is_removed_and_a_directory_left(
+    tree: dict[str, Path],
+) -> None:
+    """What the serve user put in place of root's directory is moved aside; a link (or file) is
+    then removed (unlinkat follows no link: its target is untouched), a directory is left as
+    ``.untrusted-*`` for the serve user to remove."""
+    cache, secret = tree["cache"], tree["secret"]
+    state = {"cache_root": str(cache)}
+    before = _sentinel(secret)
+    _as_nobody_plant(cache, f"os.symlink({str(secret)!r}, 'servefleet-warm')")
+    instances.mark_warm(state, FP, [])
+    assert _sentinel(secret) == before
+    assert not [p for p in cache.iterdir() if ".untrusted-" in p.name]
+    _as_nobody_plant(cache, "os.rename('servefleet-warm', 'x'); os.mkdir('servefleet-warm')")
+    instances.mark_warm(state, FP, [])
+    left = [p for p in cache.iterdir() if ".untrusted-" in p.name]
+    assert len(left) == 1 and left[0].is_dir() and left[0].stat().st_uid != 0

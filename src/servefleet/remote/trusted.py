@@ -13,6 +13,7 @@ Stdlib only; the host programs import it (the probe carries it inline, as it car
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -26,21 +27,46 @@ MAX_READ = 1 << 20  # a marker or manifest is small; a bigger file is not ours
 
 
 def open_dir(path: str) -> int | None:
-    """A descriptor of the directory ``path`` whose parents are root's (its last component is
-    not followed); None when it is not a directory."""
+    """A descriptor of the absolute directory ``path`` (:func:`open_path`: no link followed but
+    root's own); None when it is not such a directory."""
     try:
-        return os.open(path, DIR_FLAGS)
+        return open_path(path)
     except OSError:
         return None
+
+
+MAX_LINKS = 40  # links followed in one walk (the kernel's own limit)
+
+
+def _root_link(parent: int, part: str) -> str | None:
+    """The target of ``part`` in the directory ``parent`` when it is a link only root can have
+    made or changed: owned by root in a directory root owns and no one else can write (a system's
+    ``/lib -> usr/lib``, ``/var -> /private/var``); None otherwise."""
+    try:
+        st = os.stat(part, dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        return None
+    there = os.fstat(parent)
+    if not stat.S_ISLNK(st.st_mode) or st.st_uid != 0 or there.st_uid != 0:
+        return None
+    if there.st_mode & 0o022:
+        return None
+    return os.readlink(part, dir_fd=parent)
 
 
 def open_below(parent: int, rel: str, owner: tuple[int, int] | None = None) -> int:
     """A descriptor of the directory ``rel`` below the directory ``parent``, each component
     opened without following a link (OSError naming the component otherwise): a tree another
-    user owns cannot redirect it by swapping a directory for a link anywhere along the way.
+    user owns cannot redirect it by swapping a directory for a link anywhere along the way. The
+    one link followed is root's own in a directory only root writes (:func:`_root_link`), its
+    target walked by the same rule.
 
     + owner: make the missing components (0755), owned by (uid, gid)
     """
+    return _walk(parent, rel, owner, [0])
+
+
+def _walk(parent: int, rel: str, owner: tuple[int, int] | None, hops: list[int]) -> int:
     fd = os.dup(parent)
     try:
         for part in [p for p in rel.split("/") if p]:
@@ -53,7 +79,15 @@ def open_below(parent: int, rel: str, owner: tuple[int, int] | None = None) -> i
             try:
                 nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                raise OSError(f"{rel}: {part} is not a directory ({exc.strerror})") from None
+                target = _root_link(fd, part)
+                if target is None or hops[0] >= MAX_LINKS:
+                    raise OSError(f"{rel}: {part} is not a directory ({exc.strerror})") from None
+                hops[0] += 1
+                start = os.open("/", DIR_FLAGS) if target.startswith("/") else os.dup(fd)
+                try:
+                    nxt = _walk(start, target, None, hops)
+                finally:
+                    os.close(start)
             os.close(fd)
             fd = nxt
         return fd
@@ -63,7 +97,8 @@ def open_below(parent: int, rel: str, owner: tuple[int, int] | None = None) -> i
 
 
 def open_path(path: str, owner: tuple[int, int] | None = None) -> int:
-    """:func:`open_below` from ``/``: the absolute directory ``path``, no link followed."""
+    """:func:`open_below` from ``/``: the absolute directory ``path``, no link followed but
+    root's own."""
     if not path.startswith("/"):
         raise OSError(f"{path} is not absolute")
     top = os.open("/", DIR_FLAGS)
@@ -83,7 +118,8 @@ def root_dir(parent: int, name: str, create: bool = False) -> int | None:
 
     + create: make it (0755) when it is missing; when something else is there (a link, a file,
       another user's directory, one writable by others), move that aside as
-      ``<name>.untrusted-<ns>`` and make a new one
+      ``<name>.untrusted-<ns>`` (a link or a file is then removed, a directory left) and make a
+      new one
     """
     for _ in range(3):
         try:
@@ -107,6 +143,8 @@ def root_dir(parent: int, name: str, create: bool = False) -> int | None:
             return None
         aside = f"{name}.untrusted-{time.time_ns()}"
         os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+        with contextlib.suppress(OSError):  # a link or file goes (unlinkat follows no link);
+            os.unlink(aside, dir_fd=parent)  # a directory stays, the serve user's to remove
     raise OSError(f"cannot make root's own directory {name}")
 
 
