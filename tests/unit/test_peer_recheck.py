@@ -91,11 +91,13 @@ def test_a_process_serves_on_its_last_port_flag() -> None:
     """A card's own ``--port`` comes before the one the deploy adds; argparse takes the last,
     and so must the converge that makes room for an instance (it stopped the prefill whose card
     said 8001 to make room for a decode on 8001)."""
-    argv = [sys.executable, "-c", "import time; time.sleep(30)", "--port", "8001", "--port=8000"]
-    proc = subprocess.Popen(argv)
-    try:
+    code = "import time; print('up', flush=True); time.sleep(30)"
+    argv = [sys.executable, "-c", code, "--port", "8001", "--port=8000"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:  # its line says it runs: until its exec, /proc/PID/cmdline is pytest's own
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
         assert instances.process_port(proc.pid) == 8000
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()
     assert instances.process_port(proc.pid) is None  # gone
