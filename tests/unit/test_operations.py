@@ -28,6 +28,15 @@ from pyinfra.connectors.local import LocalConnector
 from servefleet.steps.operations import secret_file
 
 
+def _secret(tmp_path: Path, text: str | None, mode: int = 0o600) -> Path:
+    """``tmp_path/secret`` holding ``text`` with ``mode`` (None: no file)."""
+    dest = tmp_path / "secret"
+    if text is not None:
+        dest.write_text(text)
+        dest.chmod(mode)
+    return dest
+
+
 def _run_secret_file(monkeypatch: pytest.MonkeyPatch, dest: Path, line: str) -> list[Any]:
     seen: list[Any] = []
     real = LocalConnector.run_shell_command
@@ -51,10 +60,7 @@ def _run_secret_file(monkeypatch: pytest.MonkeyPatch, dest: Path, line: str) -> 
 def test_a_secret_reaches_only_the_command_that_writes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str | None
 ) -> None:
-    dest = tmp_path / "secret"
-    if before is not None:
-        dest.write_text(before)
-        dest.chmod(0o600)
+    dest = _secret(tmp_path, before)
     seen = _run_secret_file(monkeypatch, dest, "s3cret\n")
     assert dest.read_text() == "s3cret\n" and dest.stat().st_mode & 0o777 == 0o600
     with_stdin = [command for command, stdin in seen if stdin]
@@ -67,9 +73,7 @@ def test_a_secret_reaches_only_the_command_that_writes_it(
 def test_an_up_to_date_secret_is_not_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dest = tmp_path / "secret"
-    dest.write_text("s3cret\n")
-    dest.chmod(0o600)
+    dest = _secret(tmp_path, "s3cret\n")
     before = dest.stat()
     seen = _run_secret_file(monkeypatch, dest, "s3cret\n")
     assert hashlib.sha256(dest.read_bytes()).hexdigest() == hashlib.sha256(b"s3cret\n").hexdigest()
@@ -81,9 +85,7 @@ def test_an_up_to_date_secret_is_not_written(
 def test_a_secret_file_of_another_mode_is_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dest = tmp_path / "secret"
-    dest.write_text("s3cret\n")
-    dest.chmod(0o644)
+    dest = _secret(tmp_path, "s3cret\n", 0o644)
     _run_secret_file(monkeypatch, dest, "s3cret\n")
     assert dest.stat().st_mode & 0o777 == 0o600
 

@@ -49,6 +49,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -494,14 +495,23 @@ def peers(state_dir: Path, doc: dict[str, Any]) -> int:
     """A decode host behind fleet routers, after a host of its run restarted servers: its
     decodes re-checked against the run's prefills (``doc``: the host's desired state and
     ``prefills``, their base URLs; from stdin)."""
-    with open(state_dir / layout.STATE_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with state_lock(state_dir):
         try:
             recheck_peers(doc, [str(p) for p in doc.get("prefills") or []])
         except Failed as failure:
             report(failure)
             return 1
     return 0
+
+
+@contextlib.contextmanager
+def state_lock(state_dir: Path) -> Iterator[None]:
+    """One converge, restore, rollback or re-check at a time: a run whose controller died may
+    still be at work here."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / layout.STATE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def unit_sha(text: str) -> str | None:
@@ -649,11 +659,7 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     command, arg = argv
-    state_dir = Path(arg).parent if command == "converge" else Path(arg)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    # One at a time: a run whose controller died may still be converging here.
-    with open(state_dir / layout.STATE_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with state_lock(Path(arg).parent if command == "converge" else Path(arg)):
         return locked(command, arg)
 
 
