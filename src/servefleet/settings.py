@@ -361,6 +361,9 @@ class Settings:
     models_store_url: str | None = key(
         _url(), None, "None = the Hugging Face hub; else a store serving <org>/<name>.tar.gz"
     )
+    models_hub_url: str | None = key(
+        _url(), None, "the hub a fetch without a store uses (HF_ENDPOINT); None = the client's own"
+    )
     models_revisions: dict[str, str] = key(
         c.entries(_model, _revision, c.MODELS_ALLOWED),
         {},

@@ -5,9 +5,10 @@ After each flow the sentinels keep their owner, mode and content, and the run ei
 or failed that host in one line.
 
 Flows: a deploy that fetches the model again from the store and, its warm markers gone,
-recompiles through a fleet pre-warm of two hosts; then a recompiling change with the compile
-cache itself linked away (the servers cannot compile there: the hosts fail, in one line each,
-and keep serving); then, the links removed, the next run converges.
+recompiles through a fleet pre-warm of two hosts; the same with the model fetched from the lab's
+Hugging Face hub by the release's real huggingface_hub; then a recompiling change with the
+compile cache itself linked away (the servers cannot compile there: the hosts fail, in one line
+each, and keep serving); then, the links removed, the next run converges.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ HUB = "/var/lib/servefleet/hf/hub"
 MODEL = "models--openai--gpt-oss-120b"
 SENTINELS = ["/root/sf-sentinel-file", "/root/sf-sentinel-dir", "/root/.ssh/authorized_keys"]
 CHANGE = ["--data", "serve_target=Throughput"]  # compile-affecting (--max-num-seqs)
+FROM_HUB = ["--data", "models_store_url=null"]  # models_hub_url: the lab's hub (group_data)
 
 # as the serve user: root's directories in its cache moved aside and linked to the sentinel
 # directory; the model's hub directory, its .locks entry and a staging name likewise
@@ -41,7 +43,7 @@ ln -s /root/sf-sentinel-dir {HUB}/{MODEL}
 mkdir -p {HUB}/.locks
 rm -rf {HUB}/.locks/{MODEL}
 ln -s /root/sf-sentinel-dir {HUB}/.locks/{MODEL}
-ln -s /root/.ssh/authorized_keys {HUB}/.fetch-planted
+ln -sfn /root/.ssh/authorized_keys {HUB}/.fetch-planted
 """
 PLANT_CACHE = f"mv {CACHE}/rbln {CACHE}/rbln.moved && ln -s /root/sf-sentinel-dir {CACHE}/rbln"
 UNPLANT_CACHE = f"rm {CACHE}/rbln && mv {CACHE}/rbln.moved {CACHE}/rbln"
@@ -96,12 +98,22 @@ def test_a_hostile_serve_user_never_redirects_roots_work(
         as_serve_user(lab, host, PLANT)
     store = tmp_path / "store"
     fleet = ["--data", "serve_prewarm_scope=fleet", "--data", f"serve_prewarm_store={store}"]
-    # the model fetched again from the store, the warm markers gone: a fleet pre-warm recompiles
-    ok(run(lab, *LIMIT, *fleet, *CHANGE))
-    for host in HOSTS:
-        assert sentinels(lab, host) == before[host], host
-        on_host(lab, host, f"test ! -L {HUB}/{MODEL} && test -s {HUB}/{MODEL}/.servefleet-complete "
-                f"&& test ! -L {CACHE}/servefleet-warm")  # fmt: skip
+    # the model fetched again from the store, the warm markers gone: a fleet pre-warm recompiles;
+    # then all planted again and the same from the hub, with the real huggingface_hub
+    hub_log = Path(lab["servers"]["hub"]["log"])
+    for source in ([], FROM_HUB):
+        if source:
+            for host in HOSTS:
+                as_serve_user(lab, host, PLANT)
+            seen = hub_log.stat().st_size
+        ok(run(lab, *LIMIT, *fleet, *CHANGE, *source))
+        for host in HOSTS:
+            assert sentinels(lab, host) == before[host], (host, source)
+            on_host(lab, host, f"test ! -L {HUB}/{MODEL} && test ! -L {CACHE}/servefleet-warm && "
+                    f"test -s {HUB}/{MODEL}/.servefleet-complete")  # fmt: skip
+    served = hub_log.read_bytes()[seen:].decode()
+    for host in lab["hosts"][:2]:  # the hub, not the store, served the second fetch
+        assert f'{host["address"]} "GET /openai/gpt-oss-120b/resolve/' in served, host["name"]
     # the compile cache itself linked to a root-only directory: the servers cannot compile
     for host in HOSTS:
         as_serve_user(lab, host, PLANT_CACHE)

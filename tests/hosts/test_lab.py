@@ -41,6 +41,7 @@ def test_state_lists_the_hosts_and_servers(lab: dict[str, Any]) -> None:
         "index_assets",
         "apt",
         "files",
+        "hub",
     }
     assert all(h["base"] == "bookworm" and h["glibc"] == "2.36" for h in lab["hosts"])
     assert lab["groups"] == {"lab": ["lab1", "lab2", "lab3"], "cr13": ["lab1", "lab2", "lab3"]}

@@ -1,7 +1,8 @@
 """The lab's model store on a running lab: ``servefleet lab models`` lists the recipes' models
 (drafts included) as the store serves them, a lab host fetches one with the fetcher the deploy
-uploads, and ``lab up --models`` adds models the store then serves (destructive: it re-ups the lab
-and leaves a default 3-host lab behind)."""
+uploads, a deploy without a store fetches from the lab's Hugging Face hub with the release's real
+``huggingface_hub``, and ``lab up --models`` adds models the store then serves (destructive: it
+re-ups the lab and leaves a default 3-host lab behind)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 FETCHER = REPO / "src" / "servefleet" / "remote" / "fetch_model.py"
 LAYOUT = FETCHER.with_name("layout.py")  # the host contract it imports, next to it
 TRUSTED = FETCHER.with_name("trusted.py")  # and the no-follow file access it imports
+HUB_CLIENT = FETCHER.with_name("hub_client.py")  # and the hub client's launcher it runs
 SEEDS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]  # the RBLN card and its draft
 ADDED = ["acme/lab-extra-1", "acme/lab-extra-2"]
 HOST_DIR = "/tmp/servefleet-test-fetch"
@@ -34,19 +37,25 @@ def listed() -> dict[str, tuple[str, str]]:
     return {model: (rev, sha) for model, rev, sha in rows}
 
 
-def fetch_on_host(state: dict[str, Any], host: str, model: str) -> subprocess.CompletedProcess[str]:
-    """Run the fetcher on host (its system python3) into a scratch HF_HOME, with the lab's token
-    in a 0600 file; the scratch directory is removed afterwards."""
-    token = Path(state["secrets"]["HF_TOKEN"]).read_text()
+def fetch_on_host(
+    state: dict[str, Any],
+    host: str,
+    model: str,
+    source: list[str] | None = None,
+    token: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the fetcher on host (its system python3) into a scratch HF_HOME, from the store (or
+    ``source``), with the lab's token (or ``token``) in a 0600 file; the scratch directory is
+    removed afterwards."""
+    token = token or Path(state["secrets"]["HF_TOKEN"]).read_text()
     on_host(state, host, f"rm -rf {HOST_DIR} && mkdir -m 700 {HOST_DIR}")
-    on_host(state, host, f"cat > {HOST_DIR}/fetch_model.py", stdin=FETCHER.read_text())
-    on_host(state, host, f"cat > {HOST_DIR}/layout.py", stdin=LAYOUT.read_text())
-    on_host(state, host, f"cat > {HOST_DIR}/trusted.py", stdin=TRUSTED.read_text())
+    for program in (FETCHER, LAYOUT, TRUSTED, HUB_CLIENT):
+        on_host(state, host, f"cat > {HOST_DIR}/{program.name}", stdin=program.read_text())
     on_host(state, host, f"umask 077 && cat > {HOST_DIR}/token", stdin=token)
     cmd = [
         "python3", f"{HOST_DIR}/fetch_model.py", model, f"{HOST_DIR}/hf", "root",
-        "--store", state["model_store"]["url"], "--token-file", f"{HOST_DIR}/token",
-        "--token-env", "HF_TOKEN",
+        *(source or ["--store", state["model_store"]["url"]]),
+        "--token-file", f"{HOST_DIR}/token", "--token-env", "HF_TOKEN",
     ]  # fmt: skip
     marker = f"{HOST_DIR}/hf/hub/models--{model.replace('/', '--')}/.servefleet-complete"
     script = f"{shlex.join(cmd)} && cat {marker}; rc=$?; rm -rf {HOST_DIR}; exit $rc"
@@ -71,6 +80,63 @@ def test_a_host_fetching_an_unknown_model_gets_one_line(lab: dict[str, Any]) -> 
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     store = lab["model_store"]["url"].rstrip("/")
     assert proc.stderr.strip() == f"servefleet: {ADDED[0]} is not in the store ({store})"
+
+
+HUB_HOME = "/var/lib/servefleet/hf/hub"
+HUB = ["--data", "models_store_url=null"]  # then models_hub_url: the lab's hub (group_data)
+
+
+def chat_within(address: str, seconds: float) -> str:
+    """The server's first reply to a chat within seconds (it may be starting)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return chat_once(address, 8000, SEEDS[0], "Hello", max_tokens=4)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_deploy_without_a_store_fetches_from_the_lab_hub_with_the_real_client(
+    lab: dict[str, Any],
+) -> None:
+    """No store: the fetch runs the release's own huggingface_hub (the real 2.4.0 that vllm pulls
+    in) against the lab's hub API (HF_ENDPOINT = models_hub_url). A wrong token gets the hub's
+    refusal in one line; the right one lands the model as a hub download lays it out (snapshot
+    files linking into blobs), the serve user's, marked with the hub's revision, nothing left in
+    /run or the hub; a server restarted on it serves."""
+    top = "models--" + SEEDS[0].replace("/", "--")
+    rev = lab["model_store"]["models"][SEEDS[0]]["revision"]
+    address = next(h["address"] for h in lab["hosts"] if h["name"] == "lab1")
+    done = run(lab, "--limit", "lab1")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    on_host(lab, "lab1", f"rm -rf {HUB_HOME}/{top}")
+    python = "/opt/servefleet/current/bin/python"
+    version = on_host(
+        lab, "lab1", f"{python} -c 'import huggingface_hub as h; print(h.__version__)'"
+    )
+    assert version.stdout.strip() == "2.4.0"  # the real client, from the lab's public index
+    hub = ["--hub", python, "--endpoint", lab["servers"]["hub"]["url"]]
+    refused = fetch_on_host(lab, "lab1", SEEDS[0], hub, token="hf_wrong")
+    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith(f"servefleet: the Hugging Face hub refused {SEEDS[0]} (")
+    assert refused.stderr.rstrip().endswith(
+        "check the HF_TOKEN environment variable on the controller"
+    )
+    done = run(lab, "--limit", "lab1", *HUB)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    repo = f"{HUB_HOME}/{top}"
+    got = on_host(lab, "lab1", f"cat {repo}/.servefleet-complete; echo; cat {repo}/refs/main; echo; "
+                  f"readlink {repo}/snapshots/{rev}/model.safetensors; "
+                  f"find {repo} ! -user servefleet | wc -l; ls -a {HUB_HOME} | grep -c '^[.]fetch-'; "
+                  "ls /run | grep -c servefleet-fetch-", check=False).stdout.split()  # fmt: skip
+    sha = got[2].rsplit("/", 1)[-1]
+    assert got == [rev, rev, f"../../blobs/{sha}", "0", "0", "0"], got
+    log = Path(lab["servers"]["hub"]["log"]).read_text()
+    assert f'{address} "GET /{SEEDS[0]}/resolve/{rev}/model.safetensors HTTP/1.1" 200' in log
+    on_host(lab, "lab1", "systemctl restart servefleet-vllm-0.service")
+    assert chat_within(address, 60)
 
 
 def custom_card(model: str, max_len_flag: str = "--max-model-len") -> dict[str, Any]:

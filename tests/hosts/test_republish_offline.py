@@ -28,6 +28,7 @@ SERVERS = {
     "index_assets": layout.url(layout.PORT_INDEX_ASSETS, "/simple/"),
     "apt": layout.url(layout.PORT_APT, "/InRelease"),
     "files": layout.url(layout.PORT_FILES, "/models/manifest.json"),
+    "hub": layout.url(layout.PORT_HUB, "/api/models/openai/gpt-oss-120b"),
 }
 PROBE = """
 import json, sys, time, urllib.error, urllib.request

@@ -104,6 +104,7 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "serve_prewarm_store": (3, "serve_prewarm_store: expected a string, got 3"),
     "models_hf_home": (3, "models_hf_home: expected a string, got 3"),
     "models_store_url": (True, "models_store_url: expected a string, got True"),
+    "models_hub_url": (8110, "models_hub_url: expected a string, got 8110"),
     "models_revisions": ("main", "models_revisions: expected a mapping, got 'main'"),
     "models_sha256": ("abc", "models_sha256: expected a mapping, got 'abc'"),
 }
@@ -199,6 +200,7 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("models_hf_home", "/proc/hf", "models_hf_home: '/proc/hf' is on a virtual file system"),
     ("models_store_url", UNTRUSTED + "/models", "models_store_url: 'http://10.9.9.9:8080/models' is http on 10.9.9.9"),
     ("models_store_url", "https://store.example:99999/models", "models_store_url: 'https://store.example:99999/models' has an invalid host or port"),
+    ("models_hub_url", UNTRUSTED, "models_hub_url: 'http://10.9.9.9:8080' is http on 10.9.9.9"),
 ]  # fmt: skip
 
 

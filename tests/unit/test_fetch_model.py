@@ -552,12 +552,21 @@ class RepositoryNotFoundError(Exception):
 def snapshot_download(repo_id, revision=None):
     home = os.environ["HF_HOME"]
     st = os.stat(home)
-    seen = {k: os.environ.get(k) for k in ("HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT")}
-    seen.update(home_dir=home, home_owner=[st.st_uid, st.st_mode & 0o777])
+    seen = {k: os.environ.get(k) for k in ("HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT",
+                                           "HF_ENDPOINT")}
+    # as the real client (cache_dir = Path(cache_dir).expanduser().resolve()), then works by it
+    resolved = str(pathlib.Path(home).resolve())
+    seen.update(home_dir=home, resolved=resolved, home_owner=[st.st_uid, st.st_mode & 0o777])
     pathlib.Path(os.environ["FAKE_HUB_LOG"]).write_text(json.dumps(dict(seen, revision=revision)))
     if os.environ.get("FAKE_HUB_FAIL"):
         raise RepositoryNotFoundError("401 Client Error.\\nRepository Not Found", 401)
-    repo = pathlib.Path(os.environ["HF_HOME"], "hub", "models--" + repo_id.replace("/", "--"))
+    swap = os.environ.get("FAKE_HUB_SWAP")  # the serve user, meanwhile: root's staging moved
+    if swap:  # away and a link to a root-only directory in its place
+        hub = pathlib.Path(os.environ["FAKE_HUB_HUB"])
+        (staged,) = hub.glob(".fetch-*")
+        staged.rename(hub / ".fetch-moved")
+        staged.symlink_to(swap)
+    repo = pathlib.Path(resolved, "hub", "models--" + repo_id.replace("/", "--"))
     rev = revision or "@REV@"
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(rev)
@@ -591,17 +600,87 @@ def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
     assert marker(home) == REV2
     assert (home / "hub" / TOP / "refs" / "main").read_text() == REV2
     seen = json.loads(log.read_text())
-    # the client's HF_HOME is root's staging directory, by an inherited descriptor (#18)
-    assert re.fullmatch(r"/proc/self/fd/\d+", seen.pop("home_dir"))
+    # the client's HF_HOME is root's staging directory, bind-mounted on an empty root-only
+    # directory under /run in the client's own mount namespace: resolving it follows nothing of
+    # the serve user's (#18); the mount point goes with the client
+    home_dir = seen.pop("home_dir")
+    assert re.fullmatch(r"/run/servefleet-fetch-[0-9a-f]{16}", home_dir)
+    assert seen.pop("resolved") == home_dir and not Path(home_dir).exists()
     assert seen.pop("home_owner") == [0, 0o700]
     assert seen == {
         "HF_TOKEN_PATH": str(token_file),
         "HF_TOKEN": None,
         "HF_HUB_DOWNLOAD_TIMEOUT": "7",
+        "HF_ENDPOINT": None,
         "revision": REV2,
     }
     owner = pwd.getpwnam(OWNER)
     assert all(p.lstat().st_uid == owner.pw_uid for p in (home / "hub" / TOP).rglob("*"))
+
+
+def test_the_hub_client_gets_the_endpoint_and_never_the_hosts_own(
+    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    log = tmp_path / "hub-log.json"
+    monkeypatch.setenv("FAKE_HUB_LOG", str(log))
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.invalid")  # the host's own: dropped
+    assert fetch(home, "--hub", str(hub_python)).returncode == 0
+    assert json.loads(log.read_text())["HF_ENDPOINT"] is None
+    proc = fetch(home, "--hub", str(hub_python), "--endpoint", "http://10.213.0.1:8110/")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(log.read_text())["HF_ENDPOINT"] == "http://10.213.0.1:8110"
+    for args, said in [
+        (["--store", "http://s.invalid/", "--endpoint", "http://h.invalid"], "--endpoint goes with --hub"),
+        (["--hub", str(hub_python), "--endpoint", "ftp://h.invalid"], "--endpoint 'ftp://h.invalid' is not an http(s) URL"),
+        (["--hub", str(hub_python), "--endpoint", "http://u:p@h.invalid"], "--endpoint must not carry credentials; give --token-file"),
+    ]:  # fmt: skip
+        proc = fetch(home, *args)
+        assert (proc.returncode, proc.stderr) == (2, f"servefleet: fetch_model.py: {said}\n")
+
+
+def test_a_hub_client_working_by_its_resolved_path_writes_nothing_through_a_swap(
+    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """#18, found with the real huggingface_hub on the lab: the client resolves HF_HOME to a real
+    path before it writes. Given ``/proc/self/fd/N`` that was root's staging directory's path
+    inside the serve user's hub, so the serve user could move the directory away and link its
+    name to any root-owned directory, which root's client then wrote into. The stand-in does
+    that swap between resolving and writing; the root-only directory stays as it was."""
+    sentinel, hub = root_only_and_serve_users_hub(tmp_path, home)
+    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
+    monkeypatch.setenv("FAKE_HUB_SWAP", str(sentinel))
+    monkeypatch.setenv("FAKE_HUB_HUB", str(hub))
+    proc = fetch(home, "--hub", str(hub_python))
+    assert sorted(p.name for p in sentinel.iterdir()) == ["keep"]
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV and not (hub / TOP).is_symlink()
+
+
+def test_the_hub_launcher_mounts_only_the_staging_directory_it_was_handed(tmp_path: Path) -> None:
+    """hub_client.py opens the staging directory again from / (a descriptor of another mount
+    namespace cannot be bind-mounted) and refuses anything but the directory of its descriptor:
+    a link planted at the name, or another directory moved there."""
+    from servefleet.remote import hub_client
+
+    staging, other = tmp_path / ".fetch-a", tmp_path / "other"
+    for d in (staging, other):
+        d.mkdir(mode=0o700)
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        staging.rename(tmp_path / ".fetch-moved")
+        for planted in ("link", "directory"):
+            if planted == "link":
+                staging.symlink_to(other)
+            else:
+                staging.unlink()
+                other.rename(staging)
+            with pytest.raises(hub_client.Refusal) as got:
+                hub_client.mount_staging(fd, str(staging), str(tmp_path / "never"))
+            assert str(got.value).startswith(f"{staging}: "), got.value
+            assert str(got.value).endswith("nothing fetched"), got.value
+    finally:
+        os.close(fd)
+    assert not (tmp_path / "never").exists()
 
 
 def test_staging_gives_its_descriptor_and_the_path_of_it(tmp_path: Path) -> None:
@@ -645,6 +724,21 @@ def test_positionals_after_a_double_dash_are_never_options(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the serve user's links are planted as nobody")
+def root_only_and_serve_users_hub(tmp_path: Path, home: Path, *more: str) -> tuple[Path, Path]:
+    """A root-only directory holding ``keep``, and the serve user's HF_HOME/hub (with ``more``
+    directories in it, its own too)."""
+    owner = pwd.getpwnam(OWNER)
+    sentinel = tmp_path / "root-only"
+    sentinel.mkdir(mode=0o700)
+    (sentinel / "keep").write_text("root's\n")
+    hub = home / "hub"
+    hub.mkdir(parents=True)
+    for d in (home, hub, *(hub / m for m in more)):
+        d.mkdir(exist_ok=True)
+        os.chown(d, owner.pw_uid, owner.pw_gid)
+    return sentinel, hub
+
+
 def test_a_hub_fetch_writes_nothing_through_links_the_serve_user_planted(
     hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -653,14 +747,7 @@ def test_a_hub_fetch_writes_nothing_through_links_the_serve_user_planted(
     root-owned directory keeps its owner and content."""
     monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
     owner = pwd.getpwnam(OWNER)
-    sentinel = tmp_path / "root-only"
-    sentinel.mkdir(mode=0o700)
-    (sentinel / "keep").write_text("root's\n")
-    hub = home / "hub"
-    hub.mkdir(parents=True)
-    (hub / ".locks").mkdir()
-    for d in (home, hub, hub / ".locks"):
-        os.chown(d, owner.pw_uid, owner.pw_gid)
+    sentinel, hub = root_only_and_serve_users_hub(tmp_path, home, ".locks")
     for link in (hub / TOP, hub / ".locks" / TOP):  # the serve user's links in its own tree
         link.symlink_to(sentinel)
         os.lchown(link, owner.pw_uid, owner.pw_gid)

@@ -110,7 +110,9 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
     idx = out / "index"
     for dist in ("optimum_rbln", "torch_rbln"):
         assert _requires(_wheel(idx / "public", f"{dist}-0.12.1"))[0] == "torch==2.13.0+cpu"
-    assert _requires(_wheel(idx / "vllm", "vllm-0.30.0+cpu")) == ["torch==2.13.0+cpu"]
+    # vllm downloads models: the real huggingface_hub comes with it
+    want = ["torch==2.13.0+cpu", "huggingface-hub>=0.33.0"]
+    assert _requires(_wheel(idx / "vllm", "vllm-0.30.0+cpu")) == want
     imports = {
         "private/rebel_compiler-0.12.1": "rebel/__init__.py",
         "private/lmcache_rbln-0.12.1": "lmcache_rbln/__init__.py",

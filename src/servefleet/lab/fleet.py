@@ -398,6 +398,12 @@ def start_servers(
             "/",
             "bearer HF_TOKEN on /models/",
         ),
+        "hub": (
+            ["hub", str(artifacts / "files" / "models"), "--token-file", secret_files["HF_TOKEN"]],
+            layout.PORT_HUB,
+            "",
+            "bearer HF_TOKEN (every model gated)",
+        ),
     }
     servers = {}
     for name, (args, port, path, auth) in specs.items():

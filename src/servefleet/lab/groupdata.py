@@ -61,4 +61,5 @@ def lab_group_data() -> dict[str, Any]:
         "pip_public_index": idx["public"],
         "pip_trusted_hosts": [layout.BRIDGE_IP],
         "models_store_url": files + "models",
+        "models_hub_url": layout.url(layout.PORT_HUB, ""),  # with models_store_url=null
     }

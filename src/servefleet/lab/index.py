@@ -1,10 +1,12 @@
 """The lab's HTTP servers (stdlib only): a PEP 503 "simple" package index over a flat directory of
-wheels and sdists, or a plain static file server (apt repository, driver runfiles, model store).
+wheels and sdists, a plain static file server (apt repository, driver runfiles, model store), or
+a Hugging Face hub API over the model store (``hub``, see lab/hub.py).
 
-Run as ``python -m servefleet.lab.index simple|static ROOT --bind IP --port N [auth]``.
+Run as ``python -m servefleet.lab.index simple|static|hub ROOT --bind IP --port N [auth]``.
 Credentials are read from files (never argv): ``--user-file``/``--password-file`` turn on HTTP
 Basic auth for every path; ``--token-file`` with ``--token-path`` requires
-``Authorization: Bearer <token>`` under that path (the model store's Hugging Face token).
+``Authorization: Bearer <token>`` under that path (the model store's Hugging Face token; the hub
+asks it on every path).
 
 Index layout served: ``/simple/`` (every project, by normalized name), ``/simple/<name>/``
 (its files, linked as ``../../files/<file>#sha256=<hex>``) and ``/files/<file>``.
@@ -25,9 +27,11 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from servefleet.lab import httpbase, hub
 
 REALM = "servefleet-lab"
 DIST_EXTENSIONS = (".whl", ".tar.gz", ".zip")
@@ -141,18 +145,9 @@ class Config:
             return scan_index(self.root, self._hashes)
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(httpbase.Handler):
     server_version = "servefleet-lab"
     config: Config  # set on the subclass made by make_server
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-        sys.stderr.write(f"{self.address_string()} {format % args}\n")
-
-    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
-        self._serve(head=True)
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        self._serve(head=False)
 
     # --- auth
     def _authorized(self, path: str) -> bool:
@@ -180,23 +175,6 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     # --- responses
-    def _send(
-        self,
-        code: int,
-        body: bytes,
-        ctype: str,
-        headers: dict[str, str] | None = None,
-        head: bool = False,
-    ) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
     def _file(self, path: Path, head: bool) -> None:
         root = self.config.root
         try:
@@ -279,7 +257,7 @@ def _read_secret(path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servefleet.lab.index")
-    parser.add_argument("mode", choices=["simple", "static"])
+    parser.add_argument("mode", choices=["simple", "static", "hub"])
     parser.add_argument("root", type=Path)
     parser.add_argument("--bind", required=True)
     parser.add_argument("--port", type=int, required=True)
@@ -295,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--user-file and --password-file go together")
         basic = (_read_secret(args.user_file), _read_secret(args.password_file))
     token = (args.token_path, _read_secret(args.token_file)) if args.token_file else None
-    server = make_server(Config(args.mode, args.root, basic, token), args.bind, args.port)
+    if args.mode == "hub":
+        repos = hub.load_store(args.root)
+        server = hub.make_server(repos, args.bind, args.port, token[1] if token else None)
+    else:
+        server = make_server(Config(args.mode, args.root, basic, token), args.bind, args.port)
     print(
         f"{args.name or args.mode} serving {args.root} on http://{args.bind}:{args.port}/",
         flush=True,

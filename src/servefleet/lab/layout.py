@@ -27,6 +27,7 @@ PORT_INDEX_VLLM = 8102  # vLLM CPU wheels: vllm
 PORT_INDEX_TORCH = 8103  # torch CPU wheels: torch and companions
 PORT_INDEX_PUBLIC = 8104  # the hosts' public index: the rest (squatters, CUDA vllm and torch)
 PORT_INDEX_ASSETS = 8105  # vllm-rbln's release assets: vllm CPU wheel for glibc >= 2.35
+PORT_HUB = 8110  # a Hugging Face hub API over the model store (HF_ENDPOINT), bearer HF_TOKEN
 # The lab's package indexes, by their name in the state ("indexes", "index_roots")
 INDEXES = ("private", "vllm", "torch", "public", "assets")
 

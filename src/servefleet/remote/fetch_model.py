@@ -2,7 +2,7 @@
 """servefleet model fetch. Runs ON THE HOST, as root (stdlib only, python3 >= 3.10; hub downloads
 run huggingface_hub inside the release venv's python).
 
-usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON | --archive FILE)
+usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON [--endpoint URL] | --archive FILE)
                       [--token-file FILE] [--token-env NAME] [--revision REV] [--sha256 HEX] [--timeout SECONDS]
 
 Lays MODEL (``ORG/NAME``) out as a Hugging Face download does, under
@@ -24,9 +24,13 @@ wheelhouse copy, ``sdk_source = "wheelhouse"``): its sha256 is checked, then it 
 checked as a store archive is. No network.
 
 Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV)`` in PYTHON, with
-HF_TOKEN_PATH pointing at the token file and HF_HOME at root's own staging directory (the
-client inherits its descriptor), then checked and moved into place as an archive is: the serve
-user's hub is never the client's cache, so nothing planted there redirects a write.
+HF_TOKEN_PATH pointing at the token file, HF_ENDPOINT at ``--endpoint URL`` when given (a
+mirror or a private hub; else the client's default; the host's own HF_ENDPOINT is dropped) and
+HF_HOME at root's own staging directory, then checked and moved into place as an archive is: the
+serve user's hub is never the client's cache, so nothing planted there redirects a write. The
+client resolves HF_HOME to a real path, so it gets the staging directory bind-mounted on an empty
+root-only ``/run/servefleet-fetch-*`` in a mount namespace of its own (``unshare``), never a
+path through the serve user's hub.
 
 ``--revision REV`` (40 hex digits) pins a commit: the archive must hold ``snapshots/REV``
 (refs/main may name another; the fetcher then points refs/main at the pinned revision, since
@@ -431,10 +435,11 @@ def one_fetch_at_a_time(hub: Path) -> Iterator[None]:
 
 
 class Staging(NamedTuple):
-    """Root's own staging directory: its descriptor, and the /proc/self/fd path of it."""
+    """Root's own staging directory: its descriptor, the /proc/self/fd path of it, its name."""
 
     fd: int  # what a child is given (pass_fds) to work in the same directory
     path: Path  # ``/proc/self/fd/<fd>``: no rename or link planted elsewhere redirects it
+    name: str  # ``.fetch-<hex>`` in the hub
 
 
 @contextlib.contextmanager
@@ -451,13 +456,29 @@ def staging(hub: Path) -> Iterator[Staging]:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or st.st_mode & 0o077:
             raise Refusal(f"{name}: replaced while it was made; nothing fetched")
-        yield Staging(fd, Path(trusted.at(fd)))
+        yield Staging(fd, Path(trusted.at(fd)), name)
     finally:
         for entry in os.listdir(fd):
             trusted.remove_in(fd, entry)
         os.close(fd)
         with contextlib.suppress(OSError):
             os.rmdir(hub / name)
+
+
+@contextlib.contextmanager
+def hub_mount() -> Iterator[str]:
+    """A new empty root-only directory under /run (the hub client's mount point), removed at the
+    end; /run is root's, so no other user can have put anything in its place."""
+    path = HUB_MOUNT.format(secrets.token_hex(8))
+    try:
+        os.mkdir(path, 0o700)
+    except OSError as exc:
+        raise Refusal(f"cannot make {path}: {exc.strerror}") from None
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 # --- sources -------------------------------------------------------------------------------------
@@ -539,7 +560,12 @@ except Exception as exc:  # one JSON line, never a traceback
     sys.exit(1)
 print(json.dumps({"path": path}))
 """
+# The hub client's HF_HOME: an empty root-only directory under /run, on which hub_client.py
+# bind-mounts root's staging directory in the client's own mount namespace (see there why)
+HUB_MOUNT = "/run/servefleet-fetch-{}"
+HUB_CLIENT = Path(__file__).resolve().parent / "hub_client.py"
 HUB_ENV_DROPPED = (
+    "HF_ENDPOINT",
     "HF_HUB_CACHE",
     "HUGGINGFACE_HUB_CACHE",
     "HF_HUB_OFFLINE",
@@ -576,18 +602,35 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
     )
     if a.token_file:
         env["HF_TOKEN_PATH"] = a.token_file
-    with staging(hub) as tmp:
-        env["HF_HOME"] = str(tmp.path)  # the same descriptor in the child (pass_fds)
+    if a.endpoint:
+        env["HF_ENDPOINT"] = a.endpoint.rstrip("/")
+    with staging(hub) as tmp, hub_mount() as mount:
+        env["HF_HOME"] = mount  # the staging directory, bind-mounted there (its descriptor)
+        client = [a.hub, "-c", HUB_CODE, a.model, a.revision or ""]
+        staged_at = str(a.hf_home / "hub" / tmp.name)  # opened again there, from / (no link)
         try:
             proc = subprocess.run(
-                [a.hub, "-c", HUB_CODE, a.model, a.revision or ""],
+                [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    sys.executable,
+                    str(HUB_CLIENT),
+                    str(tmp.fd),
+                    staged_at,
+                    mount,
+                    "--",
+                    *client,
+                ],  # fmt: skip
                 env=env,
                 capture_output=True,
                 text=True,
                 pass_fds=(tmp.fd,),
             )
         except OSError as exc:
-            raise Refusal(f"cannot run {a.hub}: {exc.strerror}") from None
+            raise Refusal(f"cannot run unshare: {exc.strerror}") from None
         lines = proc.stdout.strip().splitlines()
         try:
             result = json.loads(lines[-1]) if lines else {}
@@ -603,7 +646,7 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
         snapshot = Path(result["path"])
         wanted = a.revision or snapshot.name
         if (
-            snapshot.parent != staged / "snapshots"
+            snapshot.parent != Path(mount, "hub", top, "snapshots")
             or snapshot.name != wanted
             or not REVISION_RE.fullmatch(wanted)
         ):
@@ -632,6 +675,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     src.add_argument("--store", metavar="URL", help="a model store (http or https)")
     src.add_argument("--hub", metavar="PYTHON", help="a python with huggingface_hub")
     src.add_argument("--archive", metavar="FILE", help="a local archive (needs --sha256)")
+    ap.add_argument("--endpoint", metavar="URL", help="the hub's address (HF_ENDPOINT), with --hub")
     ap.add_argument("--token-file", metavar="FILE", help="the token (a 0600 file)")
     ap.add_argument("--token-env", metavar="NAME", help="the controller's variable of the token")
     ap.add_argument("--revision", metavar="REV", help="pin this commit (40 hex digits)")
@@ -653,12 +697,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         problem = f"--timeout must be above 0, not {a.timeout:g}"
     if problem is None and a.token_env is not None and not ENV_NAME_RE.fullmatch(a.token_env):
         problem = f"--token-env {a.token_env!r} is not a variable name"
-    if problem is None and a.store is not None:
-        parts = urlsplit(a.store)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-            problem = f"--store {a.store!r} is not an http(s) URL"
-        elif parts.username or parts.password:
-            problem = "--store must not carry credentials; give --token-file"
+    if problem is None and a.endpoint is not None and a.hub is None:
+        problem = "--endpoint goes with --hub"
+    for option, url in (("--store", a.store), ("--endpoint", a.endpoint)):
+        if problem is None and url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+                problem = f"{option} {url!r} is not an http(s) URL"
+            elif parts.username or parts.password:
+                problem = f"{option} must not carry credentials; give --token-file"
     if problem:
         raise Refusal(f"fetch_model.py: {problem}", code=2)
     return a

@@ -47,6 +47,8 @@ def fetch(plan: HostPlan) -> None:
             if s.models_store_url
             else ["--hub", f"{plan.release.path}/bin/python"]
         )
+        if source[0] == "--hub" and s.models_hub_url:
+            source += ["--endpoint", s.models_hub_url]
         pins = []
         if model in s.models_revisions:
             pins += ["--revision", s.models_revisions[model]]

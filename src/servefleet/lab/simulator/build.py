@@ -18,8 +18,9 @@ sources next to this file (``servefleet/lab/simulator/``, shipped in the servefl
                          nixl-rbln 0.12.0.post1), and PyPI's CUDA builds that GPU hosts
                          install: vllm 0.30.0 (the same simulated server, as its CUDA build),
                          torch 2.13.0 and nixl 1.5.1 (for NixlConnector's prefill/decode);
-                         and the REAL vllm-router wheel with its dependencies (fetched once:
-                         it needs no NPU, so it is not simulated)
+                         and the REAL vllm-router and huggingface-hub wheels with their
+                         dependencies (fetched once: they need no NPU, so they are not
+                         simulated; every vllm requires huggingface-hub, as the real one)
     OUT/apt/             dkms and linux-headers-$(uname -r) stand-in .debs (not indexed)
     OUT/files/driver/    rebellions-x86_64-3.5.1.run, rebellions-x86_64-3.6.0.run
     OUT/files/models/    <org>/<name>.tar.gz: HF hub cache snapshots of every recipe model and
@@ -32,8 +33,9 @@ Wheels and sdist are written directly (no build backend). Their content is pure 
 wheels of packages that are platform wheels in reality carry the real platform tags (WHEEL's
 ``Tag:`` lines and ``Root-Is-Purelib: false`` match the file name), so a host's installer refuses
 them where the real ones would not install (glibc too old, another Python). Nothing is
-downloaded except, once, the setuptools wheel the sdist builds with (``pip download`` with the
-machine's own pip config, cached under /var/cache/servefleet-lab/wheels). The output is keyed by
+downloaded except, once, the setuptools wheel the sdist builds with and the real packages
+(``pip download`` with the machine's own pip config, cached under
+/var/cache/servefleet-lab/wheels). The output is keyed by
 a hash of the simulator sources, the recipes, the kernel release and the MODELs: an unchanged
 build returns at once.
 """
@@ -72,6 +74,7 @@ TORCH_VERSION = "2.13.0+cpu"
 CUDA_VLLM_VERSIONS = ["0.30.0", "0.30.1"]  # PyPI's vllm and torch: CUDA builds, no local version
 CUDA_TORCH_VERSION = "2.13.0"
 NIXL_VERSION = "1.5.1"  # PyPI's nixl, which upstream vLLM's NixlConnector imports
+HUB_DEPENDENCY = "huggingface-hub>=0.33.0"  # vllm's own (it downloads models); the real one
 PURE = "py3-none-any"
 # Platform tags of the real wheels (rbln.md §3.1): vllm's CPU build is manylinux_2_39 only;
 # RBLN's workaround source serves one that a glibc 2.35 host takes; torch-rbln one per CPython
@@ -294,7 +297,7 @@ def build_wheels(index: Path) -> None:
             "vllm",
             version,
             vllm_files,
-            requires=[f"torch=={torch}"],
+            requires=[f"torch=={torch}", HUB_DEPENDENCY],
             entry_points={"console_scripts": {"vllm": "vllm.sim:main"}},
             requires_python=">=3.10",
             tag=tag,
@@ -450,36 +453,41 @@ def setuptools_wheel() -> Path:
     return target
 
 
-# The real router (not simulated: it needs no NPU): vLLM's vllm-router at servefleet's default
-# serve_router_version, with what it depends on for each Python a lock resolves for
+# Real packages (not simulated: they need no NPU), fetched once for every Python a lock resolves
+# for: vLLM's router at servefleet's default serve_router_version, and the Hugging Face client
+# that vllm pulls in (a hub fetch runs its snapshot_download against the lab's hub)
 ROUTER_REQUIREMENT = "vllm-router==0.1.17"
-ROUTER_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-# What its dependencies need on Python 3.10 only: pip evaluates `python_full_version` markers
-# for the Python it runs with (3.11 here), so it would not fetch them; a lock (uv, universal)
-# needs them (`uv pip compile --universal --python-version 3.10` lists them)
-ROUTER_PY310_ONLY = ("async-timeout", "exceptiongroup")
+HUB_REQUIREMENT = "huggingface-hub==2.4.0"
+REAL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# What their dependencies need on Python 3.10 only: pip evaluates `python_version` markers for
+# the Python it runs with (3.11 here), so it would not fetch them; a lock (uv, universal) needs
+# them (`uv pip compile --universal --python-version 3.10` lists them)
+PY310_ONLY = {ROUTER_REQUIREMENT: ("async-timeout", "exceptiongroup"), HUB_REQUIREMENT: ("tomli",)}
 
 
-def router_wheels() -> list[Path]:
-    """The vllm-router wheel and its dependencies' wheels, for every Python of ROUTER_PYTHONS:
-    from the cache, else fetched once with ``pip download`` and the machine's own pip config."""
-    extras = hashlib.sha256(",".join(ROUTER_PY310_ONLY).encode()).hexdigest()[:8]
-    cache = WHEEL_CACHE / f"{ROUTER_REQUIREMENT.replace('==', '-')}-{extras}"
+def real_wheels(requirement: str) -> list[Path]:
+    """The wheel of requirement and its dependencies' wheels, for every Python of REAL_PYTHONS:
+    from the cache, else fetched once with ``pip download`` and the machine's own pip config.
+
+    + requirement: ``name==version``, a key of PY310_ONLY
+    """
+    extras = hashlib.sha256(",".join(PY310_ONLY[requirement]).encode()).hexdigest()[:8]
+    cache = WHEEL_CACHE / f"{requirement.replace('==', '-')}-{extras}"
     if not (cache / ".complete").is_file():
         WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".router-"))
+        tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".real-"))
         try:
-            for python in ROUTER_PYTHONS:
-                more = ROUTER_PY310_ONLY if python == "3.10" else ()
+            for python in REAL_PYTHONS:
+                more = PY310_ONLY[requirement] if python == "3.10" else ()
                 cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:",
-                       "--python-version", python, "--dest", str(tmp), ROUTER_REQUIREMENT,
+                       "--python-version", python, "--dest", str(tmp), requirement,
                        *more]  # fmt: skip
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
                     said = [x for x in proc.stderr.splitlines() if x.strip()
                             and not x.startswith("WARNING:")] or ["no wheel"]  # fmt: skip
                     raise RuntimeError(
-                        f"cannot fetch {ROUTER_REQUIREMENT} for Python {python}: {said[-1]}"
+                        f"cannot fetch {requirement} for Python {python}: {said[-1]}"
                     )
             (tmp / ".complete").write_text("")
             shutil.rmtree(cache, ignore_errors=True)
@@ -707,7 +715,7 @@ def _build_into(out: Path, key: str, models: Sequence[str]) -> dict[str, Any]:
     build_wheels(index)
     build_sdist(index / "public")
     shutil.copy2(setuptools_wheel(), index / "public")
-    for wheel in router_wheels():
+    for wheel in [*real_wheels(ROUTER_REQUIREMENT), *real_wheels(HUB_REQUIREMENT)]:
         shutil.copy2(wheel, index / "public")
     headers = build_debs(out / "apt")
     files = out / "files"
