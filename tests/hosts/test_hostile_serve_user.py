@@ -4,11 +4,13 @@ pointing at a sentinel: a root-only file, a root-only directory and ``/root/.ssh
 After each flow the sentinels keep their owner, mode and content, and the run either converged
 or failed that host in one line.
 
-Flows: a deploy that fetches the model again from the store and, its warm markers gone,
-recompiles through a fleet pre-warm of two hosts; the same with the model fetched from the lab's
-Hugging Face hub by the release's real huggingface_hub; then a recompiling change with the
-compile cache itself linked away (the servers cannot compile there: the hosts fail, in one line
-each, and keep serving); then, the links removed, the next run converges.
+Flows, on two hosts of a new lab: a fresh deploy onto hosts where the serve user and its trees
+already exist (as a host re-provisioned with its /var kept has them), planted; a deploy that
+fetches the model again from the store and, its warm markers gone, recompiles through a fleet
+pre-warm of two hosts; the same with the model fetched from the lab's Hugging Face hub by the
+release's real huggingface_hub; then a recompiling change with the compile cache itself linked
+away (the servers cannot compile there: the hosts fail, in one line each, and keep serving);
+then, the links removed, the next run converges.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import BARRIERS, run
-from labhelpers import on_host
+from faults import run
+from labhelpers import on_host, relabbed
 
 HOSTS = ["lab1", "lab2"]
 LIMIT = ["--limit", "lab1", "--limit", "lab2"]
@@ -38,7 +40,7 @@ for t in servefleet-warm .servefleet-incoming .servefleet-outgoing; do
   if [ -e {CACHE}/$t ] || [ -L {CACHE}/$t ]; then mv {CACHE}/$t {CACHE}/$t.moved-$$; fi
   ln -s /root/sf-sentinel-dir {CACHE}/$t
 done
-mv {HUB}/{MODEL} {HUB}/{MODEL}.moved-$$
+if [ -e {HUB}/{MODEL} ] || [ -L {HUB}/{MODEL} ]; then mv {HUB}/{MODEL} {HUB}/{MODEL}.moved-$$; fi
 ln -s /root/sf-sentinel-dir {HUB}/{MODEL}
 mkdir -p {HUB}/.locks
 rm -rf {HUB}/.locks/{MODEL}
@@ -74,19 +76,26 @@ def one_line_failures(proc: Any, hosts: list[str]) -> None:
         assert lines, f"{host}: no one-line failure in:\n{out[-3000:]}"
 
 
+# a host re-provisioned with its /var kept: the serve user and the trees it owns are there
+# before servefleet's first deploy (made as the deploy makes them)
+SERVE_TREES = f"""
+set -e
+groupadd --system {USER}
+useradd --system --gid {USER} --home-dir /var/lib/servefleet --create-home --shell /usr/sbin/nologin {USER}
+install -d -m 755 /var/cache/servefleet
+install -d -m 755 -o {USER} -g {USER} {CACHE} /var/lib/servefleet/hf {HUB}
+"""
+
+
 @pytest.fixture
 def planted_lab(lab: dict[str, Any]) -> Any:
-    for host in HOSTS:  # no fault switch of the simulation, no test barrier; the sentinels
-        on_host(lab, host, f"rm -rf /etc/rbln-sim/fail-start /etc/rbln-sim/fail-health {BARRIERS}")
-        on_host(lab, host, "umask 077 && echo root only > /root/sf-sentinel-file && "
-                "mkdir -p /root/sf-sentinel-dir && echo root dir > /root/sf-sentinel-dir/keep && "
-                "chmod 700 /root/sf-sentinel-dir && test -s /root/.ssh/authorized_keys")  # fmt: skip
-    ok(run(lab, *LIMIT))
-    yield lab
-    for host in HOSTS:  # whatever a failed assertion left: the links go, the next test converges
-        on_host(lab, host, f"[ -L {CACHE}/rbln ] && {UNPLANT_CACHE}; "
-                f"rm -rf /root/sf-sentinel-file /root/sf-sentinel-dir {HUB}/.fetch-planted "
-                f"{CACHE}/*.moved-* {HUB}/*.moved-*; true", check=False)  # fmt: skip
+    with relabbed(lab) as fresh:  # new hosts; the session's lab as it was afterwards
+        for host in HOSTS:
+            on_host(fresh, host, "umask 077 && echo root only > /root/sf-sentinel-file && "
+                    "mkdir -p /root/sf-sentinel-dir && echo root dir > /root/sf-sentinel-dir/keep && "
+                    "chmod 700 /root/sf-sentinel-dir && test -s /root/.ssh/authorized_keys")  # fmt: skip
+            on_host(fresh, host, SERVE_TREES)
+        yield fresh
 
 
 def test_a_hostile_serve_user_never_redirects_roots_work(
@@ -96,24 +105,27 @@ def test_a_hostile_serve_user_never_redirects_roots_work(
     before = {host: sentinels(lab, host) for host in HOSTS}
     for host in HOSTS:
         as_serve_user(lab, host, PLANT)
+    ok(run(lab, *LIMIT))  # fresh: driver, SDK, release, model, compile, servers
+    for host in HOSTS:
+        assert sentinels(lab, host) == before[host], host
     store = tmp_path / "store"
     fleet = ["--data", "serve_prewarm_scope=fleet", "--data", f"serve_prewarm_store={store}"]
-    # the model fetched again from the store, the warm markers gone: a fleet pre-warm recompiles;
-    # then all planted again and the same from the hub, with the real huggingface_hub
+    # planted again: the model fetched again from the store, the warm markers gone, a fleet
+    # pre-warm recompiles; then the same from the hub, with the real huggingface_hub
     hub_log = Path(lab["servers"]["hub"]["log"])
     for source in ([], FROM_HUB):
-        if source:
-            for host in HOSTS:
-                as_serve_user(lab, host, PLANT)
-            seen = hub_log.stat().st_size
+        for host in HOSTS:
+            as_serve_user(lab, host, PLANT)
+        seen = hub_log.stat().st_size
         ok(run(lab, *LIMIT, *fleet, *CHANGE, *source))
         for host in HOSTS:
             assert sentinels(lab, host) == before[host], (host, source)
             on_host(lab, host, f"test ! -L {HUB}/{MODEL} && test ! -L {CACHE}/servefleet-warm && "
                     f"test -s {HUB}/{MODEL}/.servefleet-complete")  # fmt: skip
-    served = hub_log.read_bytes()[seen:].decode()
-    for host in lab["hosts"][:2]:  # the hub, not the store, served the second fetch
-        assert f'{host["address"]} "GET /openai/gpt-oss-120b/resolve/' in served, host["name"]
+        served = hub_log.read_bytes()[seen:].decode()
+        for host in lab["hosts"][:2]:  # the hub served the second fetch, and only that one
+            fetched = f'{host["address"]} "GET /openai/gpt-oss-120b/resolve/' in served
+            assert fetched == bool(source), (host["name"], source)
     # the compile cache itself linked to a root-only directory: the servers cannot compile
     for host in HOSTS:
         as_serve_user(lab, host, PLANT_CACHE)
