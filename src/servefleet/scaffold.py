@@ -57,7 +57,7 @@ SITE_KEYS = (
     "creds_hf_token_env", "creds_api_key_env", "serve_recipe", "serve_target", "serve_selection",
     "serve_base_port", "serve_host", "serve_shutdown_timeout", "serve_extra_args",
     "serve_extra_env", "serve_prewarm_scope", "serve_prewarm_store", "models_store_url",
-    "models_revisions", "models_sha256",
+    "models_hub_url", "models_revisions", "models_sha256",
 )  # fmt: skip
 
 
