@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,10 @@ import labhelpers
 import pytest
 from faults import REPO, run, secrets
 from labhelpers import on_host
+from packaging.markers import Marker
 
 from servefleet.lab.chat import chat_once
+from servefleet.lock import packages
 from servefleet.settings import load_defaults
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
@@ -32,6 +35,22 @@ INSTALLED = (
     "[d.metadata['Name'], d.version, hashlib.sha256(d.read_text('RECORD').encode()).hexdigest()]"
     " for d in md.distributions())))"
 )
+# what a pylock package's marker is evaluated against, from the release's python
+MARKER_ENV = (
+    "import json, platform, sys; print(json.dumps({'python_full_version': platform.python_version(),"
+    " 'python_version': '%d.%d' % sys.version_info[:2], 'platform_machine': platform.machine(),"
+    " 'sys_platform': sys.platform}))"
+)
+
+
+def for_host(pylock: str, env: dict[str, str]) -> set[tuple[str, str]]:
+    """(normalized name, version) of each package of pylock whose marker holds for env (a
+    universal lock has entries for other Pythons too)."""
+    return {
+        (re.sub(r"[-_.]+", "-", p["name"]).lower(), p["version"])
+        for p in packages(pylock)
+        if "marker" not in p or Marker(p["marker"]).evaluate(env)
+    }
 
 
 def lock(state: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,8 +76,6 @@ def test_a_lock_installs_the_same_bytes_on_two_hosts_and_never_a_squatter(
     assert set(doc["stacks"]) == {BOOKWORM, TRIXIE}  # no host is asked: every choice is locked
     stack = doc["stacks"][BOOKWORM]
     pylock = (tmp_path / stack["pylock"]).read_text()
-    from servefleet.lock import packages
-
     indexes = {p["name"]: p["index"].rstrip("/") for p in packages(pylock)}
     for name, owner in OWNED.items():
         assert indexes[name] == lab["indexes"][owner].rstrip("/"), (name, indexes[name])
@@ -86,9 +103,9 @@ def test_a_lock_installs_the_same_bytes_on_two_hosts_and_never_a_squatter(
             )
             assert squat.stdout == "False\n"
         assert got["lab1"] == got["lab2"]
-        assert {(n.lower(), v) for n, v, _ in got["lab1"]} == {
-            (p["name"], p["version"]) for p in packages(pylock)
-        }
+        env = json.loads(on_host(lab, "lab1", f"{python} -c {json.dumps(MARKER_ENV)}").stdout)
+        installed = {(re.sub(r"[-_.]+", "-", n).lower(), v) for n, v, _ in got["lab1"]}
+        assert installed == for_host(pylock, env)
     finally:  # the other tests expect the unlocked release serving
         assert run(lab, *TWO, deploy_file="deploys/stack.py").returncode == 0
         assert {h: serving_release(lab, h) for h in ("lab1", "lab2")} == before
@@ -136,8 +153,6 @@ def test_a_file_republished_after_locking_fails_the_deploy_and_the_host_keeps_se
     bump = ("--data", f"sdk_pins={bumped_pins()}")
     assert lock(lab, "--lock-dir", str(tmp_path), *bump).returncode == 0
     stack = json.loads((tmp_path / "servefleet.lock.json").read_text())["stacks"][BOOKWORM]
-    from servefleet.lock import packages
-
     locked = next(p for p in packages((tmp_path / stack["pylock"]).read_text())
                   if p["name"] == "vllm-rbln")  # fmt: skip
     assert plan_of(lab)["changed_on_index"] == {}

@@ -111,3 +111,23 @@ def test_static_server_guards_only_the_token_path(tmp_path: Path) -> None:
         ok = _get(base + "/models/org/m.tar.gz", {"Authorization": "Bearer hf_x"})
         assert ok[0] == 200 and ok[2] == b"model"
         assert _get(base + "/driver/missing.run")[0] == 404
+
+
+def test_a_revalidation_of_unchanged_bytes_is_304_and_of_new_bytes_200(
+    index: str, dists: Path
+) -> None:
+    """An installer revalidates what it cached (uv sends If-None-Match): the same bytes answer
+    304 without a body, as a real index does, so a host's uv cache is used; bytes served anew
+    under the same name (``lab republish``) answer 200 with their own ETag."""
+    url = f"{index}/files/torch-2.13.0+cpu-py3-none-any.whl"
+    code, headers, body = _get(url)
+    etag = headers["ETag"]
+    assert (code, body, etag) == (200, b"torch", f'"{hashlib.sha256(b"torch").hexdigest()}"')
+    code, headers, body = _get(url, {"If-None-Match": f'"other", {etag}'})
+    assert (code, body, headers["ETag"]) == (304, b"", etag)
+    page = _get(f"{index}/simple/torch/")
+    assert _get(f"{index}/simple/torch/", {"If-None-Match": page[1]["ETag"]})[0] == 304
+    (dists / "torch-2.13.0+cpu-py3-none-any.whl").write_bytes(b"republished")
+    code, headers, body = _get(url, {"If-None-Match": etag})
+    assert (code, body) == (200, b"republished") and headers["ETag"] != etag
+    assert _get(f"{index}/simple/torch/", {"If-None-Match": page[1]["ETag"]})[0] == 200
