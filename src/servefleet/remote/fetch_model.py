@@ -608,22 +608,11 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
         env["HF_HOME"] = mount  # the staging directory, bind-mounted there (its descriptor)
         client = [a.hub, "-c", HUB_CODE, a.model, a.revision or ""]
         staged_at = str(a.hf_home / "hub" / tmp.name)  # opened again there, from / (no link)
+        launcher = ["unshare", "--mount", "--propagation", "private", "--", sys.executable,
+                    str(HUB_CLIENT), str(tmp.fd), staged_at, mount, "--", *client]  # fmt: skip
         try:
             proc = subprocess.run(
-                [
-                    "unshare",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "--",
-                    sys.executable,
-                    str(HUB_CLIENT),
-                    str(tmp.fd),
-                    staged_at,
-                    mount,
-                    "--",
-                    *client,
-                ],  # fmt: skip
+                launcher,
                 env=env,
                 capture_output=True,
                 text=True,
