@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fake_host import serving
 
+from servefleet.lab import httpbase
 from servefleet.lab.index import Config, fetch as _get, make_server, normalize, project_of
 
 
@@ -131,3 +133,34 @@ def test_a_revalidation_of_unchanged_bytes_is_304_and_of_new_bytes_200(
     code, headers, body = _get(url, {"If-None-Match": etag})
     assert (code, body) == (200, b"republished") and headers["ETag"] != etag
     assert _get(f"{index}/simple/torch/", {"If-None-Match": page[1]["ETag"]})[0] == 200
+
+
+def test_the_server_queues_an_installers_parallel_connections() -> None:
+    """uv opens many connections at once. With the stdlib's listen backlog of 5, the kernel
+    dropped the SYNs past it (TcpExtListenDrops) and each such connection waited for the 1 s SYN
+    retransmission; the lab's servers queue 128. Nothing accepts here: every connect must still
+    complete at once, from the backlog alone."""
+    server = httpbase.Server(("127.0.0.1", 0), httpbase.Handler)
+    clients = []
+    try:
+        for _ in range(64):
+            clients.append(socket.create_connection(server.server_address, timeout=0.5))
+    finally:
+        for c in clients:
+            c.close()
+        server.server_close()
+    assert len(clients) == 64
+
+
+def test_every_response_leaves_without_waiting_for_a_delayed_ack() -> None:
+    """Headers and body are two writes: each connection has TCP_NODELAY, or the body waits for
+    the client's delayed ACK (40 ms on Linux)."""
+
+    class Probe(httpbase.Handler):
+        def _serve(self, head: bool) -> None:
+            on = self.request.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            self._send(200, str(on).encode(), "text/plain", head=head)
+
+    with serving(httpbase.Server(("127.0.0.1", 0), Probe)) as base:
+        code, _, body = _get(base + "/")
+    assert (code, body) == (200, b"1")

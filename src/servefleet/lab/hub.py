@@ -27,7 +27,6 @@ import hashlib
 import hmac
 import json
 import tarfile
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -160,7 +159,7 @@ class Handler(httpbase.Handler):
 
 def make_server(
     repos: dict[str, Repo], bind: str, port: int, token: str | None = None
-) -> ThreadingHTTPServer:
+) -> httpbase.Server:
     """A threading HTTP server of the hub API over repos on bind:port (not started).
 
     + repos: the models served (see load_store)
@@ -169,6 +168,4 @@ def make_server(
     + token: the one token accepted (every repository gated), or None (open)
     """
     handler = type("LabHubHandler", (Handler,), {"repos": repos, "token": token})
-    server = ThreadingHTTPServer((bind, port), handler)
-    server.daemon_threads = True
-    return server
+    return httpbase.Server((bind, port), handler)

@@ -27,7 +27,6 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -221,7 +220,7 @@ class Handler(httpbase.Handler):
             self._send(404, b"not found\n", "text/plain", head=head)
 
 
-def make_server(config: Config, bind: str, port: int) -> ThreadingHTTPServer:
+def make_server(config: Config, bind: str, port: int) -> httpbase.Server:
     """A threading HTTP server for config on bind:port (not started).
 
     + config: what to serve
@@ -229,9 +228,7 @@ def make_server(config: Config, bind: str, port: int) -> ThreadingHTTPServer:
     + port: the TCP port
     """
     handler = type("LabHandler", (Handler,), {"config": config})
-    server = ThreadingHTTPServer((bind, port), handler)
-    server.daemon_threads = True
-    return server
+    return httpbase.Server((bind, port), handler)
 
 
 def fetch(
