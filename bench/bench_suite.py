@@ -3,7 +3,9 @@ on a 3-host lab: a run refused for bad data (the real pyinfra CLI, exec'd vs for
 that imported it once: ``tests/hosts/forked_pyinfra.py``), a command on a host over ssh (OpenSSH's
 default key exchange vs the lab's curve25519 vs one shared connection), a command over the
 deploy's own paramiko connection (as paramiko leaves it vs with TCP_NODELAY) and enabling a unit
-(with the daemon-reload ``systemctl enable`` does vs ``--no-reload``). Each row: wall time and
+(with the daemon-reload ``systemctl enable`` does vs ``--no-reload``) and a host's cold install of
+huggingface-hub with its 14 dependencies from the lab's public index (served with the stdlib's
+listen backlog of 5 vs the lab servers' 128). Each row: wall time and
 this machine's CPU time (the runs' and their children's) per call, and the ratio to the first
 row of its group. Needs root; brings a lab up and leaves the machine with the lab down.
 
@@ -16,6 +18,7 @@ import argparse
 import resource
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,9 +67,12 @@ def main() -> int:
     from faults import Forks
     from labhelpers import shared_connection
 
+    from servefleet.lab import httpbase, index, layout
     from servefleet.lab.fleet import ssh_command
     from servefleet.lab.state import load_state
+    from servefleet.settings import load_defaults
     from servefleet.steps import connection
+    from servefleet.uvbin import uv_version
 
     groups: list[tuple[str, list[tuple[str, tuple[float, float]]]]] = []
     try:
@@ -131,6 +137,35 @@ def main() -> int:
             ("with --no-reload", per_call(args.runs, enables("--no-reload"))),
         ]
         groups.append(("enabling an enabled unit (a loop on the host)", enable))
+
+        check(
+            [PYINFRA, "-y", "inventories/lab.py", "deploys/stack.py", "--limit", "lab1"], env=env
+        )  # fmt: skip  (the host's uv)
+        uv = f"{load_defaults()['serve_root']}/lib/uv-{uv_version()}"
+        public = Path(state["index_roots"]["public"])
+        installs = []
+        for name, backlog in (("the stdlib's listen backlog (5)", 5),
+                              ("the lab servers' (128, httpbase.Server)", 128)):  # fmt: skip
+            server_class = type("Bench", (httpbase.Server,), {"request_queue_size": backlog})
+            handler = type(
+                "BenchIndex", (index.Handler,), {"config": index.Config("simple", public)}
+            )
+            server = server_class((layout.BRIDGE_IP, 0), handler)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            url = f"http://{layout.BRIDGE_IP}:{server.server_address[1]}/simple"
+            cold = (f"rm -rf /root/.cache/uv /tmp/bench-venv && {uv} venv -q /tmp/bench-venv && "
+                    f"UV_NO_CONFIG=1 {uv} pip install -q --python /tmp/bench-venv/bin/python "
+                    f"--default-index {url} --allow-insecure-host {layout.BRIDGE_IP} huggingface-hub")  # fmt: skip
+
+            def installs_of(n: int, cmd: str = cold) -> None:
+                for _ in range(n):
+                    check([*shared[:-1], cmd])
+
+            installs.append((name, per_call(max(3, args.runs // 4), installs_of)))
+            server.shutdown()
+            server.server_close()
+        groups.append(("a cold install of huggingface-hub and its 14 dependencies on a host (uv)",
+                       installs))  # fmt: skip
     finally:
         lab("down")
     print("| what | per call (s) | CPU per call (s) | vs first |")
