@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from labhelpers import on_host
 from packaging.markers import Marker
 
 from servefleet.lab.chat import chat_once
+from servefleet.lab.index import normalize
 from servefleet.lock import packages
 from servefleet.settings import load_defaults
 
@@ -47,7 +47,7 @@ def for_host(pylock: str, env: dict[str, str]) -> set[tuple[str, str]]:
     """(normalized name, version) of each package of pylock whose marker holds for env (a
     universal lock has entries for other Pythons too)."""
     return {
-        (re.sub(r"[-_.]+", "-", p["name"]).lower(), p["version"])
+        (normalize(p["name"]), p["version"])
         for p in packages(pylock)
         if "marker" not in p or Marker(p["marker"]).evaluate(env)
     }
@@ -104,7 +104,7 @@ def test_a_lock_installs_the_same_bytes_on_two_hosts_and_never_a_squatter(
             assert squat.stdout == "False\n"
         assert got["lab1"] == got["lab2"]
         env = json.loads(on_host(lab, "lab1", f"{python} -c {json.dumps(MARKER_ENV)}").stdout)
-        installed = {(re.sub(r"[-_.]+", "-", n).lower(), v) for n, v, _ in got["lab1"]}
+        installed = {(normalize(n), v) for n, v, _ in got["lab1"]}
         assert installed == for_host(pylock, env)
     finally:  # the other tests expect the unlocked release serving
         assert run(lab, *TWO, deploy_file="deploys/stack.py").returncode == 0

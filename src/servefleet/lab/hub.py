@@ -34,14 +34,12 @@ from urllib.parse import unquote, urlsplit
 from servefleet.lab import httpbase
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf")  # stored as LFS objects on the real hub
-REVISION_LEN = 40
 
 
 class Repo:
-    """One model: its commit and files (path in the snapshot -> bytes)."""
+    """One model's commit and files (path in the snapshot -> bytes)."""
 
-    def __init__(self, model: str, revision: str, files: dict[str, bytes]) -> None:
-        self.model = model
+    def __init__(self, revision: str, files: dict[str, bytes]) -> None:
         self.revision = revision
         self.files = files
 
@@ -73,7 +71,7 @@ def load_store(store: Path) -> dict[str, Repo]:
                     handle = tar.extractfile(member)
                     assert handle is not None
                     files[member.name[len(prefix) :]] = handle.read()
-        repos[model] = Repo(model, rev, files)
+        repos[model] = Repo(rev, files)
     return repos
 
 

@@ -40,15 +40,13 @@ def fetch(plan: HostPlan) -> None:
         token = ["--token-file", HF_TOKEN_FILE]
     for model in host.loop(plan.missing_models):
         copy = plan.from_wheelhouse("models", model)
-        source = (
-            ["--archive", copy.dest]
-            if copy
-            else ["--store", s.models_store_url]
-            if s.models_store_url
-            else ["--hub", f"{plan.release.path}/bin/python"]
-        )
-        if source[0] == "--hub" and s.models_hub_url:
-            source += ["--endpoint", s.models_hub_url]
+        if copy:
+            source = ["--archive", copy.dest]
+        elif s.models_store_url:
+            source = ["--store", s.models_store_url]
+        else:  # the release's huggingface_hub, at models_hub_url or its own default hub
+            endpoint = ["--endpoint", s.models_hub_url] if s.models_hub_url else []
+            source = ["--hub", f"{plan.release.path}/bin/python", *endpoint]
         pins = []
         if model in s.models_revisions:
             pins += ["--revision", s.models_revisions[model]]
