@@ -1,0 +1,244 @@
+"""servefleet's pyinfra facts (steps/facts.py) as pyinfra's own facts are tested: each case is an
+argument, the command the fact runs for it, the output the host gave and the fact ``process()``
+makes of it. The outputs are real: each fact's command is also run here as pyinfra runs it (one
+``sh -c``, stdout as lines) against a host built in a temporary directory, and the recorded
+samples are such runs' outputs. ``PreflightRefusal`` is tested with the pre-flight
+(tests/unit/test_preflight.py), not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from fake_host import FakeSystemd, Stub, running
+
+from servefleet.errors import ProbeError
+from servefleet.kinds.rbln.kind import KIND as RBLN
+from servefleet.remote import layout
+from servefleet.steps.facts import (
+    HOST_CHECK,
+    PROBE,
+    STATUS,
+    HostProbe,
+    InstanceHealth,
+    WheelhouseFiles,
+)
+
+
+def run_fact(command: str, env: dict[str, str] | None = None, stdin: str = "") -> list[str]:
+    """The fact's command as pyinfra runs it on a host: one shell, stdout split in lines."""
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env,
+                          input=stdin, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+# ---------------------------------------------------------------------------------------------
+# WheelhouseFiles: host path -> sha256 in, the paths the host holds with that sha256 out
+
+
+def test_wheelhouse_files_command() -> None:
+    files = json.dumps({"/opt/servefleet/wheelhouse/a b.whl": "0" * 64})
+    command = WheelhouseFiles().command(files=files)
+    assert shlex.split(command) == ["python3", "-c", HOST_CHECK, files]
+
+
+WHEELHOUSE_SAMPLES: list[tuple[list[str], list[str]]] = [
+    # recorded: two of three files held with their sha256
+    (
+        [
+            '["/opt/servefleet/wheelhouse/driver/rbln-driver-3.5.1.run", '
+            '"/opt/servefleet/wheelhouse/pip/vllm_rbln-0.12.0-py3-none-any.whl"]'
+        ],
+        [
+            "/opt/servefleet/wheelhouse/driver/rbln-driver-3.5.1.run",
+            "/opt/servefleet/wheelhouse/pip/vllm_rbln-0.12.0-py3-none-any.whl",
+        ],
+    ),  # fmt: skip
+    (["[]"], []),  # recorded: a fresh host holds none of them
+]
+
+
+@pytest.mark.parametrize(("output", "fact"), WHEELHOUSE_SAMPLES)
+def test_wheelhouse_files_process(output: list[str], fact: list[str]) -> None:
+    assert WheelhouseFiles().process(output) == fact
+
+
+def test_wheelhouse_files_on_a_host(tmp_path: Path) -> None:
+    """The copy skips exactly the files the host holds with their sha256: the fact is the list
+    of their paths, not the program's output (else every file is copied again every run)."""
+    held = tmp_path / "wheel house" / "vllm_rbln-0.12.0-py3-none-any.whl"
+    held.parent.mkdir()
+    held.write_bytes(b"wheel")
+    other = tmp_path / "rebel_compiler-0.12.0-py3-none-any.whl"
+    other.write_bytes(b"a changed wheel")
+    odd = tmp_path / "ünïcode.tar"
+    odd.write_bytes(b"tar")
+    files = {
+        str(held): hashlib.sha256(b"wheel").hexdigest(),
+        str(other): hashlib.sha256(b"the wheel it should be").hexdigest(),
+        str(tmp_path / "missing.whl"): hashlib.sha256(b"").hexdigest(),
+        str(odd): hashlib.sha256(b"tar").hexdigest(),
+    }
+    fact = WheelhouseFiles()
+    output = run_fact(fact.command(files=json.dumps(files, sort_keys=True)))
+    found = fact.process(output)
+    assert found == sorted([str(held), str(odd)])
+    assert all(isinstance(p, str) for p in found)
+    assert set(found) & set(files) == set(found)  # what steps/wheelhouse.py skips
+
+
+# ---------------------------------------------------------------------------------------------
+# InstanceHealth: port (a string) -> "ok" or why not, the deploy's gate once per instance
+
+
+def test_instance_health_command() -> None:
+    checks = json.dumps({"model": "m", "host": None, "instances": [["u", 8000]]})
+    assert shlex.split(InstanceHealth().command(checks=checks)) == [
+        "python3", "-c", STATUS, "status", checks,
+    ]  # fmt: skip
+
+
+HEALTH_SAMPLES: list[tuple[list[str], dict[str, str]]] = [
+    # recorded: nothing listens on the instance's port (the status gate's 30 s)
+    (
+        [
+            '{"18999": "not healthy within 30s: not answering: <urlopen error [Errno 111] '
+            'Connection refused>"}'
+        ],
+        {
+            "18999": "not healthy within 30s: not answering: <urlopen error [Errno 111] "
+            "Connection refused>"
+        },
+    ),  # fmt: skip
+    # recorded: two instances answering their gate's /health and chat
+    (['{"43851": "ok", "42327": "ok"}'], {"43851": "ok", "42327": "ok"}),
+    # recorded: an instance whose unit is not there
+    (
+        ['{"1": "servefleet-vllm-0.service is not loaded (not-found)"}'],
+        {"1": "servefleet-vllm-0.service is not loaded (not-found)"},
+    ),
+    (["{}"], {}),  # recorded: no instances
+]
+
+
+@pytest.mark.parametrize(("output", "fact"), HEALTH_SAMPLES)
+def test_instance_health_process(output: list[str], fact: dict[str, str]) -> None:
+    assert InstanceHealth().process(output) == fact
+
+
+def test_instance_health_on_a_host(tmp_path: Path) -> None:
+    systemd = FakeSystemd(tmp_path / "host")
+    unit = layout.unit_name(0)
+    systemd.show(running(MainPID=os.getpid(), ControlGroup=f"/system.slice/{unit}"))
+    fact = InstanceHealth()
+    with Stub() as ours:
+        checks = json.dumps({"model": "m/x", "host": None, "instances": [[unit, ours.port]]})
+        found = fact.process(run_fact(fact.command(checks=checks), env=systemd.env()))
+    assert found == {str(ours.port): "ok"}
+    systemd.show(running(LoadState="not-found", ActiveState="inactive"))
+    checks = json.dumps({"model": "m/x", "host": None, "instances": [[unit, 1]]})
+    found = fact.process(run_fact(fact.command(checks=checks), env=systemd.env()))
+    assert found == {"1": f"{unit} is not loaded (not-found)"}
+
+
+# ---------------------------------------------------------------------------------------------
+# HostProbe: one JSON object, or the project's error in one line
+
+
+def _probe_args(root: Path) -> str:
+    return json.dumps(
+        {
+            "root": str(root / "opt"),
+            "hf_home": str(root / "hf"),
+            "cache_root": str(root / "cache"),
+            "user": "nobody",
+            "accelerators": [list(c) for c in RBLN.probe_commands],
+            "models": {"acme/m": None},
+            "paths": [],
+            "files": False,
+            "keyed": False,
+            "python": "python3",
+            "router": {"unit": layout.ROUTER_UNIT, "url": "http://127.0.0.1:9"},
+        },
+        sort_keys=True,
+    )
+
+
+def test_host_probe_command(tmp_path: Path) -> None:
+    args = _probe_args(tmp_path)
+    assert shlex.split(HostProbe().command(args=args)) == ["python3", "-c", PROBE, args]
+
+
+# recorded: a fresh host (no driver, no release, nothing of ours), as probe.py printed it
+FRESH = (
+    '{"kernel": "6.18.44-fc-v1045", "python": "3.11", "libc": "glibc 2.36", "smi": null, '
+    '"pci": [], "releases": [], "current": null, "current_pins": null, "current_files": {}, '
+    '"good": null, "good_shas": [], "units": {}, "router": {"active": "unknown", "running": '
+    'null, "enabled": null, "reload": false, "file": null, "workers": null, "healthy": null}, '
+    '"warm": [], "preflight": [], "models": [], "user": {"uid": 65534, "shell": '
+    '"/usr/sbin/nologin", "home": "/nonexistent", "group": "nogroup"}, "group": false, '
+    '"paths": {}}'
+)
+
+
+def test_host_probe_process_of_a_recorded_fresh_host() -> None:
+    found = HostProbe().process([FRESH])
+    assert found == json.loads(FRESH)
+    assert found["releases"] == [] and found["smi"] is None and found["user"]["uid"] == 65534
+
+
+def test_host_probe_on_a_host(tmp_path: Path) -> None:
+    fact = HostProbe()
+    found = fact.process(run_fact(fact.command(args=_probe_args(tmp_path))))
+    assert isinstance(found, dict)
+    assert found["releases"] == [] and found["current"] is None and found["units"] == {}
+    assert found["user"]["uid"] == 65534 and found["warm"] == [] and found["models"] == []
+    assert re.fullmatch(r"3\.\d+", found["python"])  # the host's python3
+    assert set(found) >= set(json.loads(FRESH))
+
+
+def test_host_probe_output_on_several_lines_is_one_object() -> None:
+    assert HostProbe().process(json.dumps(json.loads(FRESH), indent=1).splitlines()) == (
+        json.loads(FRESH)
+    )
+
+
+ODD_PROBE: list[list[str]] = [
+    [],  # the program printed nothing
+    ["[]"],  # JSON, not an object
+    ["null"],
+    ['"a string"'],
+    ["Traceback (most recent call last):", '  File "<string>", line 6, in <module>'],
+    ['{"kernel": "6.1"'],  # cut off
+    ["[" * 100_000 + "]" * 100_000],  # deeper than the decoder goes
+]
+
+
+@pytest.mark.parametrize("output", ODD_PROBE, ids=range(len(ODD_PROBE)))
+def test_host_probe_refuses_anything_but_one_object_in_one_line(output: list[str]) -> None:
+    with pytest.raises(ProbeError) as err:
+        HostProbe().process(output)
+    msg = str(err.value)
+    assert msg.startswith("host probe: unexpected output ") and "\n" not in msg
+    assert msg.endswith("allowed: one JSON object") and len(msg) < 200
+
+
+def test_every_fact_but_the_preflight_is_covered() -> None:
+    from pyinfra.api import FactBase
+
+    import servefleet.steps.facts as facts
+
+    found = {
+        name
+        for name, value in vars(facts).items()
+        if isinstance(value, type) and issubclass(value, FactBase) and value is not FactBase
+    }
+    assert found - {"PreflightRefusal"} == {"HostProbe", "InstanceHealth", "WheelhouseFiles"}
