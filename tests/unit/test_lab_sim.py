@@ -150,7 +150,8 @@ def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
     with zipfile.ZipFile(_wheel(out / "index/vllm", "vllm-0.30.0+cpu")) as zf:
         carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
     assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.iterdir()}
-    assert len(carried) == 6  # two flag tables, the env vars, two config schemas, chat templates
+    # two flag tables, the env vars, two config schemas, chat templates, the parser registries
+    assert len(carried) == 7
 
 
 def test_squatters_outrank_private_packages(out: Path, venv: Path) -> None:

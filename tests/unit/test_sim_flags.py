@@ -98,11 +98,13 @@ def test_vendored_dumps_are_the_platform_tables() -> None:
     assert {p.name for p in FLAGS.glob("vllm-0.30.0-*.json")} == {
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
+        "vllm-0.30.0-parsers.json",  # the registries (tests/realvllm/gen_registries.py)
         *CONFIGS.values(),
     }
     assert {p.name for p in FLAGS.iterdir()} == {
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
+        "vllm-0.30.0-parsers.json",
         *CONFIGS.values(),
         CHAT_TEMPLATES,
     }
@@ -199,14 +201,28 @@ def test_flexible_parser_habits() -> None:
         ]
     )
     assert ns.max_model_len == 32000
-    assert ns.speculative_config == {
-        "method": "eagle3",
-        "num_speculative_tokens": 3,
-        "model": "d/e",
-    }
-    assert ns.compilation_config == {
-        "pass_config": {"fuse_rope_kvcache": True},
-        "cudagraph_capture_sizes": ["1", "2"],
+    # the dotted sub-keys' object goes after the flag's own JSON and replaces it, as in vLLM
+    assert ns.speculative_config == {"model": "d/e"}
+    # one object per spelling: -cc's, then --compilation-config's, which wins (the last one)
+    assert ns.compilation_config == {"cudagraph_capture_sizes": ["1", "2"]}
+    ns = SIM.parse_serve_args(["m", "-cc.pass_config.fuse_rope_kvcache=True"])
+    assert ns.compilation_config == {"pass_config": {"fuse_rope_kvcache": "True"}}  # the text
+    ns = SIM.parse_serve_args(["m", "--hf-overrides.a", "1k", "--hf-overrides.b", "2M",
+                               "--hf-overrides.c", "auto", "--hf-overrides.d", "null",
+                               "--hf-overrides.e", "True", "--hf-overrides.f", "1.5K"])  # fmt: skip
+    assert ns.hf_overrides == {
+        "a": 1000,
+        "b": 2097152,
+        "c": "auto",
+        "d": None,
+        "e": "True",
+        "f": "1.5K",
+    }  # fmt: skip  (as the real parser reads them)
+    assert run("rbln", ["m", "--compilation-config.backend", "True"]) == "ok"
+    assert run("rbln", ["m", "--compilation-config.max_cudagraph_capture_size", "1k"]) == "ok"
+    cc = '{"max_cudagraph_capture_size": 1k}'  # bare human-readable numbers in the JSON too
+    assert SIM.parse_serve_args(["m", "-cc", cc]).compilation_config == {
+        "max_cudagraph_capture_size": 1000
     }
     assert run("rbln", ["m", "--port.x", "1"]) == "refused"  # the object goes to int()
     assert run("rbln", ["m", "--no-such.key", "1"]) == "refused"

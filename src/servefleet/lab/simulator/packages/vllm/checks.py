@@ -34,6 +34,7 @@ from .common import (
 )
 from .compile_cache import _env_bool, bundle_path, cache_root, visible_devices
 from .flag_table import _object
+from .reasoning import ReasoningParserManager
 
 
 def _import(name: str, why: str) -> Any:
@@ -388,3 +389,22 @@ def fault_switch(env: Mapping[str, str], name: str, argv: Sequence[str]) -> str 
     return (
         f"{path} matches {' + '.join(map(repr, lines))}" if all(x in line for x in lines) else None
     )
+
+
+def check_reasoning_parser(ns: argparse.Namespace) -> None:
+    """The engine's look-up of the reasoning parser, once the model's config and tokenizer are
+    read (vLLM's ``VllmConfig`` builds the ``ReasoningConfig`` of ``--reasoning-parser``, or of
+    ``--reasoning-config``'s ``reasoning_parser``, and ``initialize_token_ids`` asks
+    ``ReasoningParserManager.get_reasoning_parser``, vllm/config/reasoning.py): a name vLLM
+    0.30.0 does not register fails the start with vLLM's KeyError, after the parse and the API
+    server's checks passed.
+
+    + ns: the parsed arguments
+    """
+    name = ns.reasoning_parser or _object(ns.reasoning_config).get("reasoning_parser")
+    if not name:
+        return
+    try:
+        ReasoningParserManager.get_reasoning_parser(str(name))
+    except KeyError as exc:
+        raise SimError(f"KeyError: {exc}") from None

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .checks import _import, _open_lock, fault_switch, find_snapshot
+from .checks import _import, _open_lock, check_reasoning_parser, fault_switch, find_snapshot
 from .common import (
     BUILD,
     DEFAULT_LOAD_SECONDS,
@@ -307,6 +307,7 @@ def start_cuda(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[dict[str
     draft = _object(ns.speculative_config).get("model")
     if draft:
         find_snapshot(env, str(draft))
+    check_reasoning_parser(ns)  # the engine's config, once the tokenizer is read
     used = gpus_needed(ns, env, visible)
     switch = fault_switch(env, "fail-start", sys.argv)
     if switch is not None:

@@ -57,7 +57,7 @@ def _json_object_text(val: str) -> Any:
 def parse_dataclass(val: str) -> dict[str, Any]:
     """A config dataclass from JSON, for a class the configs dumps give no schema of
     (``--quantization-config``, ``--ir-op-priority``): a JSON object, any keys."""
-    value = _json_object_text(val)
+    value = _json_object_text(_expand_json_human_readable_numbers(val))
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"Input should be a JSON object: {val!r}")
     return value
@@ -68,7 +68,7 @@ def _config_type(flag: str, platform: str) -> Callable[[str], Any]:
     class's schema, pydantic's message as the argument's error (:mod:`vllm.config_schemas`)."""
 
     def parse_dataclass(val: str) -> Any:
-        value = _json_object_text(val)
+        value = _json_object_text(_expand_json_human_readable_numbers(val))
         message = check_config(flag, value, platform)
         if message is not None:
             raise argparse.ArgumentTypeError(message)
@@ -253,65 +253,120 @@ def unknown_env_vars(env: Mapping[str, str], platform: str = DEFAULT_PLATFORM) -
 
 
 def _dotted_value(text: str) -> Any:
-    if text in ("True", "False"):  # as pydantic reads them for a bool field
-        return text == "True"
+    """A dotted sub-key's value as vLLM reads it: JSON, else a human-readable integer
+    (``1k``, ``2M``), else the text itself (``True``, ``auto``, ``1.5K`` stay strings; the
+    flag's value parser, pydantic for a config class, then reads them by the field's type)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        return text
+        try:
+            return human_readable_int(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            return text
 
 
-def _model_first(argv: Sequence[str]) -> list[str]:
-    """``vllm serve``'s ``--model X`` (or ``--model=X``) moved to the front, as the positional."""
-    args = list(argv)
+def _expand_json_human_readable_numbers(val: str) -> str:
+    """vLLM's expansion of bare (unquoted) human-readable numbers in a config argument's JSON
+    (``{"max_cudagraph_capture_size": 1k}``), before pydantic reads it."""
+    parts = re.split(r'("(?:[^"\\]|\\.)*")', val)
+    for i in range(0, len(parts), 2):  # even indexes: outside strings
+        parts[i] = re.sub(
+            r"\b\d+(?:\.\d+)?[kKmMgGtT]\b",
+            lambda m: str(human_readable_int(m.group())),
+            parts[i],
+        )
+    return "".join(parts)
+
+
+def _recursive_update(original: dict[str, Any], update: Mapping[str, Any]) -> None:
+    """vLLM's merge of dotted sub-keys of one flag: dicts recursively, lists appended, anything
+    else replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(original.get(key), dict):
+            _recursive_update(original[key], value)
+        elif isinstance(value, list) and isinstance(original.get(key), list):
+            original[key] += value
+        else:
+            original[key] = value
+
+
+def preprocess(args: Sequence[str]) -> list[str]:
+    """What vLLM's ``FlexibleArgumentParser.parse_args`` does to the arguments before argparse
+    sees them, in its order: after ``serve``, ``--model X`` moved to the front as the positional
+    (and a ``--served-model-name`` without a positional model refused); ``--help=WORD`` as
+    ``--help``; ``_`` as ``-`` in a ``--flag`` name up to its first ``.``; ``-O3``, ``-O=3`` and
+    ``-O 3`` as ``--optimization-level``; dotted sub-keys (``--a.b.c v``, ``-cc.x=v``,
+    ``--a.b+ x,y`` for a list) taken out, merged into one object per flag spelling and appended
+    at the end as that spelling's JSON text (so they replace, not merge with, the object the
+    flag itself gives).
+
+    + args: the command line after the program, e.g. ``["serve", "m", "--port", "8000"]``
+    """
+    args = list(args)
+    if args and args[0] == "serve":
+        model_idx = next((i for i, a in enumerate(args) if re.match(r"^--model(=.+|$)", a)), None)
+        if model_idx is not None:
+            if args[model_idx] == "--model":
+                model_tag = args[model_idx + 1]  # as vLLM: a trailing --model is an IndexError
+                rest_start_idx = model_idx + 2
+            else:
+                model_tag = args[model_idx].removeprefix("--model=")
+                rest_start_idx = model_idx + 1
+            args = ["serve", model_tag, *args[1:model_idx], *args[rest_start_idx:]]
+        if (
+            len(args) > 1
+            and args[1].startswith("-")
+            and not any(re.match(r"^--config(=.+|$)", a) for a in args)
+            and any(re.match(r"^--served[-_]model[-_]name(=.+|$)", a) for a in args)
+        ):
+            raise ValueError(
+                "`model` should be provided as the first positional argument when "
+                "using `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`."
+            )
+    processed: list[str] = []
     for i, arg in enumerate(args):
-        if arg.startswith("--model="):
-            return [arg[len("--model=") :], *args[:i], *args[i + 1 :]]
-        if arg == "--model" and i + 1 < len(args):
-            return [args[i + 1], *args[:i], *args[i + 2 :]]
-    return args
-
-
-def _flexible(argv: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """FlexibleArgumentParser before argparse: ``_`` counts as ``-`` in a ``--flag`` name up to
-    its first ``.``, and dotted sub-keys (``--a.b.c v``, ``-cc.x=v``, ``--a.b+ x,y`` for a list)
-    are taken out and collected into one object per flag. Returns (the remaining arguments,
-    flag -> object)."""
-    named = []
-    for arg in argv:
-        if arg.startswith("--"):
+        if arg.startswith("--help="):
+            processed.append("--help")
+        elif arg.startswith("--"):
             key, eq, value = arg.partition("=")
             head, dot, tail = key[2:].partition(".")
-            arg = "--" + head.replace("_", "-") + dot + tail + eq + value
-        named.append(arg)
-    rest: list[str] = []
-    dotted: dict[str, dict[str, Any]] = {}
-    items = iter(named)
-    for arg in items:
-        key, eq, value = arg.partition("=")
-        if not arg.startswith("-") or "." not in key:
-            rest.append(arg)
+            processed.append("--" + head.replace("_", "-") + dot + tail + eq + value)
+        elif arg.startswith("-O") and arg != "-O":
+            processed += ["--optimization-level", arg[3:] if arg[2] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
+            processed.append("--optimization-level")
+        else:
+            processed.append(arg)
+    delete: set[int] = set()
+    dict_args: dict[str, dict[str, Any]] = {}
+    for i, arg in enumerate(processed):
+        if i in delete or not (arg.startswith("-") and "." in arg):
             continue
-        if not eq:
-            following = next(items, None)
-            if following is None:
-                FlexibleArgumentParser(prog=PROG).error(f"argument {key}: expected one argument")
-            value = str(following)
-        if key.endswith("+"):
-            key, value = key[:-1], json.dumps(value.split(","))
-        flag, *path = key.split(".")
-        nested: Any = _dotted_value(value)
-        for part in reversed(path):
+        if "=" in arg:
+            arg, value_str = arg.split("=", 1)
+            if "." not in arg:  # the "." was in the value
+                continue
+        else:
+            value_str = processed[i + 1]  # as vLLM: a trailing dotted key is an IndexError
+            delete.add(i + 1)
+        if arg.endswith("+"):
+            arg = arg[:-1]
+            value_str = json.dumps(value_str.split(","))
+        key, *keys = arg.split(".")
+        nested: Any = _dotted_value(value_str)
+        for part in reversed(keys):
             nested = {part: nested}
-        _update(dotted.setdefault(flag, {}), nested)
-    return rest, dotted
+        _recursive_update(dict_args.setdefault(key, {}), nested)
+        delete.add(i)
+    out = [a for i, a in enumerate(processed) if i not in delete]
+    for flag, obj in dict_args.items():
+        out += [flag, json.dumps(obj)]
+    return out
 
 
 class FlexibleArgumentParser(argparse.ArgumentParser):
     """vLLM's ``vllm.utils.argparse_utils.FlexibleArgumentParser``: argparse with vLLM's habits
-    (:func:`_flexible`; after ``serve``, ``--model X`` is the positional), no abbreviations,
-    argparse's errors (exit 2). Dotted sub-keys merge into the object the flag itself gives
-    (any spelling of it)."""
+    (:func:`preprocess`), no abbreviations, argparse's errors (exit 2)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -325,29 +380,9 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
     def format_usage(self) -> str:  # some 440 spellings: wrapped once, not on every error
         return super().format_usage()
 
-    def _owner(self, head: Sequence[str]) -> argparse.ArgumentParser:
-        """The parser that holds the flags: this one, or the subcommand's (``serve``)."""
-        for action in self._actions:
-            if head and isinstance(action, argparse._SubParsersAction):
-                return action.choices[head[0]]
-        return self
-
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         items = list(sys.argv[1:] if args is None else args)
-        head = items[:1] if items[:1] == ["serve"] and self._subparsers is not None else []
-        rest, dotted = _flexible(_model_first(items[1:]) if head else items)
-        # as vLLM: each collected object goes back in as the flag's JSON text, for its value parser
-        tail = [item for flag, obj in dotted.items() for item in (flag, json.dumps(obj))]
-        ns = super().parse_args(head + rest + tail, namespace)
-        if dotted:  # ... merged here into the object the flag itself gives (any spelling of it)
-            given = vars(super().parse_args(head + rest))
-            for flag, extra in dotted.items():
-                dest = self._owner(head)._option_string_actions[flag].dest
-                if isinstance(getattr(ns, dest), dict):
-                    base = given[dest] if isinstance(given[dest], dict) else {}
-                    given[dest] = _update(copy.deepcopy(base), extra)
-                    setattr(ns, dest, given[dest])
-        return ns
+        return super().parse_args(preprocess(items), namespace)
 
 
 def add_serve_args(
@@ -389,7 +424,8 @@ def parse_serve_args(argv: Sequence[str], platform: str = DEFAULT_PLATFORM) -> a
     + argv: the arguments after ``serve``
     + platform: the flag table, ``rbln`` or ``upstream``
     """
-    ns: argparse.Namespace = build_parser(platform).parse_args(_model_first(argv))
+    processed = preprocess(["serve", *argv])[1:]  # as after ``vllm serve``
+    ns: argparse.Namespace = argparse.ArgumentParser.parse_args(build_parser(platform), processed)
     ns.model = ns.model_tag or ns.model  # vllm serve: the positional model wins
     for dest, value in PLATFORM_DEFAULTS[platform].items():
         if getattr(ns, dest) is None:

@@ -1,7 +1,7 @@
 """What ``vllm serve`` runs before it loads a model, behind vLLM's own names: the parser
 (``make_arg_parser``, on the host's platform), ``validate_parsed_serve_args`` with its chat
 template check, and the config classes vLLM builds from JSON arguments at engine start. The
-façade modules (``vllm.entrypoints.openai.cli_args``, ``vllm.entrypoints.chat_utils``,
+façade modules (``vllm.entrypoints.launchers.cli_args``, ``vllm.entrypoints.chat_utils``,
 ``vllm.utils.argparse_utils``) import these, so a program written for the real vLLM runs
 unchanged here; ``vllm serve`` itself (:mod:`vllm.sim`) uses the same ones. A SIMULATION for
 the servefleet lab."""
@@ -91,10 +91,50 @@ def validate_parsed_serve_args(args: argparse.Namespace) -> None:
         raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
     if args.enable_log_outputs and not args.enable_log_requests:
         raise TypeError("Error: --enable-log-outputs requires --enable-log-requests")
+    if getattr(args, "sse_keep_alive_interval", 0) < 0:
+        raise ValueError(
+            "Error: --sse-keep-alive-interval must be a non-negative integer "
+            "(0 disables keep-alive comments)."
+        )
     if args.enable_per_request_metrics and args.disable_log_stats:
         raise ValueError(
             "Error: --enable-per-request-metrics requires engine statistics logging; remove "
             "--disable-log-stats to enable per-request metrics."
+        )
+    if args.data_parallel_multi_port_external_lb:
+        validate_multi_port_external_lb_args(args)
+
+
+def validate_multi_port_external_lb_args(args: argparse.Namespace) -> None:
+    """vLLM's ``validate_multi_port_external_lb_args`` (vllm/entrypoints/launchers/
+    dp_supervisor.py), its checks of the flags alone; the rank and port range checks that
+    follow them are not modelled."""
+    mp = "--data-parallel-multi-port-external-lb"
+    if getattr(args, "grpc", False):
+        raise ValueError(f"Error: {mp} does not support --grpc")
+    if args.uds is not None:
+        raise ValueError(f"Error: {mp} does not support --uds")
+    if bool(args.ssl_keyfile) != bool(args.ssl_certfile):
+        raise ValueError("Error: --ssl-keyfile and --ssl-certfile must be provided together")
+    if args.api_server_count not in (None, 1):
+        raise ValueError(f"Error: {mp} currently requires --api-server-count=1")
+    if args.data_parallel_rank is not None:
+        raise ValueError(f"Error: {mp} manages child --data-parallel-rank values internally")
+    if args.data_parallel_external_lb or args.data_parallel_hybrid_lb:
+        raise ValueError(
+            f"Error: {mp} cannot be combined with --data-parallel-external-lb or "
+            "--data-parallel-hybrid-lb"
+        )
+    if args.data_parallel_size < 2:
+        raise ValueError(f"Error: {mp} requires --data-parallel-size > 1")
+    local_size = args.data_parallel_size_local
+    if local_size is None or local_size < 2:
+        raise ValueError(f"Error: {mp} requires --data-parallel-size-local >= 2")
+    if local_size > args.data_parallel_size:
+        raise ValueError("Error: --data-parallel-size-local cannot exceed --data-parallel-size")
+    if args.data_parallel_size % local_size != 0:
+        raise ValueError(
+            "Error: --data-parallel-size must be divisible by --data-parallel-size-local"
         )
 
 

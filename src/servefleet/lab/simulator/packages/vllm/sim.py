@@ -87,6 +87,7 @@ from .checks import (
     bundle_bytes,
     bundle_fault,
     check_packages,
+    check_reasoning_parser,
     claim_devices,
     compile_only,
     compile_only_target,
@@ -113,6 +114,7 @@ from .common import (
 )
 from .compile_cache import _signature, bundle_path, cache_key
 from .cuda import start_cuda
+from .entrypoints.launchers.launcher import setup_server
 from .flag_table import (
     FlexibleArgumentParser,
     _object,
@@ -210,6 +212,7 @@ def _start_rbln(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[dict[st
     draft = _object(ns.speculative_config).get("model")
     if draft:
         find_snapshot(env, str(draft))
+    check_reasoning_parser(ns)  # the engine's config, once the tokenizer is read
     switch = fault_switch(env, "fail-start", sys.argv)
     if switch is not None:
         raise SimError(f"simulated start failure: {switch}")
@@ -228,11 +231,32 @@ def serve(argv: Sequence[str]) -> int:
     """
     env = dict(os.environ)
     platform = platform_of(env)
-    ns = parse_serve_args(argv, platform)
-    try:  # what vLLM checks before it loads a model, then the config classes it builds
+    try:  # vLLM's parser refuses a --served-model-name without the positional model
+        ns = parse_serve_args(argv, platform)
+    except ValueError as exc:
+        raise SimError(f"ValueError: {exc}") from None
+    return start(ns, env, platform)
+
+
+def start(ns: argparse.Namespace, env: Mapping[str, str], platform: str) -> int:
+    """``vllm serve`` once its arguments parsed: the checks vLLM runs before it loads a model
+    (``validate_parsed_serve_args``), the API server's set-up (``setup_server``: the version
+    and arguments logged, ``validate_api_server_args``), the config classes the engine builds,
+    then the engine (the model, the reasoning parser's look-up, the device, the warm-up) and
+    the HTTP API until SIGTERM or SIGINT. Each failure is a SimError: one line, exit 1.
+
+    + ns: the parsed arguments
+    + env: the server's environment
+    + platform: ``rbln`` or ``upstream``
+    """
+    try:
         validate_parsed_serve_args(ns)
     except (TypeError, ValueError) as exc:
         raise SimError(f"{type(exc).__name__}: {exc}") from None
+    try:
+        setup_server(ns, reuse_port=False)
+    except KeyError as exc:  # an unregistered parser: vLLM's traceback ends in the KeyError
+        raise SimError(f"KeyError: {exc}") from None
     config_error = engine_config_error(ns, platform)
     if config_error is not None:
         raise SimError(f"pydantic_core._pydantic_core.ValidationError: {config_error}")
@@ -245,8 +269,6 @@ def serve(argv: Sequence[str]) -> int:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _stop)
-    _log(f"vLLM API server version {VERSION} (simulated for the servefleet lab)")
-    _log(f"non-default args: model={ns.model!r} port={ns.port} host={ns.host!r}")
     _log(f"platform {platform}: the flag table of {PLATFORMS[platform]}")
     for name in unknown_env_vars(env, platform):
         _log(f"Unknown vLLM environment variable detected: {name}", "WARNING")
@@ -305,8 +327,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.add_argument("subcommand", choices=["serve"])
         top.parse_args(args[:1])
         return 2
-    try:
-        return serve(args[1:])
+    try:  # through vLLM's own entry point objects (vllm.entrypoints.cli.main)
+        from .entrypoints.cli.main import build
+
+        parser, cmds = build()
+        try:  # what the parse and the subcommand's validate raise: vLLM's traceback, exit 1
+            ns = parser.parse_args(args)
+            cmds[ns.subparser].validate(ns)
+        except (IndexError, TypeError, ValueError) as exc:
+            raise SimError(f"{type(exc).__name__}: {exc}") from None
+        return int(ns.dispatch_function(ns) or 0)
     except SimError as exc:
         sys.stderr.write(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [sim] {exc}\n")
         return exc.code
