@@ -382,3 +382,19 @@ def test_a_run_killed_after_the_marker_runs_nothing_twice(host: dict[str, Any]) 
     again = plan_host(host["settings"], probe(preflight=passed_keys(plan)))
     assert not again.preflight_needed and step_command(again) is None
     assert host["log"].read_text().split().count("runuser") == 1
+
+
+def test_the_plans_preflight_fact_reads_the_programs_json_lines() -> None:
+    """PreflightRefusal.process (the fact `servefleet plan` reads): None for a passing line (its
+    process had sat after another function's return, so a pass read as a refusal), the first
+    refused instance's line with its gap otherwise; non-JSON lines are passed over."""
+    from servefleet.steps.facts import PreflightRefusal
+
+    fact = PreflightRefusal()
+    passing = ['{"ok": true, "unit": "servefleet-vllm-0.service"}']
+    assert fact.process(passing) is None
+    refused = {"unit": "u1", "ok": False, "line": "u1: --x: unrecognized arguments: --x",
+               "gap": "the recipe needs a newer vLLM than the pin 0.30.0 (flag --x is not in it)"}  # fmt: skip
+    out = fact.process([*passing, "noise", json.dumps(refused)])
+    assert out == f"pre-flight: {refused['line']}; {refused['gap']}"
+    assert fact.process([json.dumps({**refused, "gap": None})]) == f"pre-flight: {refused['line']}"

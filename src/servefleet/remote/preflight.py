@@ -39,7 +39,6 @@ MAX_MESSAGE = 2000  # characters of a message kept in the line
 # What a unit's process gets from systemd besides its Environment= (and what vLLM may need)
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL")
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SERVE_USAGE = "vllm serve [model_tag] [options]"
 
 
 class BadInput(Exception):
@@ -63,7 +62,8 @@ def one_line(message: str) -> str:
 def flag_of(message: str) -> str:
     """The flag a vLLM message is about: argparse's ``argument --x/-x:``, the first of its
     ``unrecognized arguments``, ``--chat-template`` for the template check, else the first flag
-    the message names (``vllm`` when it names none)."""
+    the message names (``vllm`` when it names none); the parser registries' KeyErrors name none,
+    so theirs is said here."""
     found = re.match(r"argument ([^\s:/]+)", message)
     if found:
         return found.group(1)
@@ -71,6 +71,11 @@ def flag_of(message: str) -> str:
         return message.split()[2].split("=", 1)[0]
     if "chat template" in message:
         return "--chat-template"
+    for words, flag in (("invalid tool call parser", "--tool-call-parser"),
+                        ("Reasoning parser ", "--reasoning-parser"),
+                        ("invalid reasoning parser", "--reasoning-parser")):  # fmt: skip
+        if words in message:
+            return flag
     named = re.search(r"--[A-Za-z0-9][\w.-]*", message)
     return named.group(0) if named else "vllm"
 
@@ -145,21 +150,85 @@ def _pin() -> str:
     return version.split("+", 1)[0]
 
 
-def _serve_cli() -> Any:
-    """vLLM's top-level parser with its ``serve`` subcommand, as vllm/entrypoints/cli/main.py
-    and the serve subcommand build them."""
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+class Unsupported(Exception):
+    """The installed vLLM lacks a name its ``vllm serve`` entry point had when this program was
+    written (vLLM 0.30.0): the pre-flight cannot check, so it refuses, naming what is missing."""
 
+
+def _named(owner: Any, name: str, where: str) -> Any:
+    """``owner.name``, or Unsupported naming ``where.name``."""
     try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # vLLM before 0.11 kept it in vllm.utils
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef,attr-defined]
+        return getattr(owner, name)
+    except AttributeError:
+        raise Unsupported(f"{where} has no {name}") from None
 
-    top = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
-    subparsers = top.add_subparsers(required=False, dest="subparser")
-    serve = subparsers.add_parser("serve", usage=SERVE_USAGE)
-    make_arg_parser(serve)
-    return top
+
+class ServeCli:
+    """``vllm serve`` as the installed vLLM's ``vllm/entrypoints/cli/main.py`` builds it: a
+    ``vllm`` parser with ``--version`` and subcommands, the ``serve`` subcommand of
+    ``vllm.entrypoints.cli.serve`` (its ``cmd_init``, ``subparser_init``, ``validate``), and
+    what serving runs before the engine, found through the names that module itself imports:
+    ``setup_server``'s module's ``validate_api_server_args``, and the ``ToolParserManager`` and
+    ``ReasoningParserManager`` that function consults. No module path is guessed: a name the
+    installed vLLM moved raises :class:`Unsupported`."""
+
+    SERVE_MODULE = "vllm.entrypoints.cli.serve"  # one of main.py's CMD_MODULES since vLLM 0.8
+
+    def __init__(self) -> None:
+        import importlib
+
+        try:
+            serve = importlib.import_module(self.SERVE_MODULE)
+        except ModuleNotFoundError as exc:
+            raise Unsupported(f"no module {self.SERVE_MODULE} ({exc})") from None
+        where = self.SERVE_MODULE
+        parser_class = _named(serve, "FlexibleArgumentParser", where)
+        setup_server = _named(serve, "setup_server", where)
+        launcher = sys.modules.get(getattr(setup_server, "__module__", ""), None)
+        self.validate_api_server_args = _named(
+            launcher, "validate_api_server_args", f"{where}.setup_server's module"
+        )
+        # the registries validate_api_server_args consults (its module's own imports)
+        self.tools = _named(launcher, "ToolParserManager", "validate_api_server_args' module")
+        self.reasoning = _named(launcher, "ReasoningParserManager", "the same module")
+        self.top = parser_class(description="vLLM CLI")
+        self.top.add_argument("-v", "--version", action="version", version=_pin())
+        subparsers = self.top.add_subparsers(required=False, dest="subparser")
+        self.cmds = {}
+        for cmd in _named(serve, "cmd_init", where)():
+            cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+            self.cmds[cmd.name] = cmd
+        if "serve" not in self.cmds:
+            raise Unsupported(f"{where}.cmd_init() gives no serve subcommand")
+
+    def check(self, argv: list[str]) -> None:
+        """Raise what ``vllm serve argv`` dies of before it loads a model: argparse's exit (also
+        for ``--help``: no server starts), the subcommand's ``validate``, the API server's
+        ``validate_api_server_args`` (after its plugin imports, as ``setup_server`` runs them;
+        not for ``--headless`` or ``--grpc``, which start no API server), and the engine's
+        lookup of ``--reasoning-parser`` (``ReasoningParserManager.get_reasoning_parser``)."""
+        args = self.top.parse_args(["serve", *argv])
+        self.cmds[args.subparser].validate(args)
+        if getattr(args, "headless", False) or getattr(args, "grpc", False):
+            return
+        for plugin, manager, load in (
+            ("tool_parser_plugin", self.tools, "import_tool_parser"),
+            ("reasoning_parser_plugin", self.reasoning, "import_reasoning_parser"),
+        ):
+            path = getattr(args, plugin, None)
+            if path and len(path) > 3:
+                getattr(manager, load)(path)
+        self.validate_api_server_args(args)
+        name = getattr(args, "reasoning_parser", None)
+        if name:
+            try:
+                self.reasoning.get_reasoning_parser(name)
+            except Exception as exc:  # unknown (KeyError), or its module does not import
+                raise EngineStartError(f"{type(exc).__name__}: {exc}") from None
+
+
+class EngineStartError(Exception):
+    """What the engine dies of at start, after the server's checks (vLLM's message)."""
 
 
 def _argparse_message(stderr: str, code: Any) -> str:
@@ -172,19 +241,18 @@ def _argparse_message(stderr: str, code: Any) -> str:
 
 def check_argvs(argvs: list[list[str]]) -> list[str | None]:
     """vLLM's message refusing each command line, None when it passes."""
-    from vllm.entrypoints.openai.cli_args import validate_parsed_serve_args
-
-    cli = _serve_cli()
+    cli = ServeCli()
     out: list[str | None] = []
     for argv in argvs:
         err = io.StringIO()
         message: str | None = None
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             try:
-                args = cli.parse_args(["serve", *argv])
-                validate_parsed_serve_args(args)
+                cli.check(argv)
             except SystemExit as exc:  # argparse's error (or --help/--version: no server)
                 message = _argparse_message(err.getvalue(), exc.code)
+            except EngineStartError as exc:
+                message = f"at engine start: {exc}"
             except Exception as exc:  # what vllm serve would die of, traceback's last line
                 message = f"{type(exc).__name__}: {exc}"
         out.append(message)
@@ -196,6 +264,9 @@ def child(results_file: str) -> int:
     argvs = json.load(sys.stdin)
     try:
         doc: dict[str, Any] = {"pin": _pin(), "messages": check_argvs(argvs)}
+    except Unsupported as exc:  # a vLLM whose entry point moved: say which and what, never pass
+        doc = {"error": f"cannot check with vLLM {_pin()}: {exc} (the pre-flight follows "
+               "vllm serve's entry point as vLLM 0.30.0 has it)"}  # fmt: skip
     except Exception as exc:  # vLLM does not import, or its parser cannot be built
         doc = {"error": f"cannot build vLLM's parser: {type(exc).__name__}: {exc}"}
     with open(results_file, "w") as fh:

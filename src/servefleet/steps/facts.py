@@ -79,14 +79,6 @@ class PreflightRefusal(FactBase):
     def command(self, run: str) -> str:
         return f"{run} 2>/dev/null || true"
 
-
-def preflight_command(plan: HostPlan, instances: str) -> str:
-    """The shell command that runs ``remote/preflight.py`` as the serve user with the release's
-    python (``instances``: the JSON, or ``-`` for stdin), from ``/``."""
-    run = shlex.join(["runuser", "-u", plan.settings.serve_user, "--",
-                      f"{plan.release.path}/bin/python", f"{plan.lib}/preflight.py", instances])  # fmt: skip
-    return f"cd / && {run}"
-
     def process(self, output: list[str]) -> str | None:
         for line in output:
             try:
@@ -97,3 +89,11 @@ def preflight_command(plan: HostPlan, instances: str) -> str:
                 gap = f"; {result['gap']}" if result.get("gap") else ""
                 return f"pre-flight: {result.get('line')}{gap}"
         return None
+
+
+def preflight_command(plan: HostPlan, instances: str) -> str:
+    """The shell command that runs ``remote/preflight.py`` as the serve user with the release's
+    python (``instances``: the JSON, or ``-`` for stdin), from ``/``."""
+    run = shlex.join(["runuser", "-u", plan.settings.serve_user, "--",
+                      f"{plan.release.path}/bin/python", f"{plan.lib}/preflight.py", instances])  # fmt: skip
+    return f"cd / && {run}"
