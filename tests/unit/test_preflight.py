@@ -398,3 +398,31 @@ def test_the_plans_preflight_fact_reads_the_programs_json_lines() -> None:
     out = fact.process([*passing, "noise", json.dumps(refused)])
     assert out == f"pre-flight: {refused['line']}; {refused['gap']}"
     assert fact.process([json.dumps({**refused, "gap": None})]) == f"pre-flight: {refused['line']}"
+
+
+def test_a_vllm_whose_entry_point_moved_refuses_in_one_line_naming_version_and_name(
+    tmp_path: Path,
+) -> None:
+    """A vLLM whose ``vllm.entrypoints.cli.serve`` has no ``setup_server`` (a future move): every
+    instance is refused with the version and the missing name, never passed."""
+    cli = tmp_path / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for pkg in (tmp_path / "vllm", cli.parent, cli):
+        (pkg / "__init__.py").write_text("")
+    (cli / "serve.py").write_text(
+        "import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n"
+    )
+    info = tmp_path / "vllm-0.31.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0\n")
+    data = json.dumps([{"unit": "u.service", "argv": ["vllm", "serve", "m"],
+                        "env": {"PYTHONPATH": str(tmp_path)}}])  # fmt: skip
+    proc = subprocess.run([sys.executable, str(REMOTE / "preflight.py"), data],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["ok"] is False
+    assert result["message"].startswith(
+        "cannot check with vLLM 0.31.0: vllm.entrypoints.cli.serve has no setup_server"
+    )
+    assert proc.stderr.count("\n") == 1
