@@ -150,8 +150,9 @@ def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
     with zipfile.ZipFile(_wheel(out / "index/vllm", "vllm-0.30.0+cpu")) as zf:
         carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
     assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.iterdir()}
-    # two flag tables, the env vars, two config schemas, chat templates, the parser registries
-    assert len(carried) == 7
+    # two flag tables, the env vars, two config schemas, chat templates, the parser registries,
+    # the real metrics and routes
+    assert len(carried) == 9
 
 
 def test_squatters_outrank_private_packages(out: Path, venv: Path) -> None:
@@ -486,7 +487,10 @@ def test_compiles_once_then_reuses_and_serves(
         }
         assert http(server.port, "/v1/chat/completions", dict(req, model="x"))[0] == 404
         metrics = http(server.port, "/metrics")[1].decode()
-        assert 'vllm:request_success_total{model_name="gpt"} 2' in metrics
+        assert (
+            'vllm:request_success_total{model_name="gpt",engine="0",finished_reason="length"} 2.0'
+            in metrics
+        )
         record = json.loads((simroot / f"run/rbln-sim/vllm-{server.port}.json").read_text())
         assert record["argv"][0].endswith("/vllm") and record["argv"][1:3] == ["serve", MODEL]
         assert record["env"]["HF_HUB_OFFLINE"] == "1" and record["env"]["PATH"] == sim_env["PATH"]

@@ -99,12 +99,16 @@ def test_vendored_dumps_are_the_platform_tables() -> None:
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
         "vllm-0.30.0-parsers.json",  # the registries (tests/realvllm/gen_registries.py)
+        "vllm-0.30.0-metrics.json",  # the real metrics and routes (tests/realvllm/gen_surface.py)
+        "vllm-0.30.0-routes.json",
         *CONFIGS.values(),
     }
     assert {p.name for p in FLAGS.iterdir()} == {
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
         "vllm-0.30.0-parsers.json",
+        "vllm-0.30.0-metrics.json",
+        "vllm-0.30.0-routes.json",
         *CONFIGS.values(),
         CHAT_TEMPLATES,
     }

@@ -96,11 +96,19 @@ def prefill(port: int, **body: Any) -> dict[str, Any]:
 
 
 def metric(port: int, name: str, role: str | None = None) -> int:
-    """A sample of /metrics (``role``: the servefleet_sim_requests_total one of that role)."""
+    """A sample of /metrics (``role``: the servefleet_sim_requests_total one of that role; a
+    vllm: metric: engine 0's, request_success_total's of finished_reason length)."""
     text = http(port, "/metrics")[1].decode()
-    want = f'{name}{{model_name="{MODEL}"' + (f',role="{role}"}}' if role else "}")
+    if role:
+        want = f'{name}{{model_name="{MODEL}",role="{role}"}}'
+    elif name == "vllm:request_success_total":
+        want = f'{name}{{model_name="{MODEL}",engine="0",finished_reason="length"}}'
+    elif name.startswith("vllm:"):
+        want = f'{name}{{model_name="{MODEL}",engine="0"}}'
+    else:
+        want = f'{name}{{model_name="{MODEL}"}}'
     line = next(x for x in text.splitlines() if x.startswith(want + " "))
-    return int(line.rsplit(" ", 1)[1])
+    return int(float(line.rsplit(" ", 1)[1]))
 
 
 def roles(port: int) -> dict[str, int]:

@@ -122,7 +122,7 @@ def running(port: int) -> int:
     """vllm:num_requests_running on /metrics."""
     metrics = http(port, "/metrics")[1].decode()
     line = next(x for x in metrics.splitlines() if x.startswith("vllm:num_requests_running{"))
-    return int(line.rsplit(" ", 1)[1])
+    return int(float(line.rsplit(" ", 1)[1]))
 
 
 def refused(port: int) -> bool:
@@ -180,7 +180,7 @@ def test_replies_take_the_rate_and_stream_as_vllm(
         assert "".join(got.tokens()) == whole["choices"][0]["text"]
         assert got.events[-1]["choices"][0]["finish_reason"] == "length"
         assert (
-            f'vllm:request_success_total{{model_name="{MODEL}"}} 4'
+            f'vllm:request_success_total{{model_name="{MODEL}",engine="0",finished_reason="length"}} 4.0'
             in http(server.port, "/metrics")[1].decode()
         )
     finally:

@@ -62,27 +62,32 @@ def sim_path(env: Mapping[str, str], path: str) -> str:
     return os.path.join(root, path.lstrip("/")) if root else path
 
 
-# RBLNConfig fields: (field, env var still honoured in 0.12, default)
-RBLN_FIELDS: list[tuple[str, str, Any]] = [
-    ("num_devices_per_local_rank", "VLLM_RBLN_NUM_DEVICES_PER_LOCAL_RANK", 1),
-    ("use_custom_sampler", "VLLM_RBLN_SAMPLER", True),
-    ("sub_block_size", "VLLM_RBLN_SUB_BLOCK_SIZE", None),
-    ("enforce_model_fp32", "VLLM_RBLN_ENFORCE_MODEL_FP32", False),
-    ("use_batch_attn_opt", "VLLM_RBLN_BATCH_ATTN_OPT", False),
-    ("use_custom_kernel", "RBLN_USE_CUSTOM_KERNEL", False),
-    ("use_dynamic_kv_cache", "VLLM_RBLN_USE_DYNAMIC_KV_CACHE", True),
-    ("enable_sub_block_cache", "VLLM_RBLN_SUB_BLOCK_CACHE", True),
-    ("specialize_moe_decode", "VLLM_RBLN_SPECIALIZE_MOE_DECODE", True),
-    ("use_moe_tokens_mask", "VLLM_RBLN_USE_MOE_TOKENS_MASK", True),
-    ("use_all2all_dispatch", "VLLM_RBLN_DISPATCH_ALL2ALL", False),
-    ("use_all2all_combine", "VLLM_RBLN_COMBINE_ALL2ALL", False),
-    ("decode_batch_bucket_strategy", "VLLM_RBLN_DECODE_BATCH_BUCKET_STRATEGY", "exponential"),
-    ("decode_batch_bucket_min", "VLLM_RBLN_DECODE_BATCH_BUCKET_MIN", 1),
-    ("decode_batch_bucket_step", "VLLM_RBLN_DECODE_BATCH_BUCKET_STEP", 2),
-    ("decode_batch_bucket_limit", "VLLM_RBLN_DECODE_BATCH_BUCKET_LIMIT", 1),
-    ("decode_batch_bucket_manual_buckets", "VLLM_RBLN_DECODE_BATCH_BUCKET_MANUAL_BUCKETS", ""),
-    ("use_w8a8", "VLLM_RBLN_USE_W8A8", False),
-    ("compile_dtype", "VLLM_RBLN_COMPILE_DTYPE", None),
+# RBLNConfig fields: (field, the env vars still honoured in 0.12, first found wins, default),
+# as vllm_rbln/config.py has them (checked by tests/realvllm/test_trusted.py)
+RBLN_FIELDS: list[tuple[str, tuple[str, ...], Any]] = [
+    (
+        "num_devices_per_local_rank",
+        ("VLLM_RBLN_NUM_DEVICES_PER_LOCAL_RANK", "VLLM_RBLN_TP_SIZE"),
+        1,
+    ),
+    ("use_custom_sampler", ("VLLM_RBLN_SAMPLER",), True),
+    ("sub_block_size", ("VLLM_RBLN_SUB_BLOCK_SIZE",), None),
+    ("enforce_model_fp32", ("VLLM_RBLN_ENFORCE_MODEL_FP32",), False),
+    ("use_batch_attn_opt", ("VLLM_RBLN_BATCH_ATTN_OPT",), False),
+    ("use_custom_kernel", ("RBLN_USE_CUSTOM_KERNEL",), False),
+    ("use_dynamic_kv_cache", ("VLLM_RBLN_USE_DYNAMIC_KV_CACHE",), None),  # unset: the path decides
+    ("enable_sub_block_cache", ("VLLM_RBLN_SUB_BLOCK_CACHE",), True),
+    ("specialize_moe_decode", ("VLLM_RBLN_SPECIALIZE_MOE_DECODE",), True),
+    ("use_moe_tokens_mask", ("VLLM_RBLN_USE_MOE_TOKENS_MASK",), True),
+    ("use_all2all_dispatch", ("VLLM_RBLN_DISPATCH_ALL2ALL",), False),
+    ("use_all2all_combine", ("VLLM_RBLN_COMBINE_ALL2ALL",), False),
+    ("decode_batch_bucket_strategy", ("VLLM_RBLN_DECODE_BATCH_BUCKET_STRATEGY",), "exponential"),
+    ("decode_batch_bucket_min", ("VLLM_RBLN_DECODE_BATCH_BUCKET_MIN",), 1),
+    ("decode_batch_bucket_step", ("VLLM_RBLN_DECODE_BATCH_BUCKET_STEP",), 2),
+    ("decode_batch_bucket_limit", ("VLLM_RBLN_DECODE_BATCH_BUCKET_LIMIT",), 1),
+    ("decode_batch_bucket_manual_buckets", ("VLLM_RBLN_DECODE_BATCH_BUCKET_MANUAL_BUCKETS",), []),
+    ("use_w8a8", ("VLLM_RBLN_USE_W8A8",), False),
+    ("compile_dtype", (), ""),  # a flag only: no variable sets it
 ]
 # RBLN options that do not key the compile cache (sampler graphs compile every start)
 RBLN_UNCACHED = {"use_custom_sampler", "enable_sub_block_cache", "sub_block_size"}

@@ -24,20 +24,23 @@ def _rbln_options(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, A
     """RBLNConfig: a flag wins over the (deprecated) env var, which wins over the default."""
     opts: dict[str, Any] = {}
     extra = _object(ns.additional_config)
-    for field, var, default in RBLN_FIELDS:
+    for field, names, default in RBLN_FIELDS:
         flag = getattr(ns, "rbln_" + field, None)  # the upstream table has no --rbln-* flags
+        var = next((name for name in names if name in env), None)
         if flag is not None:
             value = flag
         elif field in extra:
             value = extra[field]
-        elif var in env:
+        elif var is not None:
             raw = env[var]
-            if isinstance(default, bool):
+            if isinstance(default, bool) or field == "use_dynamic_kv_cache":
                 value = _env_bool(raw)
-            elif isinstance(default, int) and not isinstance(default, bool):
+            elif isinstance(default, int):
                 value = int(raw)
             elif field == "sub_block_size":
                 value = int(raw) if raw else None
+            elif isinstance(default, list):
+                value = [int(bucket) for bucket in raw.split(",")]
             else:
                 value = raw
         else:
@@ -82,7 +85,8 @@ def _key_factors(
         "max_num_seqs": ns.max_num_seqs,
         "num_gpu_blocks_override": ns.num_gpu_blocks_override,
         "gpu_memory_utilization": ns.gpu_memory_utilization,
-        "dynamic_kv": rbln.pop("use_dynamic_kv_cache"),
+        # RBLNConfig.compute_hash: unset and True build the same graph
+        "dynamic_kv": rbln.pop("use_dynamic_kv_cache") is not False,
         "rbln": rbln,
         "spec_method": spec.get("method"),
         "spec_tokens": spec.get("num_speculative_tokens"),

@@ -6,9 +6,14 @@ uvicorn sends it. A SIMULATION for the servefleet lab.
 
 API key, as vLLM's ``AuthenticationMiddleware`` enforces it: the keys are ``--api-key`` (one or
 more), else ``$VLLM_API_KEY``; empty keys do not count, and without one every path is open.
-With keys, every request whose path starts with ``/v1`` (OPTIONS excepted) needs
-``Authorization: Bearer KEY`` (the scheme in any case) naming one of them, else 401 with
-``{"error": "Unauthorized"}``; /health, /metrics and /version stay open.
+With keys, every request whose path starts with one of vLLM's ``GUARDED_PREFIX`` (``/v1``,
+``/v2``, ``/inference``, ``/cohere``; OPTIONS excepted) needs ``Authorization: Bearer KEY`` (the
+scheme in any case) naming one of them, else 401 with ``{"error": "Unauthorized"}``, before the
+path is routed; /health, /metrics and /version stay open. A served path asked with another
+method answers 405, as FastAPI does.
+
+The routes and the guard are checked against the real wheel's app and middleware
+(tests/realvllm/test_trusted.py; the real routes: ``flags/vllm-0.30.0-routes.json``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,12 @@ from .generation import (
 from .kv_transfer import INTERNAL_ERROR, ROLES, Engine, KVTransfer, TransferError, role_of
 from .lifecycle import Requests
 
-ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}  # POST
+GET_ROUTES = ("/health", "/v1/models", "/version", "/metrics")  # /metrics last: any method
+# vllm/entrypoints/serve/middleware/authenticate.py: GUARDED_PREFIX
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+# vllm/v1/engine/__init__.py: FINISH_REASON_STRINGS (request_success_total's finished_reason)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SHUTTING_DOWN = "The server is shutting down and takes no new requests."
 MAX_BODY = 1 << 24  # bytes of a request body the server reads
 
@@ -51,6 +61,11 @@ def api_key_hashes(ns: argparse.Namespace, env: Mapping[str, str]) -> list[bytes
     ``$VLLM_API_KEY``'s (vLLM: the flag takes precedence); empty keys do not count."""
     keys = [k for k in (ns.api_key or [env.get("VLLM_API_KEY", "")]) if k]
     return [hashlib.sha256(k.encode()).digest() for k in keys]
+
+
+def guarded(method: str, path: str) -> bool:
+    """Whether a request needs the API key (when the server has one): vLLM's middleware."""
+    return method != "OPTIONS" and path.startswith(GUARDED_PREFIXES)
 
 
 def authorized(hashes: list[bytes], header: str | None) -> bool:
@@ -84,7 +99,7 @@ class _State:
         self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
         self.keys = api_key_hashes(ns, env)
         self.requests = Requests()
-        self.successes = 0
+        self.finished: dict[str, int] = {}  # requests ended, by vLLM's finished_reason
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.roles = dict.fromkeys(ROLES, 0)  # requests ended, by the part they played
@@ -96,7 +111,8 @@ class _State:
         success: all)."""
         with self._lock:
             self.roles[role] += 1
-            self.successes += generated == job.max_tokens
+            reason = "length" if generated == job.max_tokens else "abort"
+            self.finished[reason] = self.finished.get(reason, 0) + 1
             self.prompt_tokens += job.prompt_tokens
             self.generation_tokens += generated
 
@@ -124,9 +140,9 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _authorized(self) -> bool:
-            """vLLM's middleware: with keys, a /v1 path needs one (else 401 is sent here)."""
+            """vLLM's middleware: with keys, a guarded path needs one (else 401 is sent here)."""
             path = self.path.split("?")[0]
-            if not state.keys or self.command == "OPTIONS" or not path.startswith("/v1"):
+            if not state.keys or not guarded(self.command, path):
                 return True
             if authorized(state.keys, self.headers.get("Authorization")):
                 return True
@@ -162,6 +178,8 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(200, {"version": VERSION})
             elif path == "/metrics":
                 self._send(200, _metrics(state).encode(), "text/plain; version=0.0.4")
+            elif path in ROUTES:
+                self._send(405, {"detail": "Method Not Allowed"})
             else:
                 self._send(404, {"detail": "Not Found"})
 
@@ -178,7 +196,10 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 return
             kind = ROUTES.get(self.path.split("?")[0])
             if kind is None:
-                self._send(404, {"detail": "Not Found"})
+                if self.path.split("?")[0] in GET_ROUTES[:-1]:  # /metrics: a mount, any method
+                    self._send(405, {"detail": "Method Not Allowed"})
+                else:
+                    self._send(404, {"detail": "Not Found"})
                 return
             try:
                 request_id = self.headers.get("X-Request-Id")
@@ -292,19 +313,35 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+def _sample(value: float) -> str:
+    """A sample value as prometheus_client writes it (a float: ``2.0``)."""
+    return repr(float(value))
+
+
 def _metrics(state: _State) -> str:
-    label = f'model_name="{state.names[0]}"'
-    rows = [
+    """The text exposition: vLLM's metrics as its PrometheusStatLogger labels them (the served
+    model's name, the engine index ``0``; a success by its finished_reason, every reason
+    exposed), then the simulation's own."""
+    vllm_label = f'model_name="{state.names[0]}",engine="0"'
+    out = []
+    for name, kind, value in (
         ("vllm:num_requests_running", "gauge", state.requests.running),
         ("vllm:num_requests_waiting", "gauge", 0),
-        ("vllm:request_success_total", "counter", state.successes),
         ("vllm:prompt_tokens_total", "counter", state.prompt_tokens),
         ("vllm:generation_tokens_total", "counter", state.generation_tokens),
+    ):
+        out += [f"# TYPE {name} {kind}", f"{name}{{{vllm_label}}} {_sample(value)}"]
+    out.append("# TYPE vllm:request_success_total counter")
+    for reason in FINISH_REASONS:
+        count = state.finished.get(reason, 0)
+        out.append(
+            f'vllm:request_success_total{{{vllm_label},finished_reason="{reason}"}} {_sample(count)}'
+        )
+    label = f'model_name="{state.names[0]}"'
+    for name, kind, value in (
         ("vllm_sim:compiled_at_start", "gauge", int(state.info["compiled"])),
         ("servefleet_sim_kv_leases", "gauge", state.kv.blocks.count() if state.kv else 0),
-    ]
-    out = []
-    for name, kind, value in rows:
+    ):
         out += [f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
     out.append("# TYPE servefleet_sim_requests_total counter")
     for role, count in state.roles.items():

@@ -28,8 +28,12 @@ What vLLM does, read from its source (``vllm/distributed/kv_transfer/kv_connecto
   send a prefill, with ``max_tokens: 1``) is answered as usual; its whole answer carries
   ``kv_transfer_params``: ``do_remote_prefill: true``, ``do_remote_decode: false``,
   ``remote_block_ids`` (one list per KV cache group; one group here: ``ceil(prompt tokens /
-  block size)`` blocks), ``remote_engine_id``, ``remote_request_id``, ``remote_host`` and
-  ``remote_port`` (the side channel as advertised) and ``tp_size``. The blocks are held for
+  block size)`` blocks), ``remote_engine_id``, ``remote_request_id``, ``remote_host``,
+  ``remote_port`` (the side channel as advertised), ``tp_size``, ``dcp_size``, ``pp_size``,
+  ``remote_num_tokens`` (the prompt's tokens), ``remote_blocks_expiry_time`` (``null``: vLLM sets
+  it on a decode's answer only) and ``transfer_mode`` (``pull``): the keys of
+  ``NixlPullConnectorScheduler.request_finished``'s answer (``pull_scheduler.py``; checked against
+  the real wheel by tests/realvllm/test_trusted.py). The blocks are held for
   ``kv_connector_extra_config.kv_lease_duration`` seconds (30) and then released with vLLM's
   warning. A streamed answer carries no parameters (the blocks are held all the same).
 - A request with ``kv_transfer_params.do_remote_prefill`` and ``remote_block_ids`` naming
@@ -100,6 +104,7 @@ MAX_LINE = 1 << 16  # bytes of one side channel line
 CHANNEL_IDLE = 10.0  # seconds a side channel connection may sit silent
 REQUIRED = ("remote_engine_id", "remote_request_id", "remote_host", "remote_port")
 INTERNAL_ERROR = "Internal server error"  # vLLM's GenerationError
+TRANSFER_MODE = "pull"  # vLLM's NixlBaseConnectorScheduler._TRANSFER_MODE (the pull connectors)
 
 
 class TransferError(Exception):
@@ -187,6 +192,8 @@ class KVTransfer:
         block_size: int,
         tp_size: int,
         stale: bool = False,
+        pp_size: int = 1,
+        dcp_size: int = 1,
     ) -> None:
         self.connector = connector
         self.kv_role = kv_role
@@ -196,6 +203,8 @@ class KVTransfer:
         self.compat_hash = compat_hash
         self.block_size = block_size
         self.tp_size = tp_size
+        self.pp_size = pp_size
+        self.dcp_size = dcp_size
         self.blocks = Blocks(lease)
         self.stale = stale  # the stale-peer switch: keep the first engine id of each channel
         self.peers: dict[tuple[str, int], str] = {}
@@ -261,6 +270,11 @@ class KVTransfer:
             "remote_host": engine.host,
             "remote_port": engine.port,
             "tp_size": self.tp_size,
+            "dcp_size": self.dcp_size,
+            "pp_size": self.pp_size,
+            "remote_num_tokens": prompt_tokens,  # vLLM: the prefill's num_computed_tokens
+            "remote_blocks_expiry_time": None,  # vLLM: set on a decode (D) node's answer only
+            "transfer_mode": TRANSFER_MODE,
         }
 
     def fetch(self, engine: Engine, request_id: str, params: Mapping[str, Any], abort: Any) -> None:
@@ -557,5 +571,7 @@ def kv_transfer(
         compat_hash=_compat_hash(ns),
         block_size=int(ns.block_size or DEFAULT_BLOCK_SIZE),
         tp_size=int(ns.tensor_parallel_size or 1),
+        pp_size=int(getattr(ns, "pipeline_parallel_size", None) or 1),
+        dcp_size=int(getattr(ns, "decode_context_parallel_size", None) or 1),
         stale=fault_switch(env, "stale-peer", argv) is not None,
     )
