@@ -328,9 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.parse_args(args[:1])
         return 2
     try:  # through vLLM's own entry point objects (vllm.entrypoints.cli.main)
-        from .entrypoints.cli.main import build
+        from .entrypoints.cli.main import _build
 
-        parser, cmds = build()
+        parser, cmds = _build()
         try:  # what the parse and the subcommand's validate raise: vLLM's traceback, exit 1
             ns = parser.parse_args(args)
             cmds[ns.subparser].validate(ns)

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from ...common import VERSION
-from ...utils.argparse_utils import FlexibleArgumentParser
 from . import serve
 
-CMD_MODULES = [serve]
+_CMD_MODULES = [serve]  # vLLM's main() lists six; only serve is simulated
 
 
-def build() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
-    """The ``vllm`` parser and its subcommands by name, as ``main()`` builds them."""
+def _build() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    """The ``vllm`` parser and its subcommands by name, as ``main()`` builds them (it imports
+    ``FlexibleArgumentParser`` when it runs, as vLLM's ``main()`` does)."""
+    from ...utils.argparse_utils import FlexibleArgumentParser
+
     parser = FlexibleArgumentParser(
         description="vLLM CLI",
         epilog=serve.VLLM_SUBCMD_PARSER_EPILOG.format(subcmd="[subcommand]"),
@@ -27,18 +28,18 @@ def build() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
     parser.add_argument("-v", "--version", action="version", version=VERSION)
     subparsers = parser.add_subparsers(required=False, dest="subparser")
     cmds: dict[str, Any] = {}
-    for cmd_module in CMD_MODULES:
+    for cmd_module in _CMD_MODULES:
         for cmd in cmd_module.cmd_init():
             cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
             cmds[cmd.name] = cmd
     return parser, cmds
 
 
-def main(argv: Sequence[str] | None = None) -> Any:
-    """``vllm ARGS``: parse, the subcommand's ``validate``, then its ``cmd`` (vLLM's
-    exceptions propagate, as they do from vLLM's ``main``)."""
-    parser, cmds = build()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+def main() -> Any:
+    """``vllm ARGS`` (``sys.argv``): parse, the subcommand's ``validate``, then its ``cmd``
+    (vLLM's exceptions propagate, as they do from vLLM's ``main``)."""
+    parser, cmds = _build()
+    args = parser.parse_args(sys.argv[1:])
     if args.subparser in cmds:
         cmds[args.subparser].validate(args)
     if hasattr(args, "dispatch_function"):
