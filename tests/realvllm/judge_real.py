@@ -1,6 +1,8 @@
 """A direct parse by the real vLLM, the reference the pre-flight is held to. Run with a real-wheel
 python (tests/realvllm/build.py): reads a JSON list of argvs (the words after ``vllm serve``) on
-stdin and prints a JSON list, for each, of None (it would start) or ``[stage, message]``.
+stdin and prints a JSON list, for each, of None (it would start) or ``[stage, message]``. An item
+may also be ``{"argv": [...], "cwd": DIR}``: that argv is judged in directory DIR (a relative
+``--chat-template`` or ``--config`` is looked for there), then the judge returns to its own.
 
 It runs vLLM's own ``vllm/entrypoints/cli/main.py`` ``main()`` once, with ``sys.argv`` of
 ``vllm serve``, and takes the top-level parser that ``main()`` builds when it is about to parse
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 from typing import Any
 
@@ -82,10 +85,22 @@ def judge(top: Any, argv: list[str]) -> list[str] | None:
     return None
 
 
+def judge_in(top: Any, item: list[str] | dict[str, Any]) -> list[str] | None:
+    """:func:`judge` of an argv, or of ``{"argv", "cwd"}`` in that directory."""
+    if isinstance(item, list):
+        return judge(top, item)
+    home = os.getcwd()
+    os.chdir(item["cwd"])
+    try:
+        return judge(top, item["argv"])
+    finally:
+        os.chdir(home)
+
+
 def main() -> int:
-    argvs = json.load(sys.stdin)
+    items = json.load(sys.stdin)
     top = real_parser()
-    print(json.dumps([judge(top, argv) for argv in argvs]))
+    print(json.dumps([judge_in(top, item) for item in items]))
     return 0
 
 

@@ -30,6 +30,22 @@ SQUATTERS = {
 PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
+def upstream_root(tmp_path: Path, monkeypatch: Any) -> Path:
+    """A simulation root (``$RBLN_SIM_ROOT``) whose platform file says upstream, and the current
+    directory ``tmp_path/cwd``; returns the root.
+
+    + tmp_path: the test's directory
+    + monkeypatch: the test's ``pytest.MonkeyPatch``
+    """
+    root = tmp_path / "root"
+    (root / "etc/rbln-sim").mkdir(parents=True)
+    (root / "etc/rbln-sim/platform").write_text("upstream\n")
+    monkeypatch.setenv("RBLN_SIM_ROOT", str(root))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    return root
+
+
 def load(path: Path, name: str) -> ModuleType:
     """Import a file of the simulator under a private module name."""
     spec = importlib.util.spec_from_file_location(name, path)

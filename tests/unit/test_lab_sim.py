@@ -328,7 +328,8 @@ def test_rejects_unknown_flag_bad_value_and_bad_json(venv: Path, sim_env: dict[s
     bad_json = vllm(python, MODEL, "--kv-transfer-config={nope", env=sim_env)
     assert (
         bad_json.returncode == 2
-        and "argument --kv-transfer-config: Invalid JSON" in bad_json.stderr
+        and "argument --kv-transfer-config: 1 validation error for KVTransferConfig\n  Invalid JSON: "
+        in bad_json.stderr
     )
     bad_choice = vllm(python, MODEL, "--dtype", "magic", env=sim_env)
     assert bad_choice.returncode == 2 and "invalid choice: 'magic'" in bad_choice.stderr

@@ -122,7 +122,8 @@ def test_too_new_recipe_is_refused_in_one_line_per_instance(
     template = by["missing_template"]
     assert template["flag"] == "--chat-template" and template["gap"] is None
     assert template["message"].startswith(
-        "ValueError: The supplied chat template string (examples/tool_chat_template_acme.jinja)"
+        "VLLMValidationError: The supplied chat template string "
+        "(examples/tool_chat_template_acme.jinja)"
         " appears path-like, but doesn't exist! Tried: examples/tool_chat_template_acme.jinja"
     )
     flag = by["unknown_flag"]

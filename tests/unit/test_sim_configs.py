@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import SIMULATOR, load_sim
+from lab_sim_support import SIMULATOR, load_sim, upstream_root
 from preflight_cases import FIXTURES, fixture_command
 
 from servefleet.kinds.vllm import load_vllm_recipe
@@ -29,6 +29,7 @@ SIM = load_sim("servefleet_lab_vllm_sim_configs")
 PKG = SIM.__name__.rpartition(".")[0]
 SERVE_ARGS = importlib.import_module(f"{PKG}.serve_args")
 FLAG_TABLE = importlib.import_module(f"{PKG}.flag_table")
+VLLM_VALIDATION_ERROR = importlib.import_module(f"{PKG}.exceptions").VLLMValidationError
 FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
 CONFIGS = {
     "rbln": "vllm-0.30.0-rbln-0.12.0-configs.json",
@@ -83,13 +84,7 @@ def fixture_argv(recipe: str, feature: str) -> list[str]:
 @pytest.fixture
 def simroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A simulation root whose platform file says upstream; the current directory elsewhere."""
-    root = tmp_path / "root"
-    (root / "etc/rbln-sim").mkdir(parents=True)
-    (root / "etc/rbln-sim/platform").write_text("upstream\n")
-    monkeypatch.setenv("RBLN_SIM_ROOT", str(root))
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    return root
+    return upstream_root(tmp_path, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,12 +138,13 @@ def test_too_new_recipe_is_refused_in_vllms_words(platform: str, feature: str) -
 def test_a_chat_template_of_vllms_source_tree_is_refused(simroot: Path) -> None:
     ns, message = parse("upstream", fixture_argv("too-new", "missing_template"))
     assert ns is not None and message == ""  # it parses; the serve checks refuse it
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(VLLM_VALIDATION_ERROR) as refused:  # vLLM's, not a ValueError
         SERVE_ARGS.validate_parsed_serve_args(ns)
     builtin = os.path.join(SERVE_ARGS.CHAT_TEMPLATES_DIR, "examples/tool_chat_template_acme.jinja")
     assert str(refused.value) == (
         "The supplied chat template string (examples/tool_chat_template_acme.jinja) appears "
         f"path-like, but doesn't exist! Tried: examples/tool_chat_template_acme.jinja and {builtin}"
+        " (parameter=chat_template)"
     )
 
 
@@ -261,9 +257,8 @@ def test_nested_classes_refs_and_unions_are_checked() -> None:
             "input_type=int]"
         ),
         '{"pass_config": 3}': (
-            "1 validation error for CompilationConfig\npass_config\n  Input should be a "
-            "dictionary or an instance of PassConfig [type=dataclass_type, input_value=3, "
-            "input_type=int]"
+            "1 validation error for CompilationConfig\npass_config\n  Input should be an object "
+            "[type=dataclass_type, input_value=3, input_type=int]"
         ),
         # an Enum class by $ref: its values, or (vLLM's before-validator) its member names
         '{"dynamic_shapes_config": {"type": "sideways"}}': (
@@ -284,9 +279,8 @@ def test_nested_classes_refs_and_unions_are_checked() -> None:
             "valid string [type=string_type, input_value=2.5, input_type=float]"
         ),
         "[1]": (
-            "1 validation error for CompilationConfig\n  Input should be a dictionary or an "
-            "instance of CompilationConfig [type=dataclass_type, input_value=[1], "
-            "input_type=list]"
+            "1 validation error for CompilationConfig\n  Input should be an object "
+            "[type=dataclass_type, input_value=[1], input_type=list]"
         ),
     }
     for value, message in cases.items():
@@ -319,7 +313,11 @@ def test_numbers_bounds_and_long_inputs_read_as_pydantic_reads_them() -> None:
     ns, got = parse("upstream", ["m", "--kv-transfer-config", json.dumps({"kv_rank": long})])
     assert f"input_value='{'x' * 24}...{'x' * 23}', input_type=str]" in got  # cut at 50
     ns, got = parse("upstream", ["m", "--kv-transfer-config", "{nope"])
-    assert got.startswith("argument --kv-transfer-config: Invalid JSON: Expecting property name")
+    assert got == (  # pydantic reads the text: its json_invalid error
+        "argument --kv-transfer-config: 1 validation error for KVTransferConfig\n  Invalid JSON: "
+        "key must be a string at line 1 column 2 [type=json_invalid, input_value='{nope', "
+        "input_type=str]"
+    )
 
 
 def test_classes_built_at_start_are_checked_when_vllm_serve_starts(
@@ -372,11 +370,11 @@ def test_path_like_chat_template_exists_as_given_or_in_the_wheel(simroot: Path) 
         "/nowhere/template_chatml.jinja",
         "template_chatml",
     ):
-        with pytest.raises(ValueError, match=r"appears path-like, but doesn't exist! Tried: "):
+        with pytest.raises(VLLM_VALIDATION_ERROR, match=r"appears path-like, but doesn't exist!"):
             check(missing)
     with pytest.raises(FileNotFoundError, match="the supplied chat template path doesn't exist"):
         check(Path("/nowhere/x.jinja"))
-    with pytest.raises(TypeError, match="is not a valid chat template type"):
+    with pytest.raises(VLLM_VALIDATION_ERROR, match="is not a valid chat template type"):
         check(3)
     check(None)
 
@@ -388,8 +386,8 @@ def test_vllm_serve_refuses_a_missing_template_before_it_starts(
     assert SIM.main(argv) == 1
     err = capsys.readouterr().err
     assert (
-        "ValueError: The supplied chat template string (examples/tool_chat_template_acme.jinja) "
-        "appears path-like, but doesn't exist!"
+        "VLLMValidationError: The supplied chat template string "
+        "(examples/tool_chat_template_acme.jinja) appears path-like, but doesn't exist!"
     ) in err
     assert not (simroot / "run/rbln-sim/vllm-8124.json").exists()
 

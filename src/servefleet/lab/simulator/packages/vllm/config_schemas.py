@@ -12,9 +12,12 @@ What the schemas cannot show, written here once:
   ``backend_per_kind``). The dumps list the attention enums' values, not their member names, so
   there any name-shaped string (a Python identifier once upper-cased) passes and anything else is
   refused with the first sentence of vLLM's message.
+- vLLM's ``field_validator(mode="wrap")`` ``_skip_none_validation``: a ``null`` for one of
+  those fields (:data:`SKIP_NONE`, read from the real wheel's classes) passes unchecked.
 - pydantic's error text is reproduced without the ``For further information visit`` URL line
-  (its pydantic version is not in the dumps); text that is not JSON at all is refused before
-  any class is asked (``Invalid JSON: ...``, Python's words).
+  (its pydantic version is not in the dumps). Text that is not JSON is pydantic's
+  ``json_invalid`` error (:func:`json_invalid`): its words for Python's JSON error, at Python's
+  position (pydantic's own parser places some errors a few columns on).
 """
 
 from __future__ import annotations
@@ -58,6 +61,25 @@ def config_schema(flag: str, platform: str = DEFAULT_PLATFORM) -> dict[str, Any]
     entry = config_classes(platform).get(flag)
     schema = entry.get("schema") if entry else None
     return schema if isinstance(schema, dict) and "properties" in schema else None
+
+
+# the config arguments whose class the dumps give no schema of (pydantic could not make one):
+# their class's name, from the real wheel; their JSON is checked, their keys are not
+NO_SCHEMA = {
+    "--quantization-config": "QuantizationConfigArgs",
+    "--ir-op-priority": "IrOpPriorityConfig",
+}
+
+
+def config_title(flag: str, platform: str = DEFAULT_PLATFORM) -> str | None:
+    """The name of ``flag``'s config class (its schema's title, else :data:`NO_SCHEMA`'s), None
+    when it is not a config argument the parser validates.
+
+    + flag: the flag's first spelling
+    + platform: ``rbln`` or ``upstream``
+    """
+    schema = config_schema(flag, platform)
+    return str(schema["title"]) if schema is not None else NO_SCHEMA.get(flag)
 
 
 @dataclass(frozen=True)
@@ -168,6 +190,40 @@ BEFORE: dict[tuple[str, str], Callable[[Any], Any]] = {
 }
 
 
+# config class -> its fields whose None vLLM's _skip_none_validation lets through
+SKIP_NONE: dict[str, frozenset[str]] = {
+    "CompilationConfig": frozenset(
+        {
+            "cudagraph_mode",
+            "ir_enable_torch_wrap",
+            "level",
+            "max_cudagraph_capture_size",
+            "mode",
+            "use_inductor_graph_partition",
+        }
+    ),
+    "KernelConfig": frozenset(
+        {"enable_cutedsl_warmup", "enable_flashinfer_autotune", "enable_jit_warmup"}
+    ),
+    "PassConfig": frozenset(
+        {
+            "enable_qk_norm_rope_fusion",
+            "enable_sp",
+            "fuse_act_padding",
+            "fuse_act_quant",
+            "fuse_allreduce_rms",
+            "fuse_attn_quant",
+            "fuse_gemm_comms",
+            "fuse_mla_dual_rms_norm",
+            "fuse_norm_quant",
+            "fuse_qk_norm_rope_kvcache",
+            "fuse_rope_kvcache",
+            "fuse_rope_kvcache_cat_mla",
+        }
+    ),
+}
+
+
 def _number(value: Any) -> float | None:
     """The number pydantic's lax mode reads from ``value`` (bools, numbers, numeric text)."""
     if isinstance(value, (bool, int, float)):
@@ -244,8 +300,9 @@ _BOUNDS = (
 class _Validator:
     """Checks values against one config class's schema (its ``$defs`` resolve ``$ref``)."""
 
-    def __init__(self, defs: Mapping[str, Any]) -> None:
+    def __init__(self, defs: Mapping[str, Any], json_input: bool = True) -> None:
         self.defs = defs
+        self.json_input = json_input  # validate_json's words, else a Python value's
 
     def resolve(self, schema: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
         """The schema a ``$ref`` names (and True: a class of its own), else the schema itself."""
@@ -326,7 +383,11 @@ class _Validator:
     ) -> list[LineError]:
         title = str(schema.get("title", "?"))
         if not isinstance(value, dict):
-            msg = f"Input should be a dictionary or an instance of {title}"
+            msg = (
+                "Input should be an object"
+                if self.json_input
+                else f"Input should be a dictionary or an instance of {title}"
+            )
             return [LineError(loc, "dataclass_type", msg, value)]
         props: Mapping[str, Any] = schema["properties"]
         errors: list[LineError] = []
@@ -336,6 +397,8 @@ class _Validator:
                     errors.append(LineError((*loc, name), "missing", "Field required", value))
                 continue
             given = value[name]
+            if given is None and name in SKIP_NONE.get(title, ()):
+                continue
             before = BEFORE.get((title, name))
             if before is not None:
                 try:
@@ -388,16 +451,92 @@ class _Validator:
         return errors
 
 
-def check_config(flag: str, value: Any, platform: str = DEFAULT_PLATFORM) -> str | None:
+def check_config(
+    flag: str, value: Any, platform: str = DEFAULT_PLATFORM, json_input: bool = True
+) -> str | None:
     """pydantic's message for ``value`` (parsed JSON) given to ``flag``; None when it passes
     or the flag has no schema.
 
     + flag: the flag's first spelling, e.g. ``--attention-config``
     + value: the JSON value
     + platform: ``rbln`` or ``upstream``
+    + json_input: pydantic reads the argument's JSON text (the parser's ``parse_dataclass``);
+      False: the class is built from the parsed value (at engine start)
     """
     schema = config_schema(flag, platform)
     if schema is None:
+        if flag in NO_SCHEMA and json_input and not isinstance(value, dict):
+            error = LineError((), "dataclass_type", "Input should be an object", value)
+            return validation_message(NO_SCHEMA[flag], [error])
         return None
-    errors = _Validator(schema.get("$defs", {})).check(schema, value, ())
+    errors = _Validator(schema.get("$defs", {}), json_input).check(schema, value, ())
     return validation_message(str(schema["title"]), errors) if errors else None
+
+
+def _container(text: str, pos: int) -> str:
+    """The innermost JSON container open at ``pos`` (``{``, ``[``, or "" at the top)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for char in text[:pos]:
+        if in_string:
+            escaped = not escaped and char == "\\"
+            in_string = escaped or char != '"'
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            stack.append(char)
+        elif char in "}]" and stack:
+            stack.pop()
+    return stack[-1] if stack else ""
+
+
+def _json_words(text: str, exc: json.JSONDecodeError) -> str:
+    """pydantic's (jiter's) words for the JSON error Python found in ``text``."""
+    at_end = exc.pos >= len(text.rstrip())
+    here = text[exc.pos] if exc.pos < len(text) else ""
+    inside = {"{": "an object", "[": "a list"}.get(_container(text, exc.pos), "a value")
+    if exc.msg.startswith("Unterminated string"):
+        return "EOF while parsing a string"
+    if at_end and exc.msg.startswith("Expecting"):
+        return f"EOF while parsing {inside}"
+    if exc.msg.startswith("Expecting property name"):
+        return "trailing comma" if here == "}" else "key must be a string"
+    if exc.msg == "Expecting value":
+        if here in ("]", "}"):
+            return "trailing comma"
+        return "expected ident" if here in ("t", "f", "n") else "expected value"
+    if exc.msg == "Expecting ':' delimiter":
+        return "expected `:`"
+    if exc.msg == "Expecting ',' delimiter":
+        return f"expected `,` or `{'}' if inside == 'an object' else ']'}`"
+    if exc.msg == "Extra data":
+        return "trailing characters"
+    if exc.msg.startswith("Invalid control character"):
+        return "control character (\\u0000-\\u001F) found while parsing a string"
+    if exc.msg.startswith("Invalid \\escape"):
+        return "invalid escape"
+    return exc.msg
+
+
+def json_invalid(flag: str, text: str, platform: str = DEFAULT_PLATFORM) -> str | None:
+    """pydantic's message when ``text``, given to ``flag``, is not JSON (vLLM has pydantic
+    validate the text against the flag's config class); None when it is JSON or the flag is
+    not a config argument (:func:`config_title`).
+
+    + flag: the flag's first spelling, e.g. ``--compilation-config``
+    + text: the argument's text
+    + platform: ``rbln`` or ``upstream``
+    """
+    title = config_title(flag, platform)
+    if title is None:
+        return None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        line, column = exc.lineno, exc.colno
+        at_end = exc.pos >= len(text.rstrip()) and exc.msg.startswith("Expecting")
+        if at_end or exc.msg.startswith("Unterminated string"):  # pydantic: the last one read
+            line, column = text.count("\n") + 1, len(text.rstrip().split("\n")[-1])
+        words = f"Invalid JSON: {_json_words(text, exc)} at line {line} column {column}"
+        return validation_message(title, [LineError((), "json_invalid", words, text)])
+    return None

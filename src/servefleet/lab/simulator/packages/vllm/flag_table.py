@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .common import DEFAULT_PLATFORM, ENVS_FILE, FLAGS_DIR, PLATFORM_DEFAULTS, PLATFORMS, PROG
-from .config_schemas import check_config, config_schema
+from .config_schemas import check_config, config_title, json_invalid
 
 # vLLM's value parsers, by the names the dumps give them. Their __name__ is what argparse shows
 # in "argument --x: invalid <name> value: 'v'", as vLLM's functions of the same name would.
@@ -55,8 +55,8 @@ def _json_object_text(val: str) -> Any:
 
 
 def parse_dataclass(val: str) -> dict[str, Any]:
-    """A config dataclass from JSON, for a class the configs dumps give no schema of
-    (``--quantization-config``, ``--ir-op-priority``): a JSON object, any keys."""
+    """A config dataclass from JSON, for a config argument the simulator knows no class of
+    (:func:`vllm.config_schemas.config_title`): a JSON object, any keys."""
     value = _json_object_text(_expand_json_human_readable_numbers(val))
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"Input should be a JSON object: {val!r}")
@@ -68,7 +68,11 @@ def _config_type(flag: str, platform: str) -> Callable[[str], Any]:
     class's schema, pydantic's message as the argument's error (:mod:`vllm.config_schemas`)."""
 
     def parse_dataclass(val: str) -> Any:
-        value = _json_object_text(_expand_json_human_readable_numbers(val))
+        text = _expand_json_human_readable_numbers(val)
+        invalid = json_invalid(flag, text, platform)  # pydantic reads the text itself
+        if invalid is not None:
+            raise argparse.ArgumentTypeError(invalid)
+        value = json.loads(text)
         message = check_config(flag, value, platform)
         if message is not None:
             raise argparse.ArgumentTypeError(message)
@@ -77,30 +81,31 @@ def _config_type(flag: str, platform: str) -> Callable[[str], Any]:
     return parse_dataclass
 
 
-def union_dict_and_str(val: str) -> Any:
-    """A JSON object when the text is braced (``{...}``), else the text itself."""
-    if not re.match(r"(?s)^\s*{.*}\s*$", val):
-        return str(val)
-    return json.loads(val)
-
-
-def _optional_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
-    def _optional_type(val: str) -> Any:  # vLLM's optional_type: "" and "None" are None
-        return None if val in ("", "None") else inner(val)
-
-    return _optional_type
-
-
 def _parse_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
     def _parse_type(val: str) -> Any:  # vLLM's parse_type: a ValueError becomes the message
         try:
             return inner(val)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(
-                f"Failed to parse '{val}' as <function {inner.__name__}>: {exc}"
+                f"Value {val} cannot be converted to {inner}."
             ) from exc
 
     return _parse_type
+
+
+def _optional_type(inner: Callable[[str], Any]) -> Callable[[str], Any]:
+    def _optional_type(val: str) -> Any:  # vLLM's optional_type: "" and "None" are None
+        return None if val in ("", "None") else _parse_type(inner)(val)
+
+    return _optional_type
+
+
+def union_dict_and_str(val: str) -> Any:
+    """A JSON object when the text is braced (``{...}``, through vLLM's ``optional_type``),
+    else the text itself."""
+    if not re.match(r"(?s)^\s*{.*}\s*$", val):
+        return str(val)
+    return _optional_type(json.loads)(val)
 
 
 def _kernel_backend(val: str) -> str:  # --moe-backend and friends: lower case, "-" as "_"
@@ -145,7 +150,7 @@ def value_type(
         inner = value_type(wrapped.group(2), dest, flag, platform)
         assert inner is not None
         return _WRAPPERS[wrapped.group(1)](inner)
-    if name == "parse_dataclass" and config_schema(flag, platform) is not None:
+    if name == "parse_dataclass" and config_title(flag, platform) is not None:
         return _config_type(flag, platform)
     return _VALUE_TYPES[name]
 
@@ -252,6 +257,13 @@ def unknown_env_vars(env: Mapping[str, str], platform: str = DEFAULT_PLATFORM) -
     return sorted(k for k in env if k.startswith("VLLM_") and k not in known)
 
 
+TASK_HINT = (
+    "\n\nHint: --task is not a vllm serve option. For embedding, reranking, or reward models, "
+    "use --runner pooling. To adapt a generative model for pooling, also use --convert embed, "
+    "--convert classify, or --convert reward."
+)
+
+
 def _dotted_value(text: str) -> Any:
     """A dotted sub-key's value as vLLM reads it: JSON, else a human-readable integer
     (``1k``, ``2M``), else the text itself (``True``, ``auto``, ``1.5K`` stay strings; the
@@ -290,7 +302,7 @@ def _recursive_update(original: dict[str, Any], update: Mapping[str, Any]) -> No
             original[key] = value
 
 
-def preprocess(args: Sequence[str]) -> list[str]:
+def preprocess(args: Sequence[str], parser: FlexibleArgumentParser | None = None) -> list[str]:
     """What vLLM's ``FlexibleArgumentParser.parse_args`` does to the arguments before argparse
     sees them, in its order: after ``serve``, ``--model X`` moved to the front as the positional
     (and a ``--served-model-name`` without a positional model refused); ``--help=WORD`` as
@@ -301,6 +313,7 @@ def preprocess(args: Sequence[str]) -> list[str]:
     flag itself gives).
 
     + args: the command line after the program, e.g. ``["serve", "m", "--port", "8000"]``
+    + parser: whose ``_pull_args_from_config`` reads a ``--config`` file's arguments in
     """
     args = list(args)
     if args and args[0] == "serve":
@@ -323,6 +336,8 @@ def preprocess(args: Sequence[str]) -> list[str]:
                 "`model` should be provided as the first positional argument when "
                 "using `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`."
             )
+    if "--config" in args and parser is not None:
+        args = parser._pull_args_from_config(args)
     processed: list[str] = []
     for i, arg in enumerate(args):
         if arg.startswith("--help="):
@@ -366,13 +381,20 @@ def preprocess(args: Sequence[str]) -> list[str]:
 
 class FlexibleArgumentParser(argparse.ArgumentParser):
     """vLLM's ``vllm.utils.argparse_utils.FlexibleArgumentParser``: argparse with vLLM's habits
-    (:func:`preprocess`), no abbreviations, argparse's errors (exit 2)."""
+    (:func:`preprocess`, a ``--config`` YAML file's arguments, the ``--task`` hint), argparse's
+    abbreviations of long flags and its errors (exit 2)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self._show_serve_task_hint = False
 
     def error(self, message: str) -> Any:  # argparse's format, exit 2
+        if (
+            (self.prog.endswith(" serve") or self._show_serve_task_hint)
+            and message.startswith("unrecognized arguments:")
+            and re.search(r"(^|\s)--task(=|\s|$)", message)
+        ):
+            message += TASK_HINT
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
@@ -382,7 +404,58 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         items = list(sys.argv[1:] if args is None else args)
-        return super().parse_args(preprocess(items), namespace)
+        self._show_serve_task_hint = items[:1] == ["serve"] and any(
+            re.match(r"^--task(=.+|$)", arg) for arg in items[1:]
+        )
+        return super().parse_args(preprocess(items, self), namespace)
+
+    def _pull_args_from_config(self, args: list[str]) -> list[str]:
+        """vLLM's: the ``--config`` file's arguments (:meth:`load_config_file`) put where they
+        rank below the command line's: after ``serve`` and its positional model."""
+        assert args.count("--config") <= 1, "More than one config file specified!"
+        index = args.index("--config")
+        if index == len(args) - 1:
+            raise ValueError("No config file specified! Please check your command-line arguments.")
+        config_args = self.load_config_file(args[index + 1])
+        if args[0].startswith("-"):  # no subcommand
+            return config_args + args[0:index] + args[index + 2 :]
+        if args[0] == "serve":
+            model_in_cli = len(args) > 1 and not args[1].startswith("-")
+            if not model_in_cli and "--model" not in config_args:
+                raise ValueError(
+                    "No model specified! Please specify model either "
+                    "as a positional argument or in a config file."
+                )
+            if model_in_cli:
+                return [*args[:2], *config_args, *args[2:index], *args[index + 2 :]]
+        return [args[0], *config_args, *args[1:index], *args[index + 2 :]]
+
+    def load_config_file(self, file_path: str) -> list[str]:
+        """vLLM's: a YAML file's keys as ``--key value`` (a true bool as ``--key``, a false one
+        as ``--no-key`` when this parser has it, a list's items after ``--key``, a mapping as
+        JSON). PyYAML reads it, as it does for vLLM (which requires it)."""
+        extension = file_path.split(".")[-1]
+        if extension not in ("yaml", "yml"):
+            raise ValueError(f"Config file must be of a yaml/yml type. {extension} supplied")
+        import yaml  # only for --config: the rest of the simulator is the standard library
+
+        with open(file_path) as config_file:
+            config: dict[str, Any] = yaml.safe_load(config_file)
+        processed_args: list[str] = []
+        for key, value in config.items():
+            if isinstance(value, bool):
+                if value:
+                    processed_args.append("--" + key)
+                elif (no_key := f"--no-{key}") in self._option_string_actions:
+                    processed_args.append(no_key)
+            elif isinstance(value, list):
+                if value:
+                    processed_args += ["--" + key, *(str(item) for item in value)]
+            elif isinstance(value, dict):
+                processed_args += ["--" + key, json.dumps(value)]
+            else:
+                processed_args += ["--" + key, str(value)]
+        return processed_args
 
 
 def add_serve_args(
@@ -413,9 +486,11 @@ def add_serve_args(
 
 
 @functools.cache
-def build_parser(platform: str = DEFAULT_PLATFORM) -> argparse.ArgumentParser:
+def build_parser(platform: str = DEFAULT_PLATFORM) -> FlexibleArgumentParser:
     """The ``vllm serve`` parser of ``platform``: every action of the dump, argparse errors."""
-    return add_serve_args(FlexibleArgumentParser(prog=PROG, add_help=False), platform)
+    parser = FlexibleArgumentParser(prog=PROG, add_help=False)
+    add_serve_args(parser, platform)
+    return parser
 
 
 def parse_serve_args(argv: Sequence[str], platform: str = DEFAULT_PLATFORM) -> argparse.Namespace:
@@ -424,7 +499,7 @@ def parse_serve_args(argv: Sequence[str], platform: str = DEFAULT_PLATFORM) -> a
     + argv: the arguments after ``serve``
     + platform: the flag table, ``rbln`` or ``upstream``
     """
-    processed = preprocess(["serve", *argv])[1:]  # as after ``vllm serve``
+    processed = preprocess(["serve", *argv], build_parser(platform))[1:]  # after ``vllm serve``
     ns: argparse.Namespace = argparse.ArgumentParser.parse_args(build_parser(platform), processed)
     ns.model = ns.model_tag or ns.model  # vllm serve: the positional model wins
     for dest, value in PLATFORM_DEFAULTS[platform].items():

@@ -17,6 +17,7 @@ from typing import Any
 
 from .common import BUILD, FLAGS_DIR, sim_platform
 from .config_schemas import check_config, config_classes
+from .exceptions import VLLMValidationError
 from .flag_table import add_serve_args, flag_table
 
 CHAT_TEMPLATES_FILE = "vllm-0.30.0-chat-templates.txt"
@@ -62,7 +63,8 @@ def _exists(path: str) -> bool:
 def validate_chat_template(chat_template: Path | str | None) -> None:
     """vLLM's ``validate_chat_template``: a template string without ``{``, ``}`` or a newline is
     a path, which must exist as given (from the current directory) or in the wheel's chat
-    template folder. Raises as vLLM does."""
+    template folder. Raises as vLLM does (``VLLMValidationError``, FileNotFoundError for a
+    missing Path)."""
     if chat_template is None:
         return
     if isinstance(chat_template, Path):
@@ -73,12 +75,15 @@ def validate_chat_template(chat_template: Path | str | None) -> None:
         if path_like and not _exists(chat_template):
             builtin = os.path.join(CHAT_TEMPLATES_DIR, chat_template)
             if not _exists(builtin):
-                raise ValueError(
+                raise VLLMValidationError(
                     f"The supplied chat template string ({chat_template}) appears path-like, "
-                    f"but doesn't exist! Tried: {chat_template} and {builtin}"
+                    f"but doesn't exist! Tried: {chat_template} and {builtin}",
+                    parameter="chat_template",
                 )
     else:
-        raise TypeError(f"{type(chat_template)} is not a valid chat template type")
+        raise VLLMValidationError(
+            f"{type(chat_template)} is not a valid chat template type", parameter="chat_template"
+        )
 
 
 def validate_parsed_serve_args(args: argparse.Namespace) -> None:
@@ -150,7 +155,7 @@ def engine_config_error(args: argparse.Namespace, platform: str) -> str | None:
     for flag in config_classes(platform):
         value: Any = getattr(args, plain.get(flag, ""), None)
         if isinstance(value, dict):
-            message = check_config(flag, value, platform)
+            message = check_config(flag, value, platform, json_input=False)
             if message is not None:
                 return message
     return None

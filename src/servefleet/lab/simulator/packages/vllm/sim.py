@@ -115,6 +115,7 @@ from .common import (
 from .compile_cache import _signature, bundle_path, cache_key
 from .cuda import start_cuda
 from .entrypoints.launchers.launcher import setup_server
+from .exceptions import VLLMError
 from .flag_table import (
     FlexibleArgumentParser,
     _object,
@@ -334,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:  # what the parse and the subcommand's validate raise: vLLM's traceback, exit 1
             ns = parser.parse_args(args)
             cmds[ns.subparser].validate(ns)
-        except (IndexError, TypeError, ValueError) as exc:
+        except (IndexError, TypeError, ValueError, OSError, VLLMError) as exc:
             raise SimError(f"{type(exc).__name__}: {exc}") from None
         return int(ns.dispatch_function(ns) or 0)
     except SimError as exc:
