@@ -2,12 +2,91 @@
 
 A ServeSpec is the only thing the pyinfra layer receives from the core. It is plain data:
 ``argv`` stays a list of tokens until one escaping step (``servefleet.systemd``) renders it.
+
+Every spec is checked when it is built, whoever builds it (each kind's resolver, a host's
+binding of placeholders, the data's extra arguments), so no printer has to: each argv word and
+env value is printable text (:func:`word_problem`; a JSON value may have line breaks and tabs
+between its tokens, as cards write them), no argv word holds an option inside it (``'x
+--api-key k'`` is one word to vLLM and two options to whoever reads the command) unless it is a
+JSON value, and each env name is a variable name. A spec that breaks one is a RecipeError naming
+the recipe, the server and the word.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from servefleet.errors import RecipeError
+
+_ENV_ALLOWED = "[A-Za-z_][A-Za-z0-9_]*"
+ENV_NAME = re.compile(_ENV_ALLOWED + r"\Z")
+# An option inside one word: whitespace, then a dash and a letter (not a negative number)
+_INNER_OPTION = re.compile(r"\s(--?[A-Za-z][^\s=]*)")
+# What may stand between a JSON value's tokens (not a carriage return: it rewrites a terminal's line)
+_JSON_SPACE = str.maketrans("", "", "\t\n")
+PRINTABLE = (
+    "printable text (no control, format or line-separator characters; line breaks and tabs "
+    "only between the tokens of a JSON value)"
+)
+
+
+def _json_value(text: str) -> bool:
+    """Whether ``text`` is a JSON object or array. Strict JSON holds no raw control character
+    inside a string, so a tab or line break in it stands between two tokens."""
+    if not text.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        return isinstance(json.loads(text), (dict, list))
+    except (ValueError, RecursionError):
+        return False
+
+
+def word_problem(text: str, argv: bool = True) -> str | None:
+    """Why one argv word (or, with ``argv`` false, one env value) cannot be served, or None.
+
+    + text: the word or value
+    + argv: an argv word (also refused: an option inside it)
+    """
+    if not text.isprintable():
+        json_value = _json_value(text)
+        rest = text.translate(_JSON_SPACE) if json_value else text
+        bad = next((c for c in rest if not c.isprintable()), None)
+        if bad is not None:
+            return f"holds the character U+{ord(bad):04X}; allowed: {PRINTABLE}"
+    inner = _INNER_OPTION.search(text) if argv else None
+    if inner and not _json_value(text):
+        return (
+            f"holds the option {inner.group(1)[:40]!r} inside one word; allowed: one option or "
+            "value per word (a JSON value may hold any text)"
+        )
+    return None
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+
+
+def _argv_problem(argv: list[str], where: str) -> str | None:
+    for i, word in enumerate(argv):
+        problem = word_problem(word)
+        if problem:
+            flag = argv[i - 1] if i and argv[i - 1].startswith("--") else None
+            of = f" (the value of {_shown(flag)})" if flag else ""
+            return f"{where}: argv[{i}] {_shown(word)}{of} {problem}"
+    return None
+
+
+def _env_problem(env: dict[str, str], where: str) -> str | None:
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            return f"{where}: env {_shown(name)} is not a variable name; allowed: {_ENV_ALLOWED}"
+        problem = word_problem(value, argv=False)
+        if problem:
+            return f"{where}: env {name}={_shown(value)} {problem}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +162,17 @@ class ServeSpec:
     compile_fingerprint: str | None = None
     skus: list[str] = field(default_factory=list)
     router: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        problems = [
+            _argv_problem(s.argv, f"{self.recipe}: the {s.role} server")
+            or _env_problem(s.env, f"{self.recipe}: the {s.role} server")
+            for s in self.servers
+        ]
+        problems.append(_argv_problem(self.router, f"{self.recipe}: the router"))
+        first = next((p for p in problems if p), None)
+        if first:
+            raise RecipeError(first)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +218,153 @@ def test_every_shipped_and_shared_recipe_still_loads() -> None:
         load_vllm_recipe(path)
     kind, path = find("rbln/gpt-oss-120b")
     assert kind.resolve(path, "rbln/gpt-oss-120b", None, {}).kind == "rbln"
+
+
+# -- #31 (9): the second campaign (raw control bytes, swapped shapes, non-finite numbers) ------
+
+SITE_JSON = VLLM_ROOT / "json" / "openai" / "gpt-oss-120b.json"
+
+
+def resolved(path: Path, *options: str, fmt: str = "shell") -> Any:
+    """``servefleet resolve PATH OPTIONS --format FMT`` as the CLI runs it."""
+    return CliRunner().invoke(main, ["resolve", str(path), *options, "--format", fmt])
+
+
+def refused_in_one_line(result: Any, *needles: str) -> str:
+    """The run ended in exit 2 with one line of stderr holding every needle (no traceback)."""
+    assert result.exception.__class__ is SystemExit, result.exception
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and all(n in lines[0] for n in needles), result.stderr
+    line: str = lines[0]
+    return line
+
+
+@pytest.mark.parametrize("raw", ["\x1b", "\x00", "\x07", "\x9b", "\ufffe"])
+def test_a_raw_control_byte_in_a_recipe_file_is_one_line(
+    vllm_recipe: Any, tmp_path: Path, raw: str
+) -> None:
+    # was yaml.ReaderError: the YAML loader was built (and read the text) outside its try
+    path = vllm_recipe(text=f"x: a{raw}b\n")
+    line = refused_in_one_line(resolved(path), str(path), "malformed YAML at line")
+    assert f"U+{ord(raw):04X}" in line and "allowed: printable text" in line
+    for name, text in (
+        ("card.json", json.dumps(CARD).replace('"MXFP4"', f'"MX{raw}FP4"', 1)),
+        ("card.yaml", yaml.safe_dump(CARD).replace("MXFP4", f"MX{raw}FP4", 1)),
+    ):
+        card = tmp_path / name
+        card.write_text(text)
+        refused_in_one_line(resolved(card), str(card))
+
+
+def test_a_raw_control_byte_in_the_recipe_of_lock_check_is_one_line(tmp_path: Path) -> None:
+    """`servefleet lock --check` resolves each host's recipe: the same loader, the same line.
+    The CLI in a subprocess (reading an inventory imports pyinfra's CLI)."""
+    shutil.copytree(VLLM_ROOT, tmp_path / "vllm")
+    recipe = tmp_path / "vllm" / "models" / "openai" / "gpt-oss-120b.yaml"
+    recipe.write_text(recipe.read_text() + "x: \x1b[2J\n")
+    inventory = tmp_path / "inventories" / "prod.py"
+    inventory.parent.mkdir()
+    inventory.write_text('hosts = ["h1"]\n')
+    cmd = [sys.executable, "-m", "servefleet", "lock", str(inventory), "--lock-dir",
+           str(tmp_path / "lock"), "--check", "--data", f"serve_recipe={recipe}"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")}
+    env |= {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert f"{recipe}: malformed YAML at line" in line and "U+001B" in line, line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("strategy", [["x"]], "a strategy id"),  # was TypeError: unhashable type: 'list'
+        ("strategy", {"a": 1}, "a strategy id"),
+        ("alternatives", "x", "a mapping of strategy id"),  # was AttributeError: 'str' ... 'keys'
+        ("alternatives", [["x"]], "a mapping of strategy id"),
+        ("hardware", ["h200"], "a GPU id"),
+        ("variant", 7, "a variant name"),
+    ],
+)
+def test_a_recommended_command_of_the_wrong_shape_is_one_line(
+    tmp_path: Path, key: str, value: Any, allowed: str
+) -> None:
+    shutil.copytree(VLLM_ROOT, tmp_path / "vllm")
+    doc = json.loads(SITE_JSON.read_text())
+    doc["recommended_command"][key] = value
+    path = tmp_path / "vllm" / "json" / "openai" / "fuzz.json"
+    path.write_text(json.dumps(doc))
+    for run in (resolved(path), CliRunner().invoke(main, ["recipes", "show", str(path)])):
+        refused_in_one_line(run, f"recommended_command.{key}", f"allowed: null or {allowed}")
+
+
+@pytest.mark.parametrize("number", [".inf", "-.inf", ".nan"])
+def test_a_non_finite_number_in_a_recipe_is_one_line(vllm_recipe: Any, number: str) -> None:
+    # vram_minimum_gb: .inf was OverflowError (math.ceil(inf)) choosing the parallel size
+    path = vllm_recipe(lambda d: d["variants"]["default"].__setitem__("vram_minimum_gb", 1234.5))
+    path.write_text(path.read_text().replace("1234.5", number))
+    line = refused_in_one_line(resolved(path), "variants.default.vram_minimum_gb")
+    assert "allowed: finite numbers" in line
+    with pytest.raises(RecipeError) as e:
+        load_json('{"a": [1, NaN]}', "r.json")
+    assert "r.json: a[1]: the number nan; allowed: finite numbers" in one_line(e)
+    with pytest.raises(RecipeError) as e:
+        load_json('{"a": -Infinity}', "r.json")
+    assert "the number -inf" in one_line(e)
+
+
+def add_args(*args: str) -> Any:
+    return lambda d: d["model"].setdefault("base_args", []).extend(args)
+
+
+def add_env(name: str, value: str) -> Any:
+    return lambda d: (d["model"].get("base_env") or d["model"].setdefault("base_env", {})).update(
+        {name: value}
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        (  # a value holding a line break: two options in a unit's eyes, raw in --format shell
+            add_env("AMDGCN_USE_BUFFER_OPS", "--block-size 4096\n--host 0.0.0.0"),
+            ("env AMDGCN_USE_BUFFER_OPS", "U+000A"),
+        ),
+        (add_env("VLLM_X", "a\x1b[2Jb"), ("env VLLM_X", "U+001B")),
+        (add_env("VLLM_X", "a\u2028b"), ("env VLLM_X", "U+2028")),
+        (add_args("--served-model-name", "x\x1b]0;owned\x07"), ("argv[", "U+001B")),
+        (add_args("--served-model-name", "a\u202eb"), ("argv[", "U+202E")),
+        (add_args("--served-model-name", "x\r"), ("argv[", "U+000D")),
+        (  # one word holding an option: vLLM reads it as the value, a reader as two options
+            add_args("--served-model-name", "x --api-key k"),
+            ("argv[", "the option '--api-key' inside one word"),
+        ),
+        (add_args("--served-model-name", '{"a": 1 --host x'), ("the option '--host' inside",)),
+    ],
+)
+def test_control_characters_and_options_inside_a_word_are_refused(
+    vllm_recipe: Any, change: Any, needles: tuple[str, ...]
+) -> None:
+    path = vllm_recipe(change)
+    for fmt in ("shell", "json", "unit"):
+        refused_in_one_line(resolved(path, fmt=fmt), *needles, "allowed: ")
+
+
+def test_json_values_and_plain_words_still_resolve(vllm_recipe: Any, tmp_path: Path) -> None:
+    """What the recipes hold stays: a JSON value (line breaks between its tokens, an option
+    inside one of its strings), a multi-word env value, a negative number."""
+    config = '{\n  "level": 3,\n  "note": "x --host y"\n}'
+    path = vllm_recipe(
+        lambda d: (
+            add_args("--compilation-config", config, "--seed", "-1")(d),
+            add_env("VLLM_X", "a b  c")(d),
+        )
+    )
+    shell = resolved(path)
+    assert shell.exit_code == 0, shell.output
+    assert "--compilation-config '{\n" in shell.output and "VLLM_X='a b  c'" in shell.output
+    spec = json.loads(resolved(path, fmt="json").output)
+    assert config in spec["servers"][0]["argv"]
+    card = resolved(FILES / "recipes" / "rbln" / "gpt-oss-120b.json", "--recommended")
+    assert card.exit_code == 0 and "LMCACHE_EXTRA_CONFIG='{\n" in card.output, card.output

@@ -4,16 +4,19 @@ A recipe is input from outside (a card from a vendor's page, a YAML from a repos
 loader refuses, in one line naming the file, what would make a parser misbehave instead of
 failing: YAML aliases (a few KB of anchors expand to gigabytes), duplicate keys (the last one
 silently wins in json and PyYAML), nesting deeper than :data:`MAX_DEPTH`, numbers longer than
-:data:`MAX_DIGITS` digits, files larger than :data:`MAX_BYTES`, keys that are not printable
-text (YAML's ``on:`` is a boolean, ``1:`` a number; a line break in a key would break the
-one-line error naming it) and text holding a NUL or a lone surrogate (no argument, unit or
-UTF-8 output can carry them). :func:`load_json_text` reads JSON held inside a recipe's text (an
-argument's value) under the same limits.
+:data:`MAX_DIGITS` digits, numbers that are not finite, files larger than :data:`MAX_BYTES`,
+keys that are not printable text (YAML's ``on:`` is a boolean, ``1:`` a number; a line break in
+a key would break the one-line error naming it), text holding a NUL or a lone surrogate (no
+argument, unit or UTF-8 output can carry them) and a raw control character other than tab and
+line breaks (:data:`_RAW`, what YAML's reader refuses; named by line and column).
+:func:`load_json_text` reads JSON held inside a recipe's text (an argument's value) under the
+same limits.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -66,7 +69,9 @@ def _at(where: str, key: str | int) -> str:
 
 def _checked(obj: Any, label: str) -> Any:
     """``obj`` when no list or mapping in it is nested deeper than :data:`MAX_DEPTH`, every key
-    is a string of printable text and no text holds a NUL or a lone surrogate."""
+    is a string of printable text, no text holds a NUL or a lone surrogate and every number is
+    finite (YAML's ``.inf`` and ``.nan``, JSON's ``Infinity`` and ``NaN``: no count or size a
+    recipe names is one, and arithmetic on them overflows)."""
     stack: list[tuple[Any, int, str]] = [(obj, 1, "")]
     while stack:
         item, depth, where = stack.pop()
@@ -77,6 +82,10 @@ def _checked(obj: Any, label: str) -> Any:
                     f"{label}: {where or 'the document'}: text holding {bad.group()!r}; "
                     "allowed: Unicode text without NUL or lone surrogates"
                 )
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise RecipeError(
+                f"{label}: {where or 'the document'}: the number {item}; allowed: finite numbers"
+            )
         elif isinstance(item, (dict, list)):
             if depth > MAX_DEPTH:
                 raise RecipeError(_too_deep(label))
@@ -92,6 +101,22 @@ def _checked(obj: Any, label: str) -> Any:
                     )
                 stack.append((value, depth + 1, _at(where, key)))
     return obj
+
+
+# What a recipe file may hold raw, JSON and YAML alike: YAML's printable characters (its reader
+# refuses the rest); a control character is written as an escape ("\u001b") inside a string
+_RAW = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _raw_character(label: str, form: str, text: str, at: int) -> str:
+    """The one line refusing the raw character at ``text[at]`` of a ``form`` (JSON, YAML) file."""
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    return (
+        f"{label}: malformed {form} at line {line} column {column}: the character "
+        f"U+{ord(text[at]):04X}; allowed: printable text, tabs and line breaks (a control "
+        'character as an escape such as "\\u001b" inside a string)'
+    )
 
 
 def _pairs(label: str) -> Any:
@@ -151,6 +176,9 @@ def load_json(text: str, label: str, start: int | None = None) -> tuple[Any, int
         ) from None
     except RecursionError:
         raise RecipeError(_too_deep(label)) from None
+    raw = _RAW.search(text, start or 0, end)
+    if raw:
+        raise RecipeError(_raw_character(label, "JSON", text, raw.start()))
     return _checked(obj, label), end
 
 
@@ -236,10 +264,13 @@ def load_yaml(text: str, label: str) -> Any:
     + text: the file's text
     + label: how errors name the file
     """
-    loader = _SafeLoader(text)
-    loader.label = label
+    loader = None
     try:
+        loader = _SafeLoader(text)  # its reader refuses a raw control character here
+        loader.label = label
         obj = loader.get_single_data()
+    except yaml.reader.ReaderError as e:
+        raise RecipeError(_raw_character(label, "YAML", text, e.position)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -248,7 +279,8 @@ def load_yaml(text: str, label: str) -> Any:
     except RecursionError:
         raise RecipeError(_too_deep(label)) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return _checked(obj, label)
 
 

@@ -115,6 +115,8 @@ def load_vllm_recipe(path: Path) -> VllmRecipe:
         recommended=recommended,
         taxonomy=taxonomy,
     )
+    if recommended is not None:
+        schema.check_recommended(recommended, recipe.name)
     schema.check_recipe(data, recipe.name, strategies)
     return recipe
 

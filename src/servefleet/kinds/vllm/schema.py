@@ -433,6 +433,35 @@ def _check_omni(omni: Any, n: str) -> None:
             _number(o.get("vram_minimum_gb"), f"{hw}.vram_minimum_gb")
 
 
+# What the resolver reads of the JSON form's recommended_command: the selection it names
+RECOMMENDED = {"hardware": "a GPU id", "strategy": "a strategy id", "variant": "a variant name"}
+
+
+def check_recommended(rec: Any, n: str) -> None:
+    """The recipes site's JSON form: its ``recommended_command`` (the default selection, and the
+    strategies its ``alternatives`` link to). The rest of it (the site's rendered command) is
+    not read.
+
+    + rec: ``recommended_command``
+    + n: the recipe's name, for the error message
+    """
+    r = mapping(rec, f"{n}: recommended_command")
+    for key, what in RECOMMENDED.items():
+        value = r.get(key)
+        if value is not None and (not isinstance(value, str) or NOT_A_NAME.search(value)):
+            shown = repr(value[:80]) if isinstance(value, str) else _kind(value)
+            raise RecipeError(
+                f"{n}: recommended_command.{key}: {shown} is not {what}; allowed: null or {what} "
+                "(one line of text)"
+            )
+    alternatives = r.get("alternatives")
+    if alternatives is not None and not isinstance(alternatives, dict):
+        raise RecipeError(
+            f"{n}: recommended_command.alternatives: expected a mapping, got "
+            f"{_kind(alternatives)}; allowed: null or a mapping of strategy id to its page"
+        )
+
+
 def check_recipe(d: dict[str, Any], n: str, strategies: dict[str, Any]) -> None:
     """Every key the resolver or ``describe`` reads, with its type and allowed values.
 
