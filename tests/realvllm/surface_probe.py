@@ -1,6 +1,7 @@
 """What the installed vLLM defines at the module paths the simulator stands in for. Run with a
 real-wheel python (tests/realvllm/build.py): reads a JSON object ``{module: [name, ...]}`` on
-stdin and prints one JSON object, for each module, ``null`` (it does not import: the error) or
+stdin (a module given as ``@MODULE.NAME``: the module that defines MODULE's NAME, as
+``sys.modules[NAME.__module__]``) and prints one JSON object, for each module, ``null`` (it does not import: the error) or
 ``{name: description}``; a description is ``null`` (no such name), ``{"kind": "class",
 "methods": {method: parameters}}``, ``{"kind": "function", "parameters": [...]}`` or
 ``{"kind": "value"}`` (parameters: the names, in order, without ``self``/``cls``)."""
@@ -41,7 +42,11 @@ def main() -> None:
     out: dict[str, Any] = {}
     for module, names in wanted.items():
         try:
-            mod = importlib.import_module(module)
+            if module.startswith("@"):
+                owner, _, attr = module[1:].rpartition(".")
+                mod = sys.modules[getattr(importlib.import_module(owner), attr).__module__]
+            else:
+                mod = importlib.import_module(module)
         except Exception as exc:  # the module's own import error, as text
             out[module] = f"{type(exc).__name__}: {exc}"
             continue

@@ -144,6 +144,54 @@ def test_every_stand_in_name_is_the_real_wheels(platform: str) -> None:
     assert not differences, "\n".join(differences)
 
 
+PREFLIGHT = REPO / "src" / "servefleet" / "remote" / "preflight.py"
+
+
+def preflight_names() -> dict[str, dict[str, list[str]]]:
+    """What the host's pre-flight takes from the installed vLLM, read from its syntax tree:
+    ``ServeCli.SERVE_MODULE``, each ``_named(serve | launcher, "NAME", ...)`` (``launcher``:
+    the module of ``serve.setup_server``), and the manager methods it calls by name."""
+    tree = ast.parse(PREFLIGHT.read_text())
+    serve = next(
+        ast.literal_eval(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "SERVE_MODULE"
+    )
+    where = {"serve": serve, "launcher": f"@{serve}.setup_server"}
+    names: dict[str, list[str]] = {serve: [], where["launcher"]: []}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "_named" and len(n.args) >= 2:
+            owner, name = ast.unparse(n.args[0]), ast.literal_eval(n.args[1])
+            if owner in where:
+                names[where[owner]].append(name)
+    methods: dict[str, list[str]] = {"ToolParserManager": [], "ReasoningParserManager": []}
+    for n in ast.walk(tree):  # ("tool_parser_plugin", self.tools, "import_tool_parser"), ...
+        if isinstance(n, ast.Tuple) and len(n.elts) == 3 and isinstance(n.elts[2], ast.Constant):
+            manager = {
+                "self.tools": "ToolParserManager",
+                "self.reasoning": "ReasoningParserManager",
+            }
+            methods[manager[ast.unparse(n.elts[1])]].append(n.elts[2].value)
+        if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "self.reasoning":
+            methods["ReasoningParserManager"].append(n.attr)
+    return {"modules": names, "methods": methods}
+
+
+@pytest.mark.parametrize("platform", ["upstream", "rbln"])
+def test_what_the_preflight_takes_is_in_the_real_wheel(platform: str) -> None:
+    wanted = preflight_names()
+    modules, methods = wanted["modules"], wanted["methods"]
+    assert len(sum(modules.values(), [])) >= 6 and all(methods.values()), wanted
+    real = _real(platform, {m: sorted(set(n)) for m, n in modules.items()})
+    missing = [f"{m}.{n}" for m, names in modules.items() for n in names
+               if isinstance(real[m], str) or real[m][n] is None]  # fmt: skip
+    assert not missing, (missing, real)
+    launcher = real[f"@{next(iter(modules))}.setup_server"]
+    for manager, names in methods.items():
+        have = launcher[manager]["methods"]
+        assert {n for n in names if n not in have} == set(), (manager, sorted(have))
+
+
 def test_the_simulated_registries_are_the_real_ones() -> None:
     if not build.is_built():
         pytest.fail(

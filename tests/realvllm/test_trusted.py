@@ -342,3 +342,77 @@ def test_process_titles_only_in_children(upstream: dict[str, Any], rbln: dict[st
         assert {c["source"] for c in titles["calls"]} == CHILD_ENTRIES
     probe = (SERVEFLEET / "remote" / "instances.py").read_text()
     assert "/proc/{pid}/cmdline" in probe and "/proc/{pid}/environ" in probe
+
+
+# (g) a start that fails before the engine ---------------------------------------------------
+
+FAILED_STARTS = {  # argv after `vllm serve` -> where vLLM stops it
+    "unknown tool-call parser": ["some/model", "--enable-auto-tool-choice", "--tool-call-parser",
+                                 "nosuch"],  # validate_api_server_args: KeyError, status 1
+    "invalid choice": ["some/model", "--dtype", "nosuch"],  # argparse: status 2
+}  # fmt: skip
+PID_PREFIX = re.compile(r"^\(APIServer pid=\d+\) ")
+
+
+def _last_error(stderr: str) -> str:
+    """The line a failed start ends with: the exception (a traceback's last line, or the
+    simulator's ERROR line) or argparse's error, without vLLM's process prefix."""
+    line = PID_PREFIX.sub("", stderr.strip().splitlines()[-1])
+    return re.sub(r"^ERROR \d\d-\d\d \d\d:\d\d:\d\d \[sim\] ", "", line)
+
+
+def _vllm_serve(python: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    import subprocess
+
+    done = subprocess.run([python, *argv], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=cwd)  # fmt: skip
+    return done.returncode, _last_error(done.stderr)
+
+
+@pytest.mark.parametrize("platform", ["upstream", "rbln"])
+def test_a_failed_start_exits_and_says_what_vllm_does(platform: str, tmp_path: Path) -> None:
+    """``vllm serve`` that stops before its engine: the real console script and the simulator's
+    (the lab's ``vllm``) exit with the same status and end on the same line (the journal tail
+    the health gate shows)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not build.is_built():
+        pytest.fail(f"the real-wheel tier is not built ({build.built()}): run ./setup.sh",
+                    pytrace=False)  # fmt: skip
+    real_bin = tmp_path / "real" / "vllm"  # vllm's console script (the rbln venv has none)
+    real_bin.parent.mkdir()
+    real_bin.write_text(
+        "import sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n"
+    )
+    site, root = tmp_path / "site", tmp_path / "root"
+    (site / "vllm-0.30.0+cpu.dist-info").mkdir(parents=True)
+    (site / "vllm").symlink_to(SIM_PACKAGE, target_is_directory=True)
+    (site / "vllm-0.30.0+cpu.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0+cpu\n"
+    )
+    (root / "etc/rbln-sim").mkdir(parents=True)
+    (root / "etc/rbln-sim/platform").write_text(platform + "\n")
+    script = tmp_path / "bin" / "vllm"  # argparse's prog is its name, as the console script's
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom vllm.sim import main\nsys.exit(main())\n")
+    base = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "VLLM_CONFIGURE_LOGGING": "1"}
+    sim_env = {**base, "PYTHONPATH": str(site), "RBLN_SIM_ROOT": str(root),
+               "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for name, argv in FAILED_STARTS.items():
+            jobs[name] = (
+                pool.submit(
+                    _vllm_serve,
+                    build.python(platform),
+                    [str(real_bin), "serve", *argv],
+                    base,
+                    tmp_path,
+                ),  # fmt: skip
+                pool.submit(
+                    _vllm_serve, sys.executable, [str(script), "serve", *argv], sim_env, tmp_path
+                ),  # fmt: skip
+            )
+    for name, (real, sim) in jobs.items():
+        assert real.result()[0] in (1, 2), (name, real.result())
+        assert sim.result() == real.result(), name
