@@ -112,7 +112,7 @@ def mutated(change: Any) -> dict[str, Any]:
         (
             "launcher path",
             lambda c: base_role(c).__setitem__("launcher", "../../../../usr/bin/python3 -c x"),
-            "is not a bare word",
+            "is not a launcher servefleet runs; allowed: 'vllm serve'",
         ),
         (
             "model option",
@@ -150,7 +150,7 @@ def test_a_hostile_card_through_the_cli_is_one_line_exit_2(tmp_path: Path) -> No
     result = CliRunner().invoke(main, ["resolve", str(path)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and "is not a bare word" in lines[0]
+    assert len(lines) == 1 and "'/bin/sh' is not a launcher servefleet runs" in lines[0]
 
 
 def test_negative_numbers_are_values_not_options() -> None:
@@ -176,3 +176,84 @@ def test_a_malformed_bucket_list_in_an_env_value_is_one_line(value: str) -> None
             parsed, strategy=st.slug, target=st.options[0].target, compiler_version="0.12.0"
         )
     assert "not" in one_line(e)
+
+
+# -- #31 (10): card fields that resolved and should not; launchers are an allow-list ----------
+
+
+@pytest.mark.parametrize("value", ["a\x1b[2Jb", "a\u2028b", "a\x9bb"])
+def test_a_card_env_value_holding_a_control_character_is_refused(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "card.json"
+    path.write_text(
+        json.dumps(
+            mutated(lambda c: base_role(c)["envs"].__setitem__("VLLM_X", f"VLLM_X='{value}'"))
+        )
+    )
+    for fmt in ("shell", "json", "unit"):
+        result = CliRunner().invoke(main, ["resolve", str(path), "--format", fmt])
+        assert result.exit_code == 2 and result.exception.__class__ is SystemExit, result.output
+        (line,) = result.stderr.splitlines()
+        assert "env VLLM_X" in line and f"U+{ord(value[1]):04X}" in line, line
+        assert "allowed: printable text" in line
+
+
+@pytest.mark.parametrize("label", [{"a": 1}, ["Aggregated"], 7, "Aggre\u2028gated", "a\x1bb"])
+def test_a_strategy_label_that_is_not_one_line_of_text_is_refused(label: Any) -> None:
+    # a dict was shown as its repr (str(label)): the card resolved
+    with pytest.raises(RecipeError) as e:
+        card_from_dict(mutated(lambda c: c["strategies"][0].__setitem__("label", label)), name="c")
+    assert "strategy aggregated.label" in one_line(e)
+    assert "allowed: null or one line of printable text" in str(e.value)
+
+
+def test_a_null_label_is_the_slug() -> None:
+    card = card_from_dict(
+        mutated(lambda c: c["strategies"][0].__setitem__("label", None)), name="c"
+    )
+    assert card.strategies[0].label == "aggregated"
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    ["n", "vllm", "vllm serve serve", "serve vllm", "python3 -m vllm", "vllm-omni serve"],
+)
+def test_a_card_launcher_outside_the_allow_list_is_refused(launcher: str) -> None:
+    # any bare word resolved ('n' as the command, 'vllm' alone moved the model into the
+    # subcommand's place); only the host's pre-flight stopped it
+    with pytest.raises(RecipeError) as e:
+        card_from_dict(mutated(lambda c: base_role(c).__setitem__("launcher", launcher)), name="c")
+    assert f"launcher: {launcher!r} is not a launcher servefleet runs" in one_line(e)
+    assert "allowed: 'vllm serve'" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "binary", ["n", "vllm", "vllm serve --api-key k", "vllm serve x", "/usr/bin/vllm serve"]
+)
+def test_an_omni_serve_binary_outside_the_allow_list_is_refused(
+    tmp_path: Path, binary: str
+) -> None:
+    root = tmp_path / "vllm"
+    shutil.copytree(FILES / "recipes" / "vllm", root)
+    recipe = root / "models" / "acme" / "omni.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(
+        "meta: {tasks: [omni], hardware: {h200: verified}}\n"
+        "model: {model_id: acme/video-14b}\n"
+        f"omni: {{serve_binary: {json.dumps(binary)}, tasks: [t2v]}}\n"
+        "variants: {default: {}}\n"
+    )
+    with pytest.raises(RecipeError) as e:
+        load_vllm_recipe(recipe)
+    assert f"omni.serve_binary: {binary!r} is not a launcher servefleet runs" in one_line(e)
+    assert "allowed: 'vllm serve' or 'vllm-omni serve'" in str(e.value)
+
+
+def test_the_allowed_launchers_still_resolve() -> None:
+    card = card_from_dict(seed(), name="ok")
+    assert card.strategies[0].options[0].grid.base[0].launcher == ["vllm", "serve"]
+    omni = load_vllm_recipe(Path(__file__).with_name("recipes") / "omni-diffusion.yaml")
+    from servefleet.kinds.vllm import resolve_vllm
+
+    assert resolve_vllm(omni).servers[0].argv[:2] == ["vllm-omni", "serve"]

@@ -48,6 +48,28 @@ def model_problem(value: Any, where: str, paths: bool = False) -> str | None:
     return f"{where}: {shown} is not a model id; allowed: {allowed}"
 
 
+# The words each kind's servers may start with, before the model: an allow-list, as the flag
+# table is (a launcher of any bare word resolved, and only the host's pre-flight stopped it)
+LAUNCHERS = {"rbln": ("vllm serve",), "vllm": ("vllm serve", "vllm-omni serve")}
+
+
+def launcher_problem(value: Any, where: str, kind: str) -> str | None:
+    """Why ``value`` is not a launcher of ``kind`` (:data:`LAUNCHERS`), or None.
+
+    + value: the launcher the recipe names (``vllm serve``)
+    + where: how the message names it
+    + kind: ``rbln`` or ``vllm``
+    """
+    allowed = LAUNCHERS[kind]
+    if isinstance(value, str) and " ".join(value.split()) in allowed:
+        return None
+    shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
+    return (
+        f"{where}: {shown} is not a launcher servefleet runs; allowed: "
+        f"{' or '.join(repr(a) for a in allowed)}"
+    )
+
+
 def draft_model(config: Any, paths: bool = False) -> str | None:
     """The draft model a ``--speculative-config`` object names (None when it names none);
     RecipeError when its ``model`` is not a model id.

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.errors import RecipeError
-from servefleet.kinds.base import MODEL_ID
+from servefleet.kinds.base import MODEL_ID, launcher_problem
 from servefleet.kinds.loader import load_json, read_recipe_text
 from servefleet.kinds.roles import PD_ROLES, ROUTER_POLICIES
 
@@ -245,7 +245,6 @@ def _str_map(obj: Any, where: str, errors: _Errors) -> dict[str, Any]:
 
 
 SLUG = re.compile(r"[a-z0-9_-]+\Z")
-BARE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a launcher's words: vllm serve
 MAX_NPUS = 64  # devices one server may take (a CR13 host has 16)
 # what may stand in a unit's comments and Description= (model ids, targets, SKUs): no control
 # characters, no systemd specifier or variable characters
@@ -332,6 +331,16 @@ def _unused(obj: dict[str, Any], keys: tuple[str, ...], where: str, errors: _Err
             )
 
 
+def _label(value: Any, where: str, errors: _Errors) -> str | None:
+    """A display name (``Aggregated``): null, or one line of printable text."""
+    if value is None or (isinstance(value, str) and value.isprintable()):
+        return value
+    errors.add(
+        f"{where}.label {_shown(value)} is not a label; allowed: null or one line of printable text"
+    )
+    return None
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -367,23 +376,10 @@ def _parse_role(obj: Any, where: str, errors: _Errors) -> Role | None:
         return None
     _unused(obj, ("ranks", "scale", "varies"), where, errors)
     launcher = obj.get("launcher")
-    tokens: list[str] = []
-    if not isinstance(launcher, str):
-        errors.add(f"{where}.launcher must be a string such as 'vllm serve'")
-    else:
-        try:
-            tokens = shlex.split(launcher)
-        except ValueError as exc:
-            errors.add(f"{where}.launcher: {exc}")
-        if not tokens and isinstance(launcher, str):
-            errors.add(f"{where}.launcher is empty")
-        bad = [t for t in tokens if not BARE_WORD.match(t)]
-        if bad:
-            errors.add(
-                f"{where}.launcher {launcher!r}: {bad[0]!r} is not a bare word; allowed: "
-                "command words of [A-Za-z0-9._-] such as 'vllm serve' (no paths, no options)"
-            )
-            tokens = []
+    problem = launcher_problem(launcher, f"{where}.launcher", "rbln")
+    if problem:
+        errors.add(problem)
+    tokens = [] if problem else str(launcher).split()
     args = _parse_args(obj.get("args"), f"{where}.args", errors)
     envs = _parse_envs(obj.get("envs"), f"{where}.envs", errors)
     return Role(role=role, launcher=tokens, args=args, envs=envs)
@@ -584,7 +580,8 @@ def card_from_dict(obj: dict[str, Any], *, name: str, path: Path | None = None) 
         targets = [o.target.lower() for o in options]
         if len(set(targets)) != len(targets):
             errors.add(f"{where}: duplicate targets {', '.join(o.target for o in options)}")
-        strategies.append(Strategy(slug=slug, label=str(s.get("label") or slug), options=options))
+        label = _label(s.get("label"), where, errors) or slug
+        strategies.append(Strategy(slug=slug, label=label, options=options))
     slugs = [s.slug for s in strategies]
     if len(set(slugs)) != len(slugs):
         errors.add(f"duplicate strategy slugs: {', '.join(slugs)}")

@@ -594,11 +594,7 @@ def _build_omni(
             {},
         )
     args, env = _apply(layers, OMNI_ARG_ORDER, OMNI_ENV_ORDER)
-    binary = str(omni.get("serve_binary") or "vllm serve")
-    try:
-        launcher = shlex.split(binary)
-    except ValueError as e:
-        raise RecipeError(f"{n}: omni.serve_binary {binary!r} does not split ({e})") from None
+    launcher = str(omni.get("serve_binary") or "vllm serve").split()  # one of LAUNCHERS
     model_id = str(
         task_ho.get("model_id")
         or task.get("model_id")

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from servefleet.errors import RecipeError
-from servefleet.kinds.base import model_problem
+from servefleet.kinds.base import launcher_problem, model_problem
 from servefleet.kinds.loader import NOT_A_NAME
 from servefleet.kinds.vllm import words
 from servefleet.vllm_args import env_map
@@ -407,7 +407,10 @@ def _check_strategy_min_gpus(value: Any, n: str) -> None:
 
 def _check_omni(omni: Any, n: str) -> None:
     o = mapping(omni, f"{n}: omni")
-    _text(o.get("serve_binary"), f"{n}: omni.serve_binary")
+    binary = o.get("serve_binary")
+    problem = launcher_problem(binary, f"{n}: omni.serve_binary", "vllm") if binary else None
+    if problem:
+        raise RecipeError(problem)
     port = o.get("port")
     if not (isinstance(port, str) and port.isdigit()):
         _count(port, f"{n}: omni.port")
