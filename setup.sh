@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 # cmake, g++, python3-dev: the controller builds sdist-only packages (arctic-inference) once for
-# the hosts, which never compile
-PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg gpgv openssh-client iproute2 nftables util-linux systemd python3-venv cmake g++ python3-dev"
+# the hosts, which never compile; nginx-light: the unit tests run the router's proxy on loopback
+PKGS="mmdebstrap zstd apt-utils dpkg-dev gnupg gpgv openssh-client iproute2 nftables util-linux systemd python3-venv cmake g++ python3-dev nginx-light"
 if [ "$(id -u)" = 0 ]; then
   missing=""
   for p in $PKGS; do

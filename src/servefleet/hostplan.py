@@ -39,11 +39,16 @@ from servefleet.remote.layout import (
     LIB,
     NETRC,
     PLANS,
+    PROXY_CONF,
+    PROXY_UNIT,
     RELEASE_FILES,
     RELEASES,
+    ROUTER_ADMIN_KEY,
+    ROUTER_ADMIN_MAP,
     ROUTER_UNIT,
     SECRETS_DIR,
     STATE,
+    UNIT_DIR,
     UNIT_SHA_VAR,
     unit_name,
 )
@@ -727,7 +732,8 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     if settings.serve_router != "none":  # the router's release: its plan file
         with contextlib.suppress(DataError):  # not locked: plan_host says why
             plans.append(f"{root}/{PLANS}/{plan_router_release(settings).id}.json")
-    return [*dirs, *lib, *uv, *plans, *shipped, NETRC, HF_TOKEN_FILE, API_KEY_FILE]
+    proxy = [PROXY_CONF, f"{UNIT_DIR}/{PROXY_UNIT}", ROUTER_ADMIN_MAP, ROUTER_ADMIN_KEY]
+    return [*dirs, *lib, *uv, *plans, *shipped, NETRC, HF_TOKEN_FILE, API_KEY_FILE, *proxy]
 
 
 def _router_admin(settings: Settings) -> str | None:

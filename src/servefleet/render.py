@@ -135,3 +135,82 @@ def render_router_unit(
             exec_start=exec_line(exec_argv),
         )
     )
+
+
+def render_proxy_conf(
+    *,
+    listen: str,
+    backend: str,
+    paths: Sequence[str],
+    admin_listen: str | None,
+    admin_paths: Sequence[str],
+    run: str,
+    user: str | None,
+    version: str,
+    timeout: int,
+    max_body: str,
+) -> str:
+    """The router proxy's nginx configuration (``templates/router-proxy.conf.j2``).
+
+    + listen: nginx's ``listen`` of the clients' port (``ADDRESS:PORT`` or ``PORT``)
+    + backend: vllm-router's loopback ``ADDRESS:PORT``
+    + paths: the exact paths clients reach; every other answers 404
+    + admin_listen: the ``listen`` of the worker API's port for the fleet's hosts (None: none)
+    + admin_paths: the worker API paths it passes, with the admin key only
+    + run: the runtime directory (its pid, temporary files and the admin key's copy)
+    + user: the user its workers run as (None: the master's, when it is not root)
+    + version: the vllm-router version (shown)
+    + timeout: seconds a request and its answer may take
+    + max_body: the largest request body (nginx's size syntax)
+    """
+    for what, value in (("listen", listen), ("backend", backend), ("admin_listen", admin_listen)):
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9.:\[\]]+", value):
+            raise RecipeError(f"router proxy {what}: {value!r} is not an address and port")
+    return (
+        _environment()
+        .get_template("router-proxy.conf.j2")
+        .render(
+            listen=listen,
+            backend=backend,
+            paths=[_plain_path("router proxy path", p) for p in paths],
+            admin_listen=admin_listen,
+            admin_paths=[_plain_path("router admin path", p) for p in admin_paths],
+            run=_plain_path("router proxy run directory", run),
+            user=user,
+            version=_one_line("version", version),
+            timeout=int(timeout),
+            max_body=max_body,
+        )
+    )
+
+
+def render_proxy_unit(
+    *, env: Mapping[str, str], mark: Sequence[str], copies: Sequence[Sequence[str]], nginx: str,
+    loaded: str, run_name: str, description: str, admin: bool,
+) -> str:  # fmt: skip
+    """The router proxy's unit text (``templates/router-proxy.service.j2``).
+
+    + env: its variables (the unit's sha among them)
+    + mark: the command that records the unit's sha where the host reads it, an argv
+    + copies: the commands that copy its configuration (and admin key) into its runtime
+      directory, each an argv
+    + nginx: nginx's path
+    + loaded: the configuration copy it runs
+    + run_name: its RuntimeDirectory= (under /run)
+    + description: its Description=
+    + admin: whether it checks the admin key (shown)
+    """
+    return (
+        _environment()
+        .get_template("router-proxy.service.j2")
+        .render(
+            environment=[environment_line(k, v) for k, v in env.items()],
+            mark=exec_line(list(mark)),
+            copies=[exec_line(list(c)) for c in copies],
+            nginx=_plain_path("nginx", nginx),
+            loaded=_plain_path("router proxy configuration", loaded),
+            run_name=run_name,
+            description=_one_line("description", description),
+            admin=admin,
+        )
+    )

@@ -1,6 +1,14 @@
 """The router in front of a host's instances (``serve_router = "host"``): vLLM's own
 ``vllm-router`` from its own release, as its own user, its argv rendered from the data.
 
+vllm-router serves its worker API (``/add_worker``, ``/remove_worker``, ``/list_workers``, ...)
+on its one port, unguarded: 0.1.17 checks no key there (``--api-key`` is what it sends its
+workers), so anyone who reached it could route clients, and their keys and prompts, to a host
+of theirs. It listens on loopback only (``serve_router_backend_port``), behind nginx (its
+proxy, :func:`render_proxy`), which passes clients only :data:`CLIENT_PATHS` at
+``serve_router_port``; with ``serve_router = "fleet"`` also the worker API the fleet's hosts
+drain through, at ``serve_router_admin_port``, only with the routers' admin key.
+
 Pure (no pyinfra import). What the router routes to is part of its unit text, so its
 ``SERVEFLEET_UNIT`` changes, and it restarts through its gate (a chat through it), exactly
 when its instances change; a rolling restart of the instances takes each one out of the
@@ -16,11 +24,49 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.release import ROUTER_PACKAGE, ReleasePlan
-from servefleet.remote.layout import ROUTER_UNIT, UNIT_SHA_VAR
-from servefleet.render import render_router_unit
+from servefleet.remote.layout import (
+    NGINX,
+    PROXY_ADMIN_LOADED,
+    PROXY_CONF,
+    PROXY_LOADED,
+    PROXY_RUN,
+    PROXY_STARTED,
+    PROXY_UNIT,
+    ROUTER_ADMIN_MAP,
+    ROUTER_UNIT,
+    UNIT_SHA_VAR,
+)
+from servefleet.render import render_proxy_conf, render_proxy_unit, render_router_unit
 from servefleet.settings import Settings
 
 ROUTER_EXECUTABLE = "vllm-router"  # the wheel's console script
+LOOPBACK = "127.0.0.1"  # where vllm-router itself listens
+# what clients reach through the proxy: the OpenAI API vllm-router serves, and its health
+CLIENT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/readiness")
+# what the fleet's hosts reach with the admin key: the worker API their converge drains with
+ADMIN_PATHS = ("/add_worker", "/remove_worker", "/workers", "/list_workers")
+PROXY_TIMEOUT = 3600  # seconds a request through the proxy may take (a long generation)
+PROXY_MAX_BODY = "64m"  # the largest request body it passes
+
+
+@dataclass(frozen=True)
+class ProxyPlan:
+    """The router's proxy: its configuration, unit and admin key entry, and how the probe found
+    it running."""
+
+    conf: str  # PROXY_CONF's text
+    unit_text: str
+    sha: str  # its unit's SERVEFLEET_UNIT
+    admin_map: str | None  # ROUTER_ADMIN_MAP's text (serve_router fleet), else None
+    nginx: bool  # nginx is installed
+    running: bool  # its unit is active and its main process runs this sha
+    loaded: bool  # it runs this configuration (and, with an admin key, the one on the host)
+    unit_file: str | None  # sha256 of its unit file on the host
+    unit: str = PROXY_UNIT
+
+    @property
+    def unit_written(self) -> bool:
+        return self.unit_file == hashlib.sha256(self.unit_text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -45,6 +91,7 @@ class RouterPlan:
     found: dict[str, Any] = field(default_factory=dict, repr=False)  # the probe's entry
     releases: tuple[str, ...] = field(default=(), repr=False)  # complete releases on the host
     unit: str = ROUTER_UNIT
+    proxy: ProxyPlan | None = None  # its proxy (None only in plans made without a probe)
 
     def over(
         self, settings: Settings, workers: Sequence[str], roles: Sequence[str] = ()
@@ -85,10 +132,13 @@ def url(host: str, port: int) -> str:
 
 def admin_url(settings: Settings, address: str | None = None) -> str:
     """Where a router's worker API is reached: its host's own programs (the probe, the converge)
-    at ``serve_host`` or loopback; another host's at ``address`` (how the inventory reaches it).
+    at vllm-router's loopback port; another host's through that host's proxy, at ``serve_host``
+    or ``address`` (how the inventory reaches it), with the admin key.
 
     + address: the router host's address, for a fleet router; None: this host's own router"""
-    return url(settings.serve_host or address or "127.0.0.1", settings.serve_router_port)
+    if address is None:
+        return url(LOOPBACK, settings.serve_router_backend_port)
+    return url(settings.serve_host or address, settings.serve_router_admin_port)
 
 
 def worker_url(settings: Settings, port: int, address: str | None = None) -> str:
@@ -125,7 +175,7 @@ def router_command(
       two-stage requests: the prefill's ``kv_transfer_params`` to a decode)
     """
     s = settings
-    bind = s.serve_host or "0.0.0.0"
+    bind = s.serve_host or "0.0.0.0"  # its metrics (the proxy is the clients' way in)
     if roles:
         pools = ["--vllm-pd-disaggregation"]
         for worker, role in zip(workers, roles, strict=True):
@@ -134,8 +184,8 @@ def router_command(
         pools = ["--worker-urls", *workers]
     return [
         f"{release.path}/bin/{ROUTER_EXECUTABLE}",
-        "--host", bind,
-        "--port", str(s.serve_router_port),
+        "--host", LOOPBACK,
+        "--port", str(s.serve_router_backend_port),
         *pools,
         "--policy", s.serve_router_policy,
         "--health-check-endpoint", "/health",
@@ -173,6 +223,71 @@ def render_router(
     env = {"SPT_NOENV": "1"}
     sha = hashlib.sha256(render_router_unit(env=env, **fields).encode()).hexdigest()[:16]
     return render_router_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha, argv
+
+
+def _listen(host: str | None, port: int) -> str:
+    """nginx's ``listen`` for ``port`` at ``host`` (every IPv4 address without one)."""
+    if not host:
+        return str(port)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def render_proxy(settings: Settings) -> tuple[str, str, str, str | None]:
+    """The proxy's configuration, unit text, unit sha and admin key entry (None without
+    ``serve_router = "fleet"``). Pure: the deploy writes these.
+
+    + settings: validated data (``serve_router_*``; with fleet, the admin key)
+    """
+    s = settings
+    fleet = s.serve_router == "fleet"
+    conf = render_proxy_conf(
+        listen=_listen(s.serve_host, s.serve_router_port),
+        backend=f"{LOOPBACK}:{s.serve_router_backend_port}",
+        paths=CLIENT_PATHS,
+        admin_listen=_listen(s.serve_host, s.serve_router_admin_port) if fleet else None,
+        admin_paths=ADMIN_PATHS,
+        run=PROXY_RUN,
+        user=s.serve_router_user,
+        version=s.serve_router_version,
+        timeout=PROXY_TIMEOUT,
+        max_body=PROXY_MAX_BODY,
+    )
+    copies = [["/usr/bin/install", "-m", "0600", PROXY_CONF, PROXY_LOADED]]
+    if fleet:
+        copies.append(["/usr/bin/install", "-m", "0600", ROUTER_ADMIN_MAP, PROXY_ADMIN_LOADED])
+    mark = ["/bin/sh", "-c", f'printf "%s\\n" "${UNIT_SHA_VAR}" > {PROXY_STARTED}']
+    fields: dict[str, Any] = dict(
+        mark=mark, copies=copies, nginx=NGINX, loaded=PROXY_LOADED, run_name=PROXY_RUN.rsplit("/", 1)[1],
+        description=f"servefleet router proxy (nginx: port {s.serve_router_port} -> vllm-router "
+        f"on {LOOPBACK}:{s.serve_router_backend_port})", admin=fleet,
+    )  # fmt: skip
+    sha = hashlib.sha256(render_proxy_unit(env={}, **fields).encode()).hexdigest()[:16]
+    unit = render_proxy_unit(env={UNIT_SHA_VAR: sha}, **fields)
+    admin = None
+    if fleet and s.router_admin_key:
+        admin = f'"Bearer {s.router_admin_key}" 1;\n'
+    return conf, unit, sha, admin
+
+
+def plan_proxy(settings: Settings, found: dict[str, Any] | None) -> ProxyPlan:
+    """The router's proxy, from how the probe found it (its ``router`` entry's ``proxy``).
+
+    + settings: validated data
+    + found: the probe's ``router.proxy`` entry, or None
+    """
+    conf, unit_text, sha, admin = render_proxy(settings)
+    found = found or {}
+    conf_sha = hashlib.sha256(conf.encode()).hexdigest()
+    return ProxyPlan(
+        conf=conf,
+        unit_text=unit_text,
+        sha=sha,
+        admin_map=admin,
+        nginx=found.get("nginx") is True,
+        running=found.get("active") == "active" and found.get("running") == sha,
+        loaded=found.get("loaded") == conf_sha and (admin is None or found.get("admin") is True),
+        unit_file=found.get("file") if isinstance(found.get("file"), str) else None,
+    )
 
 
 def plan_router(
@@ -213,15 +328,21 @@ def plan_router(
         found=dict(found),
         releases=tuple(releases),
         roles=tuple(roles),
+        proxy=plan_proxy(settings, found.get("proxy")),
     )
 
 
 __all__ = [
+    "ADMIN_PATHS",
+    "CLIENT_PATHS",
     "ROUTER_PACKAGE",
+    "ProxyPlan",
     "RouterPlan",
     "admin_url",
     "fleet_order",
+    "plan_proxy",
     "plan_router",
+    "render_proxy",
     "render_router",
     "url",
     "worker_url",

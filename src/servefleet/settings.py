@@ -191,6 +191,12 @@ class Settings:
         "SERVEFLEET_API_KEY",
         "API key the servers require on /v1 (VLLM_API_KEY from a 0600 root file); unset: open",
     )
+    creds_router_admin_key_env: str = key(
+        _env_name,
+        "SERVEFLEET_ROUTER_ADMIN_KEY",
+        "serve_router fleet: key the fleet's hosts take instances out of the routers' rotation "
+        "with (their worker API); required there",
+    )
 
     # --- serve: what to serve, and where it lives on the host
     serve_recipe: str = key(
@@ -327,6 +333,18 @@ class Settings:
     serve_router_metrics_port: int = key(
         c.whole(1, c.MAX_PORT), 29000, "port of the router's Prometheus metrics (at serve_host)"
     )
+    serve_router_backend_port: int = key(
+        c.whole(1, c.MAX_PORT),
+        18080,
+        "loopback port of vllm-router itself: clients reach only the OpenAI paths, through its "
+        "proxy (nginx) at serve_router_port",
+    )
+    serve_router_admin_port: int = key(
+        c.whole(1, c.MAX_PORT),
+        8079,
+        "serve_router fleet: port of the routers' worker API for the fleet's hosts (at "
+        "serve_host, through the proxy, with the key of creds_router_admin_key_env)",
+    )
     serve_router_version: str = key(
         c.pep440_version, "0.1.17", "vllm-router version, its own release from the public index"
     )
@@ -380,6 +398,7 @@ class Settings:
     index_password: str | None = field(default=None, repr=False)
     hf_token: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
+    router_admin_key: str | None = field(default=None, repr=False)
 
     def owner_of(self, package: str) -> Index | None:
         """The index that owns ``package``, or None for the public index."""
@@ -544,16 +563,32 @@ def _trees_apart(values: dict[str, Any]) -> None:
                 )
 
 
+# the router's ports: the proxy's (clients, and the fleet's hosts), its metrics, vllm-router's own
+ROUTER_PORTS = ("serve_router_port", "serve_router_metrics_port", "serve_router_backend_port",
+                "serve_router_admin_port")  # fmt: skip
+
+
 def _router(values: dict[str, Any], environ: Mapping[str, str]) -> None:
     if values["serve_router_user"] == values["serve_user"]:
         raise DataError(
             f"serve_router_user: {values['serve_router_user']!r} is serve_user too; allowed: a "
             "user of its own (the servers run model code; the router must not be theirs)"
         )
-    if values["serve_router_metrics_port"] == values["serve_router_port"]:
+    seen: dict[int, str] = {}
+    for name in ROUTER_PORTS:
+        port = values[name]
+        if port in seen:
+            raise DataError(
+                f"{name}: {port} is {seen[port]} too; allowed: another port (the router's "
+                f"ports {', '.join(ROUTER_PORTS)} are each its own)"
+            )
+        seen[port] = name
+    name = values["creds_router_admin_key_env"]
+    key_ = environ.get(name)
+    if key_ and not c.API_KEY.fullmatch(key_):
         raise DataError(
-            f"serve_router_metrics_port: {values['serve_router_port']} is serve_router_port too; "
-            "allowed: another port"
+            f"creds_router_admin_key_env: the value of {name} (not shown) is not a key "
+            f"servefleet passes on; allowed: {c.API_KEY_ALLOWED}"
         )
 
 
@@ -633,6 +668,7 @@ def settings_from(
         index_password=secret("creds_index_password_env"),
         hf_token=secret("creds_hf_token_env"),
         api_key=secret("creds_api_key_env"),
+        router_admin_key=secret("creds_router_admin_key_env"),
     )
 
 

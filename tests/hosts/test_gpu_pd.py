@@ -67,7 +67,7 @@ def test_glm_prefill_and_decode_on_two_h200_hosts_behind_a_fleet_router(
     on_host(lab, "lab2", f"touch {STALE}")  # its decode keeps a peer's first NIXL engine
     deploy(lab)
     front, p_addr, d_addr = address(lab, "lab3"), address(lab, "lab1"), address(lab, "lab2")
-    conn_workers = healthy(front)
+    conn_workers = healthy(lab, "lab3")
     assert conn_workers == {f"http://{p_addr}:8000": True, f"http://{d_addr}:8000": True}
 
     site = resolved()

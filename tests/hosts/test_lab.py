@@ -249,7 +249,9 @@ def test_file_server_serves_driver_runfiles_and_guards_the_model_store(
 def test_lab_env_exports_credentials_without_printing_them(lab: dict[str, Any]) -> None:
     out = servefleet("lab", "env").stdout
     names = re.findall(r'^export ([A-Z_]+)="\$\(cat [^)]+\)"$', out, re.MULTILINE)
-    assert sorted(names) == ["HF_TOKEN", "RBLN_INDEX_PASSWORD", "RBLN_INDEX_USER"]
+    assert sorted(names) == [
+        "HF_TOKEN", "RBLN_INDEX_PASSWORD", "RBLN_INDEX_USER", "SERVEFLEET_ROUTER_ADMIN_KEY",
+    ]  # fmt: skip
     for name in names:
         assert _secret(lab, name) not in out
     shell = subprocess.run(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import secrets
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from test_plan_status import answers_ssh, cli, host_systemctl, wait_for
 
 HOSTS = ("lab1", "lab2")
 ROUTER_PORT = 8080
+BACKEND_PORT = 18080  # vllm-router itself, on loopback behind its proxy
+ADMIN_PORT = 8079  # serve_router fleet: the worker API through the proxy, with the admin key
 MODEL = "openai/gpt-oss-120b"
 RATE_FILE = "/etc/rbln-sim/tokens-per-second"
 TOKENS = 8  # per request: 0.2 s at the rate below
@@ -83,23 +86,37 @@ def request(host: str, stream: bool, model: str = MODEL, key: str | None = None)
         conn.close()
 
 
-def listed(host: str) -> list[str]:
-    conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=10)
-    try:
-        conn.request("GET", "/list_workers")
-        return list(json.loads(conn.getresponse().read())["urls"])
-    finally:
-        conn.close()
+def worker_api(lab: dict[str, Any], host: str, path: str) -> Any:
+    """vllm-router's worker API on ``host``, where only that host reaches it (loopback)."""
+    read = (f"import urllib.request; print(urllib.request.urlopen("
+            f"'http://127.0.0.1:{BACKEND_PORT}{path}', timeout=10).read().decode())")  # fmt: skip
+    return json.loads(on_host(lab, host, f'python3 -c "{read}"').stdout)
 
 
-def healthy(host: str) -> dict[str, bool]:
+def listed(lab: dict[str, Any], host: str) -> list[str]:
+    return list(worker_api(lab, host, "/list_workers")["urls"])
+
+
+def healthy(lab: dict[str, Any], host: str) -> dict[str, bool]:
     """Each worker the router lists, and whether its health checks find it healthy."""
-    conn = http.client.HTTPConnection(host, ROUTER_PORT, timeout=10)
-    try:
-        conn.request("GET", "/workers")
-        return {w["url"]: w["is_healthy"] for w in json.loads(conn.getresponse().read())["workers"]}
-    finally:
-        conn.close()
+    return {w["url"]: w["is_healthy"] for w in worker_api(lab, host, "/workers")["workers"]}
+
+
+def attack(lab: dict[str, Any], source: str, target: str, port: int, key: str | None = None,
+           verb: str = "add") -> int:  # fmt: skip
+    """The finding's attack from host ``source``: put a worker of its own into the router at
+    ``target:port`` (or take one out), without a key or with ``key``; the HTTP status."""
+    worker = f"http://{address(lab, source)}:9999"
+    headers = f"{{'Authorization': 'Bearer {key}'}}" if key else "{}"
+    code = (
+        "import urllib.request, urllib.error, urllib.parse\n"
+        f"url = 'http://{target}:{port}/{verb}_worker?url=' + urllib.parse.quote('{worker}', safe='')\n"
+        f"req = urllib.request.Request(url, data=b'', method='POST', headers={headers})\n"
+        "try:\n    print(urllib.request.urlopen(req, timeout=10).status)\n"
+        "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+    )
+    out = on_host(lab, source, f"python3 -c {shlex.quote(code)}").stdout
+    return int(out.strip().splitlines()[-1])
 
 
 class Traffic:
@@ -153,12 +170,16 @@ def test_host_routers_serve_through_a_rolling_restart(lab: dict[str, Any]) -> No
     deploy(lab)
     for host in HOSTS:
         addr = address(lab, host)
-        assert sorted(listed(addr)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
+        assert sorted(listed(lab, host)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
         assert request(addr, stream=False) is None and request(addr, stream=True) is None
         user = on_host(
             lab, host, f"ps -o user= -p $(systemctl show -p MainPID --value {ROUTER_UNIT})"
         )
         assert user.stdout.strip() == "servefleet-router"
+    # #31 finding 1: from the other host, the worker API is not on the router's port
+    for verb in ("add", "remove"):
+        assert attack(lab, "lab2", address(lab, "lab1"), ROUTER_PORT, verb=verb) == 404
+    assert sorted(listed(lab, "lab1")) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
     again = deploy(lab)
     assert "Converge the instances" not in again and "router release" not in again, again[-3000:]
 
@@ -179,9 +200,7 @@ def test_host_routers_serve_through_a_rolling_restart(lab: dict[str, Any]) -> No
     for host in HOSTS:
         shas = unit_shas(lab, host)
         assert len(shas) == 4 and not set(shas) & set(before[host]), (before[host], shas)
-        assert sorted(listed(address(lab, host))) == [
-            f"http://127.0.0.1:{8000 + i}" for i in range(4)
-        ]
+        assert sorted(listed(lab, host)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
         # the router's own log: each instance left its rotation and came back
         log = on_host(lab, host, f"journalctl -u {ROUTER_UNIT} -o cat --no-pager").stdout
         for i in range(4):
@@ -226,10 +245,10 @@ def test_a_converge_killed_with_an_instance_out_of_rotation_puts_it_back(
         on_host(lab, host, "pkill -9 -f '[i]nstances.py converge' || true")
     finally:
         release(lab, [host])
-    assert "http://127.0.0.1:8001" not in listed(addr)
+    assert "http://127.0.0.1:8001" not in listed(lab, host)
     assert request(addr, stream=False) is None  # the router serves through the other three
     deploy(lab, "serve_shutdown_timeout=61", hosts=(host,))
-    assert sorted(listed(addr)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
+    assert sorted(listed(lab, host)) == [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
     deploy(lab, router="none", hosts=(host,))
 
 
@@ -252,8 +271,19 @@ def test_a_fleet_router_over_two_hosts_through_a_rollout_and_a_stopped_host(
     workers = sorted(
         f"http://{address(lab, h)}:{8000 + i}" for h in ("lab1", "lab2") for i in range(4)
     )
-    assert sorted(listed(front)) == workers
+    assert sorted(listed(lab, "lab3")) == workers
     assert request(front, stream=False) is None and request(front, stream=True) is None
+    # #31 finding 1, from a serving host (not a router): the worker API is not on the clients'
+    # port, and on the admin port only with the routers' admin key, which lab1's serve user
+    # cannot read (a 0600 root file)
+    assert attack(lab, "lab1", front, ROUTER_PORT) == 404
+    assert attack(lab, "lab1", front, ADMIN_PORT) == 401
+    assert attack(lab, "lab1", front, ADMIN_PORT, key="guessed-" + secrets.token_hex(12)) == 401
+    assert attack(lab, "lab1", front, ADMIN_PORT, verb="remove") == 401
+    assert sorted(listed(lab, "lab3")) == workers
+    unreadable = on_host(lab, "lab1", "runuser -u servefleet -- cat "
+                         "/etc/servefleet/secrets/router-admin-key", check=False)  # fmt: skip
+    assert unreadable.returncode != 0
     served = on_host(lab, "lab3", "ls /etc/systemd/system/ | grep -c '^servefleet-vllm-' || true")
     assert served.stdout.strip() == "0"  # the router host serves nothing itself
 
@@ -281,7 +311,8 @@ def test_a_fleet_router_over_two_hosts_through_a_rollout_and_a_stopped_host(
             time.sleep(0.1)
     dead = [f"http://{address(lab, 'lab2')}:{8000 + i}" for i in range(4)]
     wait_for(
-        lambda: all(not healthy(front)[w] for w in dead), "the router still finds lab2 healthy"
+        lambda: all(not healthy(lab, "lab3")[w] for w in dead),
+        "the router still finds lab2 healthy",
     )
     try:
         assert len(traffic.failures) <= CLIENTS, traffic.failures  # one in flight per client
@@ -344,7 +375,7 @@ def pd_on_one_host(lab: dict[str, Any], host: str) -> None:
     data = (f"serve_recipe={PD_CARD}",)
     deploy(lab, *data, hosts=(host,))
     front = address(lab, host)
-    workers = healthy(front)
+    workers = healthy(lab, host)
     assert workers == {"http://127.0.0.1:8000": True, "http://127.0.0.1:8001": True}, workers
     before = (role_counts(lab, host, 8000), role_counts(lab, host, 8001))
     assert request(front, stream=False) is None and request(front, stream=True) is None

@@ -201,3 +201,36 @@ def test_one_reload_after_the_restarts_where_systemd_asks_for_it(
     monkeypatch.setattr(instances, "systemctl", systemctl)
     instances.bring_to(host["state"])
     assert reloads == (["reload after 3 restarts"] if marks else [])
+
+
+def test_another_hosts_router_is_asked_with_the_admin_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """#31 finding 1: a fleet router's proxy passes the worker API only with the routers' admin
+    key; the converge sends it from its 0600 root file (and no header where there is none)."""
+    seen: list[str | None] = []
+
+    class Keyed(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Keyed)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        admin = f"http://127.0.0.1:{server.server_port}"
+        monkeypatch.setattr(instances, "ROUTER_ADMIN_KEY", tmp_path / "none")
+        instances.router_call(admin, "remove", WORKERS[0])
+        key = tmp_path / "router-admin-key"
+        key.write_text("the-admin-key-0123456789\n")
+        monkeypatch.setattr(instances, "ROUTER_ADMIN_KEY", key)
+        instances.router_call(admin, "add", WORKERS[0])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [None, "Bearer the-admin-key-0123456789"]

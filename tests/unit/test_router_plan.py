@@ -37,8 +37,8 @@ def test_router_lists_every_instance_of_the_host_and_the_datas_choices() -> None
     assert argv[0] == f"{r.release.path}/bin/vllm-router"
     assert argv[argv.index("--worker-urls") + 1 : argv.index("--policy")] == list(r.workers)
     want = {
-        "--host": "0.0.0.0",
-        "--port": "8080",
+        "--host": "127.0.0.1",  # only its proxy reaches it (its worker API is unguarded)
+        "--port": "18080",
         "--policy": "power_of_two",
         "--retry-max-retries": "4",
         "--cb-failure-threshold": "2",
@@ -62,9 +62,11 @@ def test_router_lists_every_instance_of_the_host_and_the_datas_choices() -> None
 
 def test_serve_host_binds_the_router_and_names_the_workers() -> None:
     r = plan_host(routed(serve_host="10.1.2.3"), probe()).router
-    assert r is not None and r.admin == "http://10.1.2.3:8080"
+    assert r is not None and r.admin == "http://127.0.0.1:18080"  # vllm-router on loopback
     assert r.workers[0] == "http://10.1.2.3:8000"
-    assert r.argv[r.argv.index("--host") + 1] == "10.1.2.3"
+    assert r.argv[r.argv.index("--host") + 1] == "127.0.0.1"
+    assert r.argv[r.argv.index("--prometheus-host") + 1] == "10.1.2.3"
+    assert r.proxy is not None and "\n        listen 10.1.2.3:8080;\n" in r.proxy.conf
 
 
 def test_the_worker_list_is_in_the_routers_sha() -> None:

@@ -92,6 +92,7 @@ def serve(plan: HostPlan | None) -> None:
         preflight.check(plan)
         units.cache_dirs(plan)
         credentials.api_key(plan)
+        credentials.router_admin_key(plan)
         prewarm.converge(plan)
     if plan.settings.serve_router == "fleet":  # one step of every host's: the order point
         router_step.after_servers()

@@ -25,6 +25,9 @@ BASE_PACKAGES = (
     "iproute2",
     "gnupg",
     "sudo",
+    # the router's proxy: a fleet's hosts install it from their Debian mirror when a router is
+    # wanted; lab hosts have no mirror, so their image holds it (the deploy finds it installed)
+    "nginx-light",
 )
 # The Debian suites a lab host can run (`lab up --base`, `--odd-base`): their glibc and Python
 SUITES = {"bookworm": ("2.36", "3.11"), "trixie": ("2.41", "3.13")}

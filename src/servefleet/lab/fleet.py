@@ -592,6 +592,8 @@ def _new_secret_files() -> dict[str, str]:
         # quotes and backslashes no netrc reads alike: settings refuses them, #18 finding 10)
         "RBLN_INDEX_PASSWORD": secrets.token_urlsafe(18) + "#h$!;&|<>(*)`",
         "HF_TOKEN": "hf_lab" + secrets.token_hex(16),
+        # serve_router fleet: the key the serving hosts drain the routers with
+        "SERVEFLEET_ROUTER_ADMIN_KEY": "lab-admin-" + secrets.token_hex(16),
     }
     files = {}
     for name, value in values.items():

@@ -55,6 +55,9 @@ PROPERTIES = (
     "ControlGroup",
     "EnvironmentFiles",
 )
+# the unit whose processes hold another unit's port: the router's is its proxy's (nginx in front
+# of vllm-router, which listens on loopback)
+PORT_HOLDERS = {layout.ROUTER_UNIT: layout.PROXY_UNIT}
 CLD_EXITED = 1  # ExecMainCode of a main process that exited (rather than was killed)
 TCP_LISTEN = "0A"
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
@@ -404,8 +407,14 @@ def check(
     st = unit_state(unit)
     baseline = st.restarts  # NRestarts survives a manual restart: count from here
     pause = QUICK_POLL
+    holder = PORT_HOLDERS.get(unit, unit)
+
+    def owner(answered: bool) -> str | None:
+        return owner_problem(holder, port, host, st if holder == unit else unit_state(holder),
+                             answered)  # fmt: skip
+
     while True:
-        fatal = state_problem(unit, st, baseline) or owner_problem(unit, port, host, st, False)
+        fatal = state_problem(unit, st, baseline) or owner(False)
         if fatal:
             return fatal
         key = api_key(unit_state(key_unit) if key_unit else st)
@@ -414,11 +423,7 @@ def check(
             why = None  # the servers answered, behind the router: the key is theirs
         if why is None or UNAUTHORIZED in why:
             st = unit_state(unit)
-            return (
-                state_problem(unit, st, baseline)
-                or owner_problem(unit, port, host, st, True)
-                or why
-            )
+            return state_problem(unit, st, baseline) or owner(True) or why
         if answered_timeout is not None and not answered and not why.startswith("not answering"):
             answered = True
             if time.monotonic() + answered_timeout < deadline:

@@ -61,6 +61,8 @@ import trusted  # noqa: E402
 UNIT_DIR = Path(layout.UNIT_DIR)
 UNIT_GLOB = layout.UNIT_GLOB
 ROUTER = layout.ROUTER_UNIT
+PROXY = layout.PROXY_UNIT
+ROUTER_ADMIN_KEY = Path(layout.ROUTER_ADMIN_KEY)
 SHA_VAR = layout.UNIT_SHA_VAR
 
 
@@ -340,14 +342,25 @@ def write_units(state: dict[str, Any]) -> None:
             log(f"{inst['unit']}: written (sha {inst['sha']})")
 
 
+def admin_headers() -> dict[str, str]:
+    """The routers' admin key, for another host's router (its proxy passes the worker API only
+    with it; ``serve_router = "fleet"``); none where this host has none."""
+    try:
+        key = ROUTER_ADMIN_KEY.read_text().strip()
+    except OSError:
+        return {}
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def router_call(admin: str, verb: str, worker: str) -> None:
     """Ask the router at ``admin`` (its worker API) to ``add`` or ``remove`` a worker. Best
     effort: a router that is not running routes to nothing (its start lists every worker), and
     one that does not answer still health-checks its workers and retries elsewhere."""
     url = f"{admin}/{verb}_worker?url={urllib.parse.quote(worker, safe='')}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(url, data=b"", method="POST", headers=admin_headers())
     try:
-        with opener.open(urllib.request.Request(url, data=b"", method="POST"), timeout=10) as r:
+        with opener.open(request, timeout=10) as r:
             r.read(1 << 16)
         log(f"router {admin}: {'took' if verb == 'remove' else 'put'} {worker} "
             f"{'out of' if verb == 'remove' else 'back in'} rotation")  # fmt: skip
@@ -373,11 +386,15 @@ def bring_router(state: dict[str, Any]) -> None:
     (a run that died with one taken out puts it back); no router wanted: its unit removed."""
     router, path = state.get("router"), UNIT_DIR / ROUTER
     if router is None:
-        if path.exists():
-            systemctl("disable", "--now", "--quiet", ROUTER, check=False)
-            path.unlink()
-            systemctl("daemon-reload")
-            log(f"{ROUTER}: removed (serve_router is none)")
+        for unit in (PROXY, ROUTER):  # the proxy first: clients get no answer, not a 502
+            if (UNIT_DIR / unit).exists():
+                systemctl("disable", "--now", "--quiet", unit, check=False)
+                (UNIT_DIR / unit).unlink()
+                systemctl("daemon-reload")
+                log(f"{unit}: removed (serve_router is none)")
+        for leftover in (layout.PROXY_CONF, layout.ROUTER_ADMIN_MAP):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
         return
     if unit_sha(router["text"]) != router["sha"]:
         raise Failed(f"{ROUTER}: its text does not carry sha {router['sha']}")

@@ -38,6 +38,16 @@ UNIT_PREFIX = "servefleet-vllm-"
 UNIT_GLOB = f"{UNIT_PREFIX}*.service"
 BUILD_UNIT = "servefleet-prewarm.service"  # a build host's compile-only instance
 ROUTER_UNIT = "servefleet-router.service"  # serve_router: the vllm-router in front of them
+# nginx in front of the router: clients reach only the OpenAI paths (vllm-router's worker API
+# is on its port, unguarded); it runs the copies its unit made at its start, in PROXY_RUN
+PROXY_UNIT = "servefleet-router-proxy.service"
+PROXY_CONF = "/etc/servefleet/router-proxy.conf"
+PROXY_RUN = "/run/servefleet-router-proxy"
+PROXY_LOADED = f"{PROXY_RUN}/nginx.conf"  # the configuration it runs
+PROXY_ADMIN_LOADED = f"{PROXY_RUN}/admin.map"  # the admin key it checks (serve_router fleet)
+PROXY_STARTED = f"{PROXY_RUN}/unit"  # the SERVEFLEET_UNIT it was started with (nginx's process
+# title overwrites its /proc/PID/environ)
+NGINX = "/usr/sbin/nginx"
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 
 
@@ -60,6 +70,10 @@ HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"  # Hugging Face token (read at fetch t
 # The servers' API key: the units' EnvironmentFile= (systemd reads it as root); the health gate
 # reads the key from the file a unit names, for its Authorization: Bearer header
 API_KEY_FILE = f"{SECRETS_DIR}/vllm-api-key.env"
+# serve_router fleet: the routers' admin key, as a router host's proxy checks it (an nginx map
+# entry) and as a serving host's converge sends it (the bare key)
+ROUTER_ADMIN_MAP = f"{SECRETS_DIR}/router-admin.map"
+ROUTER_ADMIN_KEY = f"{SECRETS_DIR}/router-admin-key"
 API_KEY_VAR = "VLLM_API_KEY"  # its one line: VLLM_API_KEY=<key>
 
 # The RBLN driver.

@@ -151,11 +151,26 @@ def units(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
 MAX_WORKERS_REPLY = 1 << 20  # bytes of the router's worker list the probe reads
 
 
+def proxy() -> dict[str, Any]:
+    """The router's proxy unit (as :func:`units`), whether nginx is installed, the sha256 of the
+    configuration it runs (its copy in PROXY_RUN, root's) and whether the admin key it checks is
+    the one on the host (a yes or no: no digest of a secret leaves the host)."""
+    found = units([layout.PROXY_UNIT])[layout.PROXY_UNIT]
+    found["running"] = (read(layout.PROXY_STARTED) or "").strip() or None
+    loaded = read(layout.PROXY_LOADED, "rb")
+    found["nginx"] = os.path.isfile(layout.NGINX)
+    found["loaded"] = hashlib.sha256(loaded).hexdigest() if loaded is not None else None
+    admin = read(layout.PROXY_ADMIN_LOADED, "rb")
+    found["admin"] = admin is not None and admin == read(layout.ROUTER_ADMIN_MAP, "rb")
+    return found
+
+
 def router(url: str | None) -> dict[str, Any]:
     """The router unit (as :func:`units`) and, when it runs and ``url`` is given, the workers it
     lists and whether it finds each healthy (its ``/workers``; None when it does not answer
     with such a list)."""
     found = units([layout.ROUTER_UNIT])[layout.ROUTER_UNIT]
+    found["proxy"] = proxy()
     found["workers"] = found["healthy"] = None
     if url and found["active"] == "active":
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from servefleet.hostplan import HostPlan, api_key_file
-from servefleet.remote.layout import API_KEY_FILE, SECRETS_DIR
+from servefleet.remote.layout import API_KEY_FILE, ROUTER_ADMIN_KEY, SECRETS_DIR
 from servefleet.settings import Settings
 from servefleet.steps import ensure
 
@@ -28,8 +28,22 @@ def hf_token(plan: HostPlan) -> str | None:
 
 def secrets_dir(plan: HostPlan) -> None:
     """The 0700 directory secrets pass through and live in, when this host gets any."""
-    if plan.release.netrc or hf_token(plan) or plan.settings.api_key:
+    if plan.release.netrc or hf_token(plan) or plan.settings.api_key or _router_admin(plan):
         ensure.directory(plan, SECRETS_DIR, mode="700")
+
+
+def _router_admin(plan: HostPlan) -> str | None:
+    """The routers' admin key a serving host drains with, behind fleet routers."""
+    s = plan.settings
+    return s.router_admin_key if s.serve_router == "fleet" and not plan.router_host else None
+
+
+def router_admin_key(plan: HostPlan) -> None:
+    """With ``serve_router = "fleet"``: the key a serving host's converge sends the routers'
+    worker API (their proxies pass it only with this key), a 0600 root file."""
+    key = _router_admin(plan)
+    if key:
+        ensure.secret(plan, "Write the routers' admin key (0600)", ROUTER_ADMIN_KEY, key)
 
 
 def api_key(plan: HostPlan) -> None:

@@ -79,4 +79,6 @@ def host_plan(files: bool = False) -> HostPlan | None:
     if isinstance(plan, str):
         fail_host(plan)
         return None
+    with one_line():
+        router.check_data(plan)  # what only a deploy needs (plan and status read without it)
     return plan

@@ -8,16 +8,26 @@ every host is known."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
-from pyinfra.operations import server
+from pyinfra.operations import apt, server
 
+from servefleet.checks import API_KEY_ALLOWED
+from servefleet.errors import DataError
 from servefleet.hostplan import NOLOGIN, HostPlan
-from servefleet.remote.layout import PLANS
+from servefleet.remote.layout import (
+    PLANS,
+    PROXY_CONF,
+    PROXY_UNIT,
+    ROUTER_ADMIN_MAP,
+    SECRETS_DIR,
+    UNIT_DIR,
+)
 from servefleet.router import RouterPlan, admin_url, fleet_order
 from servefleet.settings import Settings, settings_from
 from servefleet.steps import ensure
@@ -43,6 +53,18 @@ def fleet_routers(settings: Settings) -> list[str]:
         theirs = settings_from(h.data.get, keys=h.data.dict().keys())
         out.append(admin_url(theirs, address_of(h)))
     return out
+
+
+def check_data(plan: HostPlan) -> None:
+    """What a deploy needs besides valid data: with ``serve_router = "fleet"``, the routers'
+    admin key (DataError, one line)."""
+    s = plan.settings
+    if s.serve_router == "fleet" and not s.router_admin_key:
+        raise DataError(
+            f"creds_router_admin_key_env: serve_router is fleet, and ${s.creds_router_admin_key_env}"
+            " is not set: the fleet's hosts reach the routers' worker API with it; allowed: a "
+            f"key of {API_KEY_ALLOWED}"
+        )
 
 
 def is_router_host(settings: Settings) -> bool:
@@ -81,26 +103,63 @@ def join(plan: HostPlan) -> None:
             run.changing.add(host.name)
 
 
+def proxy(plan: HostPlan) -> None:
+    """The router's proxy (nginx, installed from the host's Debian mirror when missing): its
+    configuration, unit and (``serve_router = "fleet"``) admin key written where they differ;
+    restarted when it runs another unit text, else reloaded (gracefully: what it has in flight
+    finishes) when it runs another configuration or key. What it runs is read from its runtime
+    copies, so a run that died after a write restarts or reloads it the next time."""
+    r = plan.router
+    assert r is not None and r.proxy is not None
+    p = r.proxy
+    if not p.nginx:
+        apt.packages(name="Install nginx (the router's proxy)", packages=["nginx"],
+                     update=True, cache_time=3600, no_recommends=True)  # fmt: skip
+    conf = p.conf.encode()
+    conf_new = not plan.has(PROXY_CONF, "file", "644", sha256=hashlib.sha256(conf).hexdigest())
+    ensure.upload(plan, "Write the router proxy's configuration", conf, PROXY_CONF)
+    path = f"{UNIT_DIR}/{PROXY_UNIT}"
+    unit = p.unit_text.encode()
+    unit_new = not plan.has(path, "file", "644", sha256=hashlib.sha256(unit).hexdigest())
+    ensure.upload(plan, f"Write {PROXY_UNIT}", unit, path)
+    key_new = False
+    if p.admin_map is not None:
+        ensure.directory(plan, SECRETS_DIR, mode="700")
+        key_new = not plan.has(ROUTER_ADMIN_MAP, "file", "600",
+                               sha256=plan.digest(ROUTER_ADMIN_MAP, p.admin_map.encode()))  # fmt: skip
+        ensure.secret(plan, "Write the routers' admin key (0600)", ROUTER_ADMIN_MAP, p.admin_map)
+    if unit_new or not p.running:
+        server.shell(name=f"(Re)start {PROXY_UNIT}", commands=[
+            "systemctl daemon-reload", f"systemctl enable --quiet {PROXY_UNIT}",
+            f"systemctl restart {PROXY_UNIT}"])  # fmt: skip
+    elif conf_new or key_new or not p.loaded:
+        server.shell(name=f"Reload {PROXY_UNIT}", commands=[f"systemctl reload {PROXY_UNIT}"])
+
+
 def install(plan: HostPlan) -> None:
-    """The router's user and release (none when it runs already from a complete release)."""
+    """The router's user and release (none when it runs already from a complete release), then
+    its proxy."""
     r, s = plan.router, plan.settings
-    if r is None or (r.release_complete and r.active == "active"):
+    if r is None:
         return
-    user = s.serve_router_user
-    server.group(name=f"Create group {user}", group=user, system=True)
-    server.user(name=f"Create system user {user} (the router's)", user=user, group=user,
-                system=True, home=NO_HOME, create_home=False, shell=NOLOGIN)  # fmt: skip
-    plan_file = f"{s.serve_root}/{PLANS}/{r.release.id}.json"
-    plan_json = json.dumps(r.release.to_json(), indent=1, sort_keys=True) + "\n"
-    ensure.upload(plan, f"Upload the plan of router release {r.release.id}", plan_json.encode(),
-                  plan_file)  # fmt: skip
-    if not r.release_complete:
-        release(
-            name=f"Install router release {r.release.id} (vllm-router {s.serve_router_version})",
-            plan_file=plan_file,
-            marker=r.release.marker,
-            installer=f"{plan.lib}/install_release.py",
-        )
+    if not (r.release_complete and r.active == "active"):
+        user = s.serve_router_user
+        server.group(name=f"Create group {user}", group=user, system=True)
+        server.user(name=f"Create system user {user} (the router's)", user=user, group=user,
+                    system=True, home=NO_HOME, create_home=False, shell=NOLOGIN)  # fmt: skip
+        plan_file = f"{s.serve_root}/{PLANS}/{r.release.id}.json"
+        plan_json = json.dumps(r.release.to_json(), indent=1, sort_keys=True) + "\n"
+        ensure.upload(plan, f"Upload the plan of router release {r.release.id}",
+                      plan_json.encode(), plan_file)  # fmt: skip
+        if not r.release_complete:
+            release(
+                name=f"Install router release {r.release.id} (vllm-router "
+                f"{s.serve_router_version})",
+                plan_file=plan_file,
+                marker=r.release.marker,
+                installer=f"{plan.lib}/install_release.py",
+            )
+    proxy(plan)
 
 
 def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # noqa: F811
