@@ -392,6 +392,12 @@ class Settings:
         {},
         "model id -> sha256 of its store archive; none = the store's manifest",
     )
+    models_lock_timeout: int = key(
+        c.whole(1, 86400),
+        600,
+        "seconds a fetch waits for the lock on $HF_HOME/hub (one fetch at a time; the serve user "
+        "can hold it too) before it fails",
+    )
 
     # The secrets the creds_* keys name, read from the controller's environment (never data)
     index_user: str | None = field(default=None, repr=False)

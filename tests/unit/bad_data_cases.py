@@ -110,6 +110,7 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "models_hub_url": (8110, "models_hub_url: expected a string, got 8110"),
     "models_revisions": ("main", "models_revisions: expected a mapping, got 'main'"),
     "models_sha256": ("abc", "models_sha256: expected a mapping, got 'abc'"),
+    "models_lock_timeout": ("soon", "models_lock_timeout: expected a whole number, got 'soon'"),
 }
 
 # (key, a value of the right type that is out of range or malformed, the substring)
@@ -207,6 +208,7 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("models_store_url", UNTRUSTED + "/models", "models_store_url: 'http://10.9.9.9:8080/models' is http on 10.9.9.9"),
     ("models_store_url", "https://store.example:99999/models", "models_store_url: 'https://store.example:99999/models' has an invalid host or port"),
     ("models_hub_url", UNTRUSTED, "models_hub_url: 'http://10.9.9.9:8080' is http on 10.9.9.9"),
+    ("models_lock_timeout", 0, "models_lock_timeout: 0 is out of range; allowed: 1-86400"),
 ]  # fmt: skip
 
 

@@ -759,3 +759,41 @@ def test_a_hub_fetch_writes_nothing_through_links_the_serve_user_planted(
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
     assert (sentinel / "keep").lstat().st_uid == 0
     assert sorted(p.name for p in hub.iterdir()) == [".locks", TOP]  # no staging left
+
+
+def test_a_lock_held_on_the_hub_fails_the_fetch_in_one_line_within_its_deadline(
+    stub: Stub, home: Path
+) -> None:
+    """#31 (7): the serve user owns its hub and can hold ``flock`` on it; the fetch waits for the
+    lock until its deadline (``--lock-timeout``), then fails in one line, fetching nothing."""
+    import fcntl
+
+    store = publish(stub, tgz(hf_layout()))
+    (home / "hub").mkdir(parents=True)
+    held = os.open(home / "hub", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the serve user would, forever
+        started = time.monotonic()
+        line = refused(fetch(home, "--store", store, "--lock-timeout", "2"))
+        took = time.monotonic() - started
+    finally:
+        os.close(held)
+    assert line == (
+        f"servefleet: {home / 'hub'}: another process holds its lock (a fetch, or the serve user "
+        "holding it); gave up after 2 s (--lock-timeout), nothing fetched"
+    )
+    assert 2 <= took < 10, took
+    assert stub.paths() == []
+    assert fetch(home, "--store", store).returncode == 0  # released: the next fetch lands
+
+
+def test_the_lock_timeout_must_be_positive() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), MODEL, "/hf", OWNER, "--store", "http://s",
+         "--lock-timeout", "0"],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert (
+        refused(proc, code=2) == "servefleet: fetch_model.py: --lock-timeout must be above 0, not 0"
+    )

@@ -4,6 +4,7 @@ run huggingface_hub inside the release venv's python).
 
 usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON [--endpoint URL] | --archive FILE)
                       [--token-file FILE] [--token-env NAME] [--revision REV] [--sha256 HEX] [--timeout SECONDS]
+                      [--lock-timeout SECONDS]
 
 Lays MODEL (``ORG/NAME``) out as a Hugging Face download does, under
 ``$HF_HOME/hub/models--ORG--NAME``, so servers started with HF_HUB_OFFLINE=1 find it and never
@@ -15,7 +16,8 @@ Store (``--store URL``): ``<URL>/manifest.json`` is ``{"models": {"ORG/NAME": {"
 temporary file and its sha256, checked against ``--sha256`` or else the manifest, then unpacked
 in a temporary directory under ``$HF_HOME/hub``, checked and moved into place. An archive with a
 member outside ``models--ORG--NAME/``, a symlink resolving outside it, a hard link, a device or
-fifo is refused whole. Requests time out after ``--timeout`` seconds; the token (read from the
+fifo is refused whole. Requests time out after ``--timeout`` seconds, the wait for the hub's lock
+(one fetch at a time; the serve user can hold it too) after ``--lock-timeout``; the token (read from the
 0600 ``--token-file``) travels only in the Authorization header, which a redirect to another
 origin (scheme, host, port) drops.
 
@@ -67,6 +69,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import urllib.error
 import urllib.request
 import zlib
@@ -421,12 +424,29 @@ def mark_complete(repo: Path, rev: str, uid: int, gid: int) -> None:
         os.close(repofd)
 
 
+LOCK_POLL = 0.2  # seconds between two tries of the hub's lock
+
+
 @contextlib.contextmanager
-def one_fetch_at_a_time(hub: Path) -> Iterator[None]:
-    """Hold the lock on hub, then remove what a killed run left (``.fetch-*``)."""
+def one_fetch_at_a_time(hub: Path, deadline: float) -> Iterator[None]:
+    """Hold the lock on hub, then remove what a killed run left (``.fetch-*``). The hub is the
+    serve user's, so it can hold the lock too: after ``deadline`` seconds of waiting the fetch
+    fails in one line."""
     fd = os.open(hub, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        give_up = time.monotonic() + deadline
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise Refusal(
+                        f"{hub}: another process holds its lock (a fetch, or the serve "
+                        f"user holding it); gave up after {deadline:g} s (--lock-timeout), "
+                        "nothing fetched"
+                    ) from None
+                time.sleep(LOCK_POLL)
         for stale in hub.glob(".fetch-*"):
             shutil.rmtree(stale, ignore_errors=True)
         yield
@@ -670,6 +690,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--revision", metavar="REV", help="pin this commit (40 hex digits)")
     ap.add_argument("--sha256", metavar="HEX", help="the store archive's sha256")
     ap.add_argument("--timeout", metavar="SECONDS", type=float, default=60.0)
+    ap.add_argument("--lock-timeout", metavar="SECONDS", type=float, default=600.0)
     a = ap.parse_args(argv)
     problem = bad_model_id(a.model)
     if a.sha256:
@@ -684,6 +705,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         problem = "--archive needs --sha256"
     if problem is None and not a.timeout > 0:
         problem = f"--timeout must be above 0, not {a.timeout:g}"
+    if problem is None and not a.lock_timeout > 0:
+        problem = f"--lock-timeout must be above 0, not {a.lock_timeout:g}"
     if problem is None and a.token_env is not None and not ENV_NAME_RE.fullmatch(a.token_env):
         problem = f"--token-env {a.token_env!r} is not a variable name"
     if problem is None and a.endpoint is not None and a.hub is None:
@@ -745,7 +768,7 @@ def _fetch_into(a: argparse.Namespace, hub: Path, user: Any, token: str | None) 
 
 
 def _fetch_locked(a: argparse.Namespace, hub: Path, user: Any, token: str | None) -> str:
-    with one_fetch_at_a_time(hub):
+    with one_fetch_at_a_time(hub, a.lock_timeout):
         if a.store:
             client = Client(token, a.token_env, a.timeout)
             rev = from_store(a, hub, client, user.pw_uid, user.pw_gid)

@@ -55,7 +55,8 @@ def fetch(plan: HostPlan) -> None:
             pins += ["--sha256", sha256]
         # options first, then ``--``: no positional is ever read as an option (#18 finding 13)
         cmd = command(s.serve_root, "fetch_model.py", *source, *token, "--token-env",
-                      s.creds_hf_token_env, *pins, "--", model, s.models_hf_home, s.serve_user)  # fmt: skip
+                      s.creds_hf_token_env, *pins, "--lock-timeout", str(s.models_lock_timeout),
+                      "--", model, s.models_hf_home, s.serve_user)  # fmt: skip
         server.shell(
             name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.models_hf_home}/hub",
             commands=[cmd],
