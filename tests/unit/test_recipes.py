@@ -93,7 +93,7 @@ BROKEN_EXPECT = {
     "excluded-unknown-axis": "names axis 'color'",
     "modes-empty-values": "modes.quant must be a non-empty list",
     "duplicate-target": "duplicate targets",
-    "no-launcher": "launcher must be a string",
+    "no-launcher": "launcher: NoneType is not a launcher servefleet runs; allowed: 'vllm serve'",
     "truncated-json": "malformed JSON",
     "not-json": "no JSON object found",
 }
