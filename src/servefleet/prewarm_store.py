@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 _FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
+COMPILE_ONLY = "compile only"  # remote/layout.py's COMPILE_ONLY: a copy's one origin
 
 
 def sha256_of(path: Path) -> str:
@@ -58,6 +59,7 @@ class Store:
         tar = self.tar(fingerprint)
         return (
             manifest is not None
+            and manifest.get("origin") == COMPILE_ONLY  # an older copy may come from a server
             and tar.is_file()
             and tar.stat().st_size == manifest.get("tar_size")
         )
@@ -78,6 +80,10 @@ class Store:
                 raise ValueError("its manifest is missing or not JSON") from None
             if not isinstance(manifest, dict) or manifest.get("fingerprint") != fingerprint:
                 raise ValueError(f"its manifest is not one of fingerprint {fingerprint}")
+            if manifest.get("origin") != COMPILE_ONLY:  # #31 finding 5
+                raise ValueError(
+                    "it does not come from a compile-only build (a server's cache is never copied)"
+                )
             if not manifest.get("seal") or manifest.get("seal") != manifest.get("files"):
                 raise ValueError(  # packed from a cache a serving process may have written
                     "its files are not the seal root recorded when its compile ended"
@@ -113,10 +119,12 @@ class WarmEntry:
 
 def prewarm_roles(entries: list[WarmEntry]) -> dict[str, str]:
     """Each host's part in pre-warming its fingerprint, for the hosts of one run in inventory
-    order: ``host`` (host scope: it compiles what it lacks), ``warm``, ``source`` (warm; its
-    cache goes to the store), ``build`` (the build host compiles only, then is the source),
-    ``seed`` (the first cold host where no source is: it compiles, then is the source), ``copy``
-    (gets the store's copy before its servers start; a missing or bad copy: it compiles).
+    order: ``host`` (host scope: it compiles what it lacks), ``warm`` (it serves what it has),
+    ``build`` (the build host compiles only, and its cache goes to the store), ``seed`` (the
+    first cold host where no build host is: it compiles only, its cache goes to the store, then
+    it gets the copy as the others do), ``copy`` (gets the store's copy before its servers
+    start; a missing or bad copy: it compiles). A warm host's cache is never a source: its
+    servers ran model code and took prompts (#31 finding 5).
 
     + entries: the run's hosts, in inventory order
     """
@@ -126,15 +134,13 @@ def prewarm_roles(entries: list[WarmEntry]) -> dict[str, str]:
     for e in entries:
         if e not in fleet:
             roles[e.host] = "host"
-    # a build host first, then any warm host, before anything compiles on a serving host
-    for e in sorted(fleet, key=lambda e: (not e.builder, not e.warm)):
-        fp = e.fingerprint
-        if e.kept or fp in sources:
-            roles[e.host] = "warm" if e.warm or e.builder else "copy"
-        elif e.builder or e.warm:
-            roles[e.host] = "source" if e.warm else "build"
-            sources.add(str(fp))
+    for e in sorted(fleet, key=lambda e: not e.builder):  # a build host first
+        fp = str(e.fingerprint)
+        if e.warm or (e.builder and (e.kept or fp in sources)):
+            roles[e.host] = "warm"
+        elif e.kept or fp in sources:
+            roles[e.host] = "copy"
         else:
-            roles[e.host] = "seed"
-            sources.add(str(fp))
+            roles[e.host] = "build" if e.builder else "seed"
+            sources.add(fp)
     return roles

@@ -33,8 +33,9 @@ def warm_host(root: Path, dirs: list[str] | None = None) -> Path:
     (root / DIR / "rank1" / "mega_cache.bin").write_bytes(b"rank one")
     (root / "rbln" / "other-model" / "ffff").mkdir(parents=True)  # another fingerprint's cache
     (root / "rbln" / "other-model" / "ffff" / "x.bin").write_bytes(b"not copied")
-    # the marker as a compile leaves it: its directories and the seal of their files
-    prewarm.instances.mark_warm({"cache_root": str(root)}, FP, [DIR] if dirs is None else dirs)
+    # the marker as a compile-only build leaves it: its directories and the seal of their files
+    prewarm.instances.mark_warm({"cache_root": str(root)}, FP, [DIR] if dirs is None else dirs,
+                                source="compile only (RBLN-CR13)")  # fmt: skip
     return root
 
 
@@ -191,7 +192,7 @@ def test_a_cache_written_since_its_seal_is_never_copied(tmp_path: Path) -> None:
 def test_a_marker_without_a_seal_gives_no_copy(tmp_path: Path) -> None:
     src = warm_host(tmp_path / "a")
     marker = src / "servefleet-warm" / FP
-    marker.write_text(json.dumps({"dirs": [DIR], "source": "compiled"}))  # an older marker
+    marker.write_text(json.dumps({"dirs": [DIR], "source": "compile only (RBLN-CR13)"}))
     with pytest.raises(prewarm.NoCopy, match="has no seal of its cache"):
         prewarm.pack(src, FP, tmp_path / "out" / f"{FP}.tar")
 
@@ -222,7 +223,43 @@ def test_a_host_warm_from_a_copy_is_sealed_by_its_checked_manifest(tmp_path: Pat
     assert prewarm.main(["unpack", str(dest), FP, str(send(store, dest)), USER]) == 0
     marker = json.loads((dest / "servefleet-warm" / FP).read_text())
     assert marker["seal"] == store.manifest(FP)["files"]  # type: ignore[index]
-    prewarm.pack(dest, FP, tmp_path / "again" / f"{FP}.tar")  # it can give the copy on
+    with pytest.raises(prewarm.NoCopy, match="written by a server"):  # it serves: never a source
+        prewarm.pack(dest, FP, tmp_path / "again" / f"{FP}.tar")
+
+
+@pytest.mark.parametrize("source", ["compiled", "copy of lab1", None])
+def test_a_cache_a_server_wrote_is_never_packed(tmp_path: Path, source: str | None) -> None:
+    """#31 finding 5: a serving host's cache (its own compile, or a copy its servers have run
+    from since) is never copied to the fleet, sealed or not: only a compile-only build's."""
+    src = warm_host(tmp_path / "a")
+    marker = src / "servefleet-warm" / FP
+    record = json.loads(marker.read_text())
+    record["source"] = source
+    marker.write_text(json.dumps(record))
+    out = tmp_path / "out" / f"{FP}.tar"
+    with pytest.raises(prewarm.NoCopy, match="written by a server .* not by a compile-only build"):
+        prewarm.pack(src, FP, out)
+    assert not out.exists()
+
+
+def test_the_store_keeps_no_copy_that_is_not_a_compile_only_builds(tmp_path: Path) -> None:
+    src = warm_host(tmp_path / "a")
+    out = tmp_path / "out" / f"{FP}.tar"
+    prewarm.pack(src, FP, out)
+    manifest = json.loads(Path(f"{out}.json").read_text())
+    assert manifest["origin"] == "compile only"
+    del manifest["origin"]  # a copy kept before #31, or made from a serving host
+    store = Store(str(tmp_path / "store"))
+    tar_part, manifest_part = store.parts(FP, "host-a")
+    os.replace(out, tar_part)
+    manifest_part.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="does not come from a compile-only build"):
+        store.accept(FP, tar_part, manifest_part, "host-a")
+    assert not store.has(FP)
+    store.root.mkdir(parents=True, exist_ok=True)  # and one already kept does not count
+    store.tar(FP).write_bytes(b"x")
+    store.manifest_path(FP).write_text(json.dumps({**manifest, "tar_size": 1}))
+    assert not store.has(FP)
 
 
 def entry(host: str, warm: bool = False, kept: bool = False, **kw: object) -> WarmEntry:
@@ -235,9 +272,9 @@ def test_the_first_cold_host_compiles_and_the_others_copy() -> None:
     assert roles == {"a": "seed", "b": "copy", "c": "copy"}
 
 
-def test_a_warm_host_anywhere_in_the_run_is_the_source_before_anything_compiles() -> None:
+def test_a_warm_host_is_never_the_source_the_first_cold_host_builds() -> None:
     roles = prewarm_roles([entry("a"), entry("b"), entry("c", warm=True), entry("d", warm=True)])
-    assert roles == {"a": "copy", "b": "copy", "c": "source", "d": "warm"}
+    assert roles == {"a": "seed", "b": "copy", "c": "warm", "d": "warm"}
 
 
 def test_a_kept_copy_means_nobody_compiles() -> None:
@@ -271,3 +308,30 @@ def test_plan_marks_only_the_seed_as_recompiling() -> None:
         "b": ("copy", False),
         "c": ("copy", False),
     }
+
+
+def test_the_compile_only_build_runs_as_its_own_user_unreachable_into_its_own_cache() -> None:
+    """#31 finding 5: the build a fleet copies is the first instance's unit with compile-only
+    mode, as servefleet-build (not the serve user), HOME and VLLM_CACHE_ROOT its own tree, in a
+    network namespace of its own (it takes no request), without the servers' API key."""
+    text = (
+        "[Service]\nType=simple\nUser=servefleet\nGroup=servefleet\n"
+        'Environment="HOME=/var/lib/servefleet"\nEnvironment="VLLM_CACHE_ROOT=/var/cache/x"\n'
+        'Environment="HF_HOME=/var/lib/servefleet/hf"\n'
+        "EnvironmentFile=/etc/servefleet/secrets/vllm-api-key.env\n"
+        'ExecStart="/opt/servefleet/releases/r/bin/vllm" "serve" "m"\nRestart=on-failure\n'
+    )
+    unit = prewarm.build_unit({"instances": [{"text": text}]}, "RBLN-CR13", Path("/opt/b/c"))
+    lines = unit.splitlines()
+    assert "User=servefleet-build" in lines and "Group=servefleet-build" in lines
+    assert (
+        'Environment="HOME=/opt/b/c"' in lines and 'Environment="VLLM_CACHE_ROOT=/opt/b/c"' in lines
+    )
+    assert 'Environment="HF_HOME=/var/lib/servefleet/hf"' in lines  # it reads the model
+    assert "PrivateNetwork=yes" in lines and "Restart=no" in lines
+    assert 'Environment="VLLM_RBLN_COMPILE_ONLY=1"' in lines
+    assert 'Environment="RBLN_FORCE_NPU_NAME=RBLN-CR13"' in lines
+    assert not any(x.startswith(("EnvironmentFile", "User=servefleet\n")) for x in lines)
+    assert lines.index("PrivateNetwork=yes") < lines.index(
+        next(x for x in lines if x.startswith("ExecStart="))
+    )

@@ -23,6 +23,7 @@ import probe  # noqa: E402
 import trusted  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to nobody)")
+BUILT = "compile only (RBLN-CR13)"  # a compile-only build's marker: what pack takes
 FP = "ab" * 32
 
 
@@ -147,13 +148,13 @@ def test_a_cache_directory_never_climbs_out(tree: dict[str, Path], bad: str) -> 
     import prewarm
 
     state = {"cache_root": str(tree["cache"])}
-    instances.mark_warm(state, FP, [bad])
+    instances.mark_warm(state, FP, [bad], source=BUILT)
     with pytest.raises(prewarm.NoCopy, match="names no cache directory"):
         prewarm.marker_dirs(tree["cache"], FP)
     manifest = {"fingerprint": FP, "dirs": [bad], "files": {}}
     with pytest.raises(prewarm.NoCopy, match="not one of fingerprint"):
         prewarm._check_manifest(manifest, FP)
-    instances.mark_warm(state, FP, ["rbln/m/s"])
+    instances.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
     assert prewarm.marker_dirs(tree["cache"], FP)[0] == ["rbln/m/s"]
 
 
@@ -165,7 +166,7 @@ def test_pack_never_follows_the_serve_users_links(tree: dict[str, Path]) -> None
     root_only = tree["base"] / "root-only-dir"
     (root_only / "m" / "s").mkdir(parents=True)
     (root_only / "m" / "s" / "key").write_text("root's own\n")
-    instances.mark_warm(state, FP, ["rbln/m/s"])
+    instances.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
     out = tree["base"] / "out" / f"{FP}.tar"
     # cache/rbln -> a root-only tree: nothing of it is packed
     _as_nobody_plant(cache, f"os.symlink({str(root_only)!r}, 'rbln')")
@@ -189,7 +190,7 @@ def test_the_seal_and_the_pack_walk_the_cache_alike(tree: dict[str, Path]) -> No
     state = {"cache_root": str(cache)}
     _as_nobody_plant(cache, "os.makedirs('rbln/m/s/sub'); open('rbln/m/s/a', 'w').write('a');"
                             "open('rbln/m/s/sub/b', 'w').write('bb')")  # fmt: skip
-    instances.mark_warm(state, FP, ["rbln/m/s"])
+    instances.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
     out = tree["base"] / "out" / f"{FP}.tar"
     out.parent.mkdir()
     prewarm.pack(cache, FP, out)
@@ -219,7 +220,7 @@ def test_unpack_never_writes_through_a_planted_incoming_directory(tree: dict[str
     warm_cache = tree["base"] / "warm"
     (warm_cache / "rbln" / "m" / "s" / "rank0").mkdir(parents=True)
     (warm_cache / "rbln" / "m" / "s" / "rank0" / "mega_cache.bin").write_bytes(b"bundle")
-    instances.mark_warm({"cache_root": str(warm_cache)}, FP, ["rbln/m/s"])
+    instances.mark_warm({"cache_root": str(warm_cache)}, FP, ["rbln/m/s"], source=BUILT)
     out = tree["base"] / "copies" / f"{FP}.tar"
     prewarm.pack(warm_cache, FP, out)
     cache, victim = tree["cache"], tree["base"] / "victim"
@@ -293,10 +294,10 @@ def test_a_planted_link_in_roots_place_is_removed_and_a_directory_left(
     state = {"cache_root": str(cache)}
     before = _sentinel(secret)
     _as_nobody_plant(cache, f"os.symlink({str(secret)!r}, 'servefleet-warm')")
-    instances.mark_warm(state, FP, [])
+    instances.mark_warm(state, FP, [], source=BUILT)
     assert _sentinel(secret) == before
     assert not [p for p in cache.iterdir() if ".untrusted-" in p.name]
     _as_nobody_plant(cache, "os.rename('servefleet-warm', 'x'); os.mkdir('servefleet-warm')")
-    instances.mark_warm(state, FP, [])
+    instances.mark_warm(state, FP, [], source=BUILT)
     left = [p for p in cache.iterdir() if ".untrusted-" in p.name]
     assert len(left) == 1 and left[0].is_dir() and left[0].stat().st_uid != 0

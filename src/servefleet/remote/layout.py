@@ -36,7 +36,12 @@ PREFLIGHT = "preflight"  # <key>: the pre-flights that passed (HostPlan.prefligh
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "servefleet-vllm-"
 UNIT_GLOB = f"{UNIT_PREFIX}*.service"
-BUILD_UNIT = "servefleet-prewarm.service"  # a build host's compile-only instance
+BUILD_UNIT = "servefleet-prewarm.service"  # a fleet pre-warm's compile-only instance
+# ... runs as its own user, in its own network namespace, into its own cache (serve_root/...):
+# what a fleet copies was never written by a server that took requests (#31 finding 5)
+BUILD_USER = "servefleet-build"
+BUILD_CACHE = "build-cache"
+COMPILE_ONLY = "compile only"  # the warm marker's source of such a cache (and its copy's origin)
 ROUTER_UNIT = "servefleet-router.service"  # serve_router: the vllm-router in front of them
 # nginx in front of the router: clients reach only the OpenAI paths (vllm-router's worker API
 # is on its port, unguarded); it runs the copies its unit made at its start, in PROXY_RUN

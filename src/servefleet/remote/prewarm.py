@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 import tarfile
 import time
@@ -42,6 +43,7 @@ import trusted  # noqa: E402
 NO_COPY = 3
 INCOMING = layout.INCOMING
 BUILD_UNIT = layout.BUILD_UNIT
+BUILD_USER = layout.BUILD_USER
 # rbln/<model>/<sig>: two names, neither "." nor ".." (``rbln/../..`` is not a cache directory)
 _NAME = r"(?!\.{1,2}(?:/|$))[A-Za-z0-9._-]+"
 _DIR = re.compile(rf"^rbln/{_NAME}/{_NAME}$")
@@ -67,8 +69,15 @@ def state_of(cache_root: Path) -> dict[str, Any]:
 def marker_dirs(
     cache_root: Path, fingerprint: str
 ) -> tuple[list[str], dict[str, list[Any]] | None]:
-    """The cache directories the warm marker names, and its seal (None: it has none)."""
+    """The cache directories the warm marker names, and its seal (None: it has none). Only a
+    compile-only build's cache is copied to the fleet: a cache a serving process wrote to (it
+    runs model code and takes prompts) never leaves its host (#31 finding 5)."""
     record = instances.warm_record(state_of(cache_root), fingerprint)
+    if record is not None and not str(record.get("source", "")).startswith(layout.COMPILE_ONLY):
+        raise NoCopy(
+            f"the cache of {fingerprint} here was written by a server ({record.get('source')}), "
+            "not by a compile-only build: not copied from this host"
+        )
     if record is None:
         raise NoCopy(f"fingerprint {fingerprint} is not warm here with a known cache")
     dirs = record.get("dirs") if isinstance(record, dict) else None
@@ -139,6 +148,7 @@ def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
         )
     os.replace(tmp, out)
     manifest = {
+        "origin": layout.COMPILE_ONLY,  # marker_dirs packs nothing else
         "fingerprint": fingerprint,
         "dirs": dirs,
         "files": files,
@@ -300,43 +310,95 @@ def place(cache: int, inc: int, fingerprint: str, rel: str, uid: int, gid: int) 
         os.close(dest)
 
 
+def build_unit(state: dict[str, Any], npu_name: str, build_root: Path) -> str:
+    """The first instance's unit as a compile-only build: ``VLLM_RBLN_COMPILE_ONLY=1`` for
+    ``npu_name`` (no NPU needed), as :data:`BUILD_USER`, into ``build_root``, in a network
+    namespace of its own (nothing can reach it: it takes no request), never restarted."""
+    lines = state["instances"][0]["text"].splitlines()
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0]
+        if key in ("User", "Group"):
+            line = f"{key}={BUILD_USER}"
+        elif line.startswith(('Environment="VLLM_CACHE_ROOT=', 'Environment="HOME=')):
+            name = line.split('"', 1)[1].split("=", 1)[0]  # the serve user's trees: not its own
+            line = f'Environment="{name}={build_root}"'
+        elif key == "Restart":
+            line = "Restart=no"
+        elif key == "EnvironmentFile":  # the servers' API key: a build takes no request
+            continue
+        elif key == "ExecStart":
+            out += ['Environment="VLLM_RBLN_COMPILE_ONLY=1"',
+                    f'Environment="RBLN_FORCE_NPU_NAME={npu_name}"', "PrivateNetwork=yes"]  # fmt: skip
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def fresh_build_root(build_root: Path) -> None:
+    """An empty ``build_root`` owned by :data:`BUILD_USER` (0700), in root's own tree: what an
+    earlier build left is removed (through directory descriptors, no link followed)."""
+    import pwd
+
+    pw = pwd.getpwnam(BUILD_USER)
+    parent = trusted.open_dir(str(build_root.parent))
+    if parent is None:
+        raise NoCopy(f"{build_root.parent} is not a directory")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            trusted.remove_in(parent, build_root.name)
+        os.mkdir(build_root.name, 0o700, dir_fd=parent)
+        os.chown(build_root.name, pw.pw_uid, pw.pw_gid, dir_fd=parent, follow_symlinks=False)
+    finally:
+        os.close(parent)
+
+
+def saved_bundles(unit: str) -> tuple[list[str], str | None]:
+    """The bundles this invocation of ``unit`` logged as saved, and why it cannot save one
+    (it stopped), if so."""
+    props = instances.show([unit], "InvocationID", "ActiveState")[0]
+    out = subprocess.run(
+        ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={props.get('InvocationID', '')}"],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    saved = instances.BUNDLE_LINE.findall(out)
+    stopped = props.get("ActiveState") in ("failed", "inactive") and not saved
+    return saved, f"{unit} stopped ({props.get('ActiveState')})" if stopped else None
+
+
 def build(state_file: Path, npu_name: str) -> int:
-    """Compile-only pre-warm of the first instance of ``state_file`` (a desired state)."""
+    """Compile-only pre-warm of the first instance of ``state_file`` (a desired state), sealed
+    in its own cache (``serve_root/build-cache``) for the fleet to copy."""
     state = json.loads(state_file.read_text())
     inst = state["instances"][0]
-    lines = inst["text"].splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
-    extra = [
-        'Environment="VLLM_RBLN_COMPILE_ONLY=1"',
-        f'Environment="RBLN_FORCE_NPU_NAME={npu_name}"',
-    ]
-    text = "\n".join(lines[:at] + extra + lines[at:]) + "\n"
-    text = text.replace("Restart=on-failure", "Restart=no")
+    build_root = Path(state["root"]) / layout.BUILD_CACHE
+    built = {**state, "cache_root": str(build_root)}
+    done = instances.warm_record(built, inst["fingerprint"])
+    if done is not None and str(done.get("source", "")).startswith(layout.COMPILE_ONLY):
+        instances.log(f"{inst['fingerprint']}: built already in {build_root} (a run died after)")
+        return 0  # pack checks its seal
+    fresh_build_root(build_root)
     path = instances.UNIT_DIR / BUILD_UNIT
-    instances.write_atomic(path, text)
+    instances.write_atomic(path, build_unit(state, npu_name, build_root))
     instances.systemctl("daemon-reload")
-    started = time.time() - 1
     instances.systemctl("restart", BUILD_UNIT)
     instances.log(f"{BUILD_UNIT}: compiling {inst['fingerprint']} for {npu_name} (compile only)")
     try:
-        why = health.check(
-            BUILD_UNIT,
-            inst["port"],
-            state["model"],
-            state["prewarm_timeout"],
-            state.get("host") or "127.0.0.1",
-            answered_timeout=state["health_timeout"],
-        )
-        if why is not None:
+        deadline = time.monotonic() + float(state["prewarm_timeout"])
+        while True:
+            saved, why = saved_bundles(BUILD_UNIT)
+            if saved or why or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if not saved:
+            why = why or f"no mega-cache bundle saved within {state['prewarm_timeout']}s"
             tail = health.journal_tail(BUILD_UNIT)
             print(f"servefleet: compile-only pre-warm failed: {why}\n{tail}", file=sys.stderr)
             return 1
-        dirs = instances.bundle_dirs(state, BUILD_UNIT, started)
-        if not dirs:
-            print("servefleet: compile-only pre-warm saved no mega-cache bundle", file=sys.stderr)
-            return 1
-        instances.mark_warm(state, inst["fingerprint"], dirs, source=f"compile only ({npu_name})")
-        instances.log(f"{inst['fingerprint']}: warm ({', '.join(dirs)})")
+        instances.systemctl("stop", BUILD_UNIT, check=False)  # sealed once nothing writes
+        dirs = instances.bundle_dirs(built, BUILD_UNIT, 0)
+        source = f"{layout.COMPILE_ONLY} ({npu_name})"
+        instances.mark_warm(built, inst["fingerprint"], dirs, source=source)
+        instances.log(f"{inst['fingerprint']}: warm in {build_root} ({', '.join(dirs)})")
         return 0
     finally:
         instances.systemctl("stop", BUILD_UNIT, check=False)
