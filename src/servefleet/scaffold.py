@@ -10,7 +10,7 @@ from the key table), ``group_data/cr13.py`` and ``group_data/lab.py``, the thin 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import stat
 
 from servefleet.errors import DataError
 from servefleet.settings import DEFAULTS, DOCS, KEYS
@@ -136,17 +136,77 @@ def files() -> dict[str, str]:
 
 def init(directory: str) -> list[str]:
     """Write a new fleet repository into ``directory`` (made if missing); refuses, before
-    writing anything, when any of its files exists. Returns the files written."""
-    root = Path(directory)
+    writing anything, when any of its files exists or any of its directories is a link (or not a
+    directory). Returns the files written.
+
+    Nothing is followed below ``directory`` (#31 finding 6): each directory is made and opened
+    relative to its parent's descriptor with ``O_NOFOLLOW``, each file created with
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``, so a link or a file that appears after the check is never
+    written through."""
     wanted = files()
-    there = sorted(p for p in wanted if os.path.lexists(root / p))
+    tops = ", ".join(sorted({p.split("/")[0] for p in wanted}))
+    there = sorted(p for p in wanted if os.path.lexists(os.path.join(directory, p)))
     if there:
         raise DataError(
             f"{directory}: {there[0]} exists; allowed: a directory without the scaffold's files "
-            f"({', '.join(sorted({p.split('/')[0] for p in wanted}))})"
+            f"({tops})"
         )
-    for rel, text in wanted.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    for here in sorted({rel.rpartition("/")[0] for rel in wanted} - {""}):
+        if os.path.lexists(os.path.join(directory, here)):
+            if not stat.S_ISDIR(os.lstat(os.path.join(directory, here)).st_mode):
+                raise _not_a_directory(directory, here, tops)
+    os.makedirs(directory, exist_ok=True)  # the operator's own path
+    top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dirs: dict[str, int] = {"": top}
+    try:
+        for rel in wanted:  # every directory first: a link among them stops before any write
+            _open_parents(directory, rel, dirs, tops)
+        for rel, text in wanted.items():
+            parent, _, name = rel.rpartition("/")
+            _create(directory, rel, dirs[parent], name, text, tops)
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
     return sorted(wanted)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_parents(directory: str, rel: str, dirs: dict[str, int], tops: str) -> None:
+    """The directories of ``rel`` made (when missing) and opened into ``dirs`` (by their path
+    below ``directory``), each relative to its parent, none of them followed."""
+    parts = rel.split("/")[:-1]
+    for i, part in enumerate(parts):
+        here = "/".join(parts[: i + 1])
+        if here in dirs:
+            continue
+        parent = dirs["/".join(parts[:i])]
+        try:
+            os.mkdir(part, 0o777, dir_fd=parent)
+        except FileExistsError:
+            pass
+        try:
+            dirs[here] = os.open(part, _DIR_FLAGS, dir_fd=parent)
+        except OSError:
+            raise _not_a_directory(directory, here, tops) from None
+
+
+def _not_a_directory(directory: str, here: str, tops: str) -> DataError:
+    return DataError(
+        f"{directory}: {here} is a link or not a directory; allowed: a directory without the "
+        f"scaffold's files ({tops}), none of them a link"
+    )
+
+
+def _create(directory: str, rel: str, parent: int, name: str, text: str, tops: str) -> None:
+    """``name`` in the directory ``parent``, a new file (never one that is there, nor a link)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, 0o666, dir_fd=parent)
+    except FileExistsError:
+        raise DataError(
+            f"{directory}: {rel} exists; allowed: a directory without the scaffold's files ({tops})"
+        ) from None
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
