@@ -21,6 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from servefleet.errors import DataError
+from servefleet.remote.layout import SERVE_TREE_ROOTS
 
 MAX_PORT = 65535
 TARGETS = ("Latency", "Throughput")
@@ -60,6 +61,10 @@ _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 _URL_ALLOWED = "an https URL (http only on a host of pip_trusted_hosts), without user:password@"
 _CREDS_ALLOWED = "a URL without user:password@ (creds_*_env name the variables holding secrets)"
 _DIR_ALLOWED = "an absolute, normalised path of [A-Za-z0-9._/-] below a system directory"
+_TREE_ALLOWED = (
+    "an absolute, normalised path of [A-Za-z0-9._/-], a directory of its own strictly below "
+    f"{', '.join(SERVE_TREE_ROOTS)} (e.g. /var/lib/servefleet)"
+)
 _HOST_ALLOWED = "an IP address or a host name of [A-Za-z0-9.-]"
 _VERSION_ALLOWED = "a PEP 440 version string in normal form, such as '3.5.1'"
 _PIN_ALLOWED = "'name==version' (a PEP 508 name, a PEP 440 version), one pin per package"
@@ -320,6 +325,18 @@ def directory(value: Any) -> str:
         raise _bad(path, "is a system directory", _DIR_ALLOWED)
     if path.startswith(VIRTUAL_DIRS):
         raise _bad(path, "is on a virtual file system", _DIR_ALLOWED)
+    return path
+
+
+def serve_tree(value: Any) -> str:
+    """A :func:`directory` the serve user gets: strictly below one of the roots meant for it
+    (``layout.SERVE_TREE_ROOTS``), never a system directory nor the root itself."""
+    try:
+        path = directory(value)
+    except Refused as e:
+        raise Refused(e.head, _TREE_ALLOWED) from None
+    if not any(path.startswith(root + "/") for root in SERVE_TREE_ROOTS):
+        raise _bad(path, "is not below a directory meant for the serve user's trees", _TREE_ALLOWED)
     return path
 
 

@@ -65,7 +65,7 @@ __all__ = ["Hardware", "HostPlan", "plan_host"]
 _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")  # `uname -r`, as apt names take it
 REMOTE_SCRIPTS = (
     "layout.py", "trusted.py", "install_release.py", "fetch_model.py", "hub_client.py", "health.py",
-    "instances.py", "prewarm.py", "driver.py", "preflight.py",
+    "instances.py", "prewarm.py", "driver.py", "preflight.py", "trees.py",
 )  # fmt: skip
 NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")

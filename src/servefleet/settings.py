@@ -254,9 +254,17 @@ class Settings:
         "/opt/servefleet",
         "releases/<id> (one venv each), current -> the serving release",
     )
-    serve_home: str = key(c.directory, "/var/lib/servefleet", "HOME of serve_user")
+    serve_home: str = key(
+        c.serve_tree,
+        "/var/lib/servefleet",
+        "HOME of serve_user (a directory of its own below /var/lib, /var/cache, /srv, /opt or "
+        "/home; made by servefleet, or the serve user's already)",
+    )
     serve_cache_root: str = key(
-        c.directory, "/var/cache/servefleet/vllm", "VLLM_CACHE_ROOT, shared by every release"
+        c.serve_tree,
+        "/var/cache/servefleet/vllm",
+        "VLLM_CACHE_ROOT, shared by every release (a directory of its own below /var/lib, "
+        "/var/cache, /srv, /opt or /home; made by servefleet, or the serve user's already)",
     )
     serve_prewarm_timeout: int = key(
         c.whole(1), 14400, "seconds a cold first start (it compiles) may take to get healthy"
@@ -374,7 +382,10 @@ class Settings:
 
     # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
     models_hf_home: str = key(
-        c.directory, "/var/lib/servefleet/hf", "HF_HOME of the servers (models in $HF_HOME/hub)"
+        c.serve_tree,
+        "/var/lib/servefleet/hf",
+        "HF_HOME of the servers (models in $HF_HOME/hub; a directory of its own below /var/lib, "
+        "/var/cache, /srv, /opt or /home; made by servefleet, or the serve user's already)",
     )
     models_store_url: str | None = key(
         _url(), None, "None = the Hugging Face hub; else a store serving <org>/<name>.tar.gz"

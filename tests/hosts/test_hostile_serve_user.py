@@ -11,10 +11,15 @@ pre-warm of two hosts; the same with the model fetched from the lab's Hugging Fa
 release's real huggingface_hub; then a recompiling change with the compile cache itself linked
 away (the servers cannot compile there: the hosts fail, in one line each, and keep serving);
 then, the links removed, the next run converges.
+
+And (#31 findings 3 and 7), on one host: the serve user's link in the path of one of its trees
+is refused on the host before anything is chowned, and its flock held on its hub fails the model
+fetch in one line within the fetch's deadline.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +141,50 @@ def test_a_hostile_serve_user_never_redirects_roots_work(
         assert sentinels(lab, host) == before[host], host
         as_serve_user(lab, host, UNPLANT_CACHE)
     ok(run(lab, *LIMIT))
+
+
+LAB1 = ["--limit", "lab1"]
+HOME = "/var/lib/servefleet"
+# #31 (3): a tree below the serve user's home, and the serve user's link in its way to root's
+# sentinel directory (pyinfra's `mkdir -p` and `chown` followed it: a serve-user directory
+# appeared inside the sentinel)
+LINKED_CACHE = ["--data", f"serve_cache_root={HOME}/c/vllm"]
+PLANT_TREE_LINK = f"ln -s /root/sf-sentinel-dir {HOME}/c"
+# #31 (7): the serve user holds flock on its hub for ten minutes, in the background
+HOLD_HUB = (f"setsid setpriv --reuid={USER} --regid={USER} --clear-groups -- flock {HUB} "
+            f"sleep 600 >/dev/null 2>&1 < /dev/null & echo $! > /root/sf-holder")  # fmt: skip
+LOCK_DEADLINE = ["--data", "models_lock_timeout=3"]
+
+
+def test_a_link_in_a_tree_path_and_a_held_hub_lock_fail_the_host_in_one_line(
+    planted_lab: dict[str, Any],
+) -> None:
+    """The serve user's link in the path of a tree is refused on the host before anything is
+    chowned; then its flock on the hub fails the model fetch in one line within its deadline
+    (not after the holder's ten minutes); then, both gone, the host converges."""
+    lab = planted_lab
+    before = sentinels(lab, "lab1")
+    as_serve_user(lab, "lab1", PLANT_TREE_LINK)
+    failed = run(lab, *LAB1, *LINKED_CACHE)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode != 0, out[-3000:]
+    assert f"servefleet: {HOME}/c is a link (" in out, out[-3000:]
+    assert sentinels(lab, "lab1") == before
+    on_host(lab, "lab1", f"rm {HOME}/c")
+
+    on_host(lab, "lab1", HOLD_HUB)
+    try:
+        started = time.monotonic()
+        held = run(lab, *LAB1, *LOCK_DEADLINE)
+        took = time.monotonic() - started
+        out = held.stdout + held.stderr
+        assert held.returncode != 0, out[-3000:]
+        line = (f"servefleet: {HUB}: another process holds its lock (a fetch, or the serve user "
+                "holding it); gave up after 3 s (--lock-timeout), nothing fetched")  # fmt: skip
+        assert line in out, out[-3000:]
+        assert took < 300, took  # three tries of 3 s each, not the holder's 600 s
+        on_host(lab, "lab1", "kill -0 $(cat /root/sf-holder)")  # it still held the lock
+    finally:
+        on_host(lab, "lab1", "kill -- -$(cat /root/sf-holder); rm -f /root/sf-holder")
+    ok(run(lab, *LAB1))
+    assert sentinels(lab, "lab1") == before

@@ -263,8 +263,27 @@ PATH_KEYS = ("serve_root", "serve_home", "serve_cache_root", "models_hf_home")
 def test_paths_accepted(key: str) -> None:
     # a serve-user tree may not overlap serve_root (#18): move serve_root out of these paths' way
     apart = {} if key == "serve_root" else {"serve_root": "/srv/servefleet-root"}
-    for path in ("/opt/servefleet", "/srv/models", "/usr/local/servefleet", "/var/lib/sf-1/h_f.d"):
+    paths = ["/opt/servefleet", "/srv/models", "/var/lib/sf-1/h_f.d", "/home/sf", "/var/cache/x"]
+    if key == "serve_root":  # root's tree: any non-system directory (#31 (3) is the serve user's)
+        paths.append("/usr/local/servefleet")
+    for path in paths:
         assert getattr(validate(**{key: path}, **apart), key) == path
+
+
+@pytest.mark.parametrize("key", PATH_KEYS[1:])
+@pytest.mark.parametrize(
+    "path",
+    ["/etc/systemd/system", "/etc/systemd", "/usr/local/bin", "/etc/sudoers.d", "/etc/cron.d",
+     "/root/.ssh", "/etc/ssh", "/usr/local/servefleet", "/var/cachex/vllm", "/optx/a"],
+)  # fmt: skip
+def test_serve_user_trees_only_below_the_roots_meant_for_them(key: str, path: str) -> None:
+    """#31 (3): the serve user's trees (chowned to it on the host) are each a directory of its
+    own strictly below /var/lib, /var/cache, /srv, /opt or /home, never any other directory."""
+    assert refused(**{key: path}) == (
+        f"{key}: {path!r} is not below a directory meant for the serve user's trees; allowed: an "
+        "absolute, normalised path of [A-Za-z0-9._/-], a directory of its own strictly below "
+        "/var/lib, /var/cache, /srv, /opt, /home (e.g. /var/lib/servefleet)"
+    )
 
 
 @pytest.mark.parametrize("key", PATH_KEYS)
@@ -387,9 +406,9 @@ def test_pyinfra_keys_are_not_taken_for_misspelt_ones() -> None:
         ({"serve_root": "/var/lib/servefleet/opt"}, "serve_home"),  # root's lib/ in serve's home
         ({"serve_cache_root": "/opt/servefleet"}, "serve_cache_root"),  # the cache is serve_root
         ({"models_hf_home": "/opt/servefleet/lib"}, "models_hf_home"),  # models over lib/*.py
-        ({"serve_home": "/etc/servefleet"}, "serve_home"),  # the secrets inside serve's home
+        ({"serve_home": "/opt/servefleet/home"}, "serve_home"),  # serve's home in serve_root
         ({"serve_cache_root": "/var/cache/servefleet"}, "serve_cache_root"),  # the runfiles
-        ({"serve_root": "/data/sf", "models_hf_home": "/data"}, "models_hf_home"),
+        ({"serve_root": "/srv/data/sf", "models_hf_home": "/srv/data"}, "models_hf_home"),
     ],
 )
 def test_a_root_tree_inside_a_serve_user_tree_is_refused(over: dict[str, str], key: str) -> None:

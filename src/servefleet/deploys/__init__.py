@@ -90,7 +90,6 @@ def serve(plan: HostPlan | None) -> None:
         router_step.install(plan)
         models_step.fetch(plan)
         preflight.check(plan)
-        units.cache_dirs(plan)
         credentials.api_key(plan)
         credentials.router_admin_key(plan)
         prewarm.converge(plan)

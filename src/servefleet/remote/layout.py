@@ -61,6 +61,11 @@ def unit_name(index: int) -> str:
     return f"{UNIT_PREFIX}{index}.service"
 
 
+# The serve user's trees (serve_home, serve_cache_root, models_hf_home) are each a directory of
+# its own strictly below one of these (``/var/lib/servefleet``, never ``/var/lib``): checked in
+# the data and again on the host by ``trees.py``, which makes them (#31 finding 3)
+SERVE_TREE_ROOTS = ("/var/lib", "/var/cache", "/srv", "/opt", "/home")
+
 # Under serve_cache_root (VLLM_CACHE_ROOT).
 WARM_DIR = "servefleet-warm"  # <fingerprint>: the compile cache holds it (and where)
 INCOMING = ".servefleet-incoming"  # root's own (0700): a fleet pre-warm copy being checked

@@ -25,14 +25,31 @@ def serve_user(plan: HostPlan) -> None:
         group=s.serve_user,
         system=True,
         home=s.serve_home,
-        create_home=True,
+        create_home=False,  # made by trees.py, checked on the host (serve_trees)
         shell=NOLOGIN,
     )
+
+
+def serve_trees(plan: HostPlan) -> None:
+    """The serve user's directories (its HOME with a new account, HF_HOME, the compile cache),
+    made by ``remote/trees.py``, which checks each again on the host before it gives it to the
+    serve user: strictly below a root meant for it, no link nor bind mount on the way, and a
+    directory that is there already only when it is the serve user's (#31 finding 3)."""
+    s = plan.settings
+    paths = [] if plan.account_ok else [s.serve_home]
+    paths += [p for p in (s.models_hf_home, s.serve_cache_root)
+              if not plan.has(p, "dir", "755", s.serve_user)]  # fmt: skip
+    if paths:
+        server.shell(
+            name=f"Make the serve user's directories {', '.join(paths)}",
+            commands=[command(s.serve_root, "trees.py", s.serve_user, "755", *paths)],
+        )
 
 
 def fetch(plan: HostPlan) -> None:
     s = plan.settings
     serve_user(plan)
+    serve_trees(plan)
     token = []
     secret = hf_token(plan)
     if secret:

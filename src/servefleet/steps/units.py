@@ -14,15 +14,7 @@ from pyinfra.operations import files, server
 from servefleet.hostplan import HostPlan
 from servefleet.remote.layout import DESIRED, STATE
 from servefleet.settings import Settings
-from servefleet.steps import ensure
 from servefleet.steps.lib import command
-
-
-def cache_dirs(plan: HostPlan) -> None:
-    """The servers' compile cache and HF_HOME, owned by the serve user."""
-    s = plan.settings
-    for path in (s.serve_cache_root, s.models_hf_home):
-        ensure.directory(plan, path, user=s.serve_user)
 
 
 def upload_desired(
