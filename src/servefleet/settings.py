@@ -248,6 +248,12 @@ class Settings:
         "files a command line names (a chat template, a plugin) -> the controller's file, shipped "
         "with the release (its sha256 in the release id) and named in argv by the shipped path",
     )
+    serve_files_root: str = key(
+        _controller_dir(),
+        ".",
+        "the controller directory serve_files' files must be in, never through a link out of it "
+        "('.': the fleet repository, where the fleet commands run)",
+    )
     serve_user: str = key(c.user_name, "servefleet", "system user the servers run as")
     serve_root: str = key(
         c.directory,
@@ -609,7 +615,24 @@ def _router(values: dict[str, Any], environ: Mapping[str, str]) -> None:
         )
 
 
+def _files_inside(values: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Each serve_files file is in serve_files_root, resolved (no link out of it): the deploy
+    ships it 0644 into the release, where the serve user reads it (#31 finding 8)."""
+    given = values["serve_files_root"]
+    root = os.path.realpath(os.path.expanduser(given))
+    for argv, source in values["serve_files"].items():
+        real = os.path.realpath(source)
+        if real != root and not real.startswith(root.rstrip("/") + "/"):
+            link = f" (a link to {real!r})" if real != os.path.abspath(source) else ""
+            raise DataError(
+                f"serve_files.{argv}: {source!r}{link} is outside serve_files_root {given!r}; "
+                "allowed: a readable regular file in serve_files_root (the fleet repository by "
+                "default), not through a link out of it"
+            )
+
+
 _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
+    "serve_files_root": _files_inside,
     "serve_router_breaker_failures": _router,
     "sdk_extra_packages": _extras_pinned,
     "sdk_wheelhouse": _wheelhouse,

@@ -8,6 +8,7 @@ reuses them); the ones only Python data can express (mappings, lists) are here.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -421,3 +422,25 @@ def test_separate_trees_are_fine() -> None:
     s = validate(serve_root="/srv/servefleet", serve_home="/home/servefleet",
                  serve_cache_root="/srv/cache/vllm", models_hf_home="/home/servefleet/hf")  # fmt: skip
     assert s.serve_root == "/srv/servefleet"
+
+
+def test_serve_files_only_from_serve_files_root_never_through_a_link_out_of_it(
+    tmp_path: Path,
+) -> None:
+    """#31 (8): a file anywhere the controller can read (``/etc/shadow``) was shipped 0644 to the
+    serve user; now only a file in serve_files_root, resolved, passes."""
+    fleet = tmp_path / "fleet"
+    (fleet / "templates").mkdir(parents=True)
+    (fleet / "templates" / "chat.jinja").write_text("{{ messages }}\n")
+    (fleet / "templates" / "out.jinja").symlink_to("/etc/hostname")
+    root = {"serve_files_root": str(fleet)}
+    ok = validate(serve_files={"t.jinja": str(fleet / "templates" / "chat.jinja")}, **root)
+    assert ok.serve_files == {"t.jinja": str(fleet / "templates" / "chat.jinja")}
+    assert refused(serve_files={"t.jinja": str(fleet / "templates" / "out.jinja")}, **root) == (
+        f"serve_files.t.jinja: '{fleet}/templates/out.jinja' (a link to '/etc/hostname') is "
+        f"outside serve_files_root '{fleet}'; allowed: a readable regular file in "
+        "serve_files_root (the fleet repository by default), not through a link out of it"
+    )
+    assert refused(serve_files={"t.jinja": "/etc/hostname"}, **root).startswith(
+        f"serve_files.t.jinja: '/etc/hostname' is outside serve_files_root '{fleet}'; allowed:"
+    )

@@ -321,7 +321,9 @@ def test_serve_files_ship_with_the_release_and_the_argv_names_the_shipped_copy(
     assert "serve_files" in line and "template_chatml.jinja" in line
     files = {"examples/tool_chat_template_x.jinja": str(template)}
     plain = plan_host(settings(), probe())
-    plan = plan_host(settings(serve_extra_args=extra, serve_files=files), probe())
+    plan = plan_host(
+        settings(serve_extra_args=extra, serve_files=files, serve_files_root=str(tmp_path)), probe()
+    )
     shipped = plan.release.files[0]
     assert shipped.sha256 == hashlib.sha256(template.read_bytes()).hexdigest()
     dest = f"{plan.release.path}/files/{shipped.name}"
@@ -330,7 +332,9 @@ def test_serve_files_ship_with_the_release_and_the_argv_names_the_shipped_copy(
     assert plan.release.id != plan_host(settings(serve_extra_args=extra[:0]), probe()).release.id
     assert dest in watched_paths(plan.settings, plan.release.id)
     template.write_text("{{ messages }} changed\n")  # other bytes: another release
-    again = plan_host(settings(serve_extra_args=extra, serve_files=files), probe())
+    again = plan_host(
+        settings(serve_extra_args=extra, serve_files=files, serve_files_root=str(tmp_path)), probe()
+    )
     assert again.release.id not in (plan.release.id, plain.release.id)
     # a template the wheel ships and an absolute path need no serve_files
     for ok in ("template_chatml.jinja", "/srv/templates/x.jinja"):

@@ -387,7 +387,7 @@ def test_serve_files_are_locked_and_a_file_that_differs_is_refused_in_one_line(
     `--check` names a changed file, and a locked deploy refuses it before any change."""
     template = tmp_path / "x.jinja"
     template.write_text("{{ messages }}\n")
-    settings = defaults(serve_files={TEMPLATE: str(template)})
+    settings = defaults(serve_files={TEMPLATE: str(template)}, serve_files_root=str(tmp_path))
     spec = resolve_for(settings)
     unlocked = plan_release(settings, spec, None)
     assert unlocked.stack is not None and len(unlocked.files) == 1
@@ -448,7 +448,10 @@ def test_a_lock_without_files_serves_data_without_serve_files_and_refuses_data_w
     )
     template = tmp_path / "x.jinja"
     template.write_text("{{ messages }}\n")
-    shipping = replace(defaults(serve_files={TEMPLATE: str(template)}), sdk_lock=str(tmp_path))
+    shipping = replace(
+        defaults(serve_files={TEMPLATE: str(template)}, serve_files_root=str(tmp_path)),
+        sdk_lock=str(tmp_path),
+    )
     with pytest.raises(DataError, match=rf"\(file {TEMPLATE}: not locked\); run `servefleet lock`"):
         plan_release(shipping, spec, None)
     doc = json.loads((tmp_path / LOCK_FILE).read_text())
@@ -469,7 +472,7 @@ def test_lock_check_names_a_changed_serve_files_file_and_refuses_two_files_for_o
     inventory = tmp_path / "inventories" / "prod.py"
     inventory.parent.mkdir()
     inventory.write_text('hosts = ["h1"]\n')
-    settings = defaults(serve_files={TEMPLATE: str(template)})
+    settings = defaults(serve_files={TEMPLATE: str(template)}, serve_files_root=str(tmp_path))
     rel = plan_release(settings, resolve_for(settings), None)
     assert rel.stack is not None
     model = {"openai/gpt-oss-120b": {"revision": None, "url": None, "sha256": None}}
