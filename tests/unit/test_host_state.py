@@ -3,6 +3,7 @@ judgement of what runs: an instance is converged only when its main process runs
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -38,10 +39,9 @@ def run_probe(tmp: Path, hardware: dict[str, Any] | None, *, driver: bool, **ove
     if hardware is not None:
         (tmp / "etc" / "rbln-sim").mkdir(parents=True, exist_ok=True)
         (tmp / "etc" / "rbln-sim" / "hardware.json").write_text(json.dumps(hardware))
-    s = settings(
-        serve_root=str(tmp / "opt"), models_hf_home=str(tmp / "hf"),
-        serve_cache_root=str(tmp / "cache"), **over,
-    )  # fmt: skip
+    # the serve user's trees in tmp: past the data's check (#31 (3): only below /var/lib, ...)
+    s = dataclasses.replace(settings(serve_root=str(tmp / "opt"), **over),
+                            models_hf_home=str(tmp / "hf"), serve_cache_root=str(tmp / "cache"))  # fmt: skip
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "RBLN_SIM_ROOT": str(tmp),
