@@ -3,10 +3,14 @@ of a vLLM recipe, run through the commands a user runs (``servefleet recipes sho
 ``servefleet resolve`` in each ``--format``), end in a valid spec or one line of
 :class:`ServefleetError`, never another exception, within bounded memory and time.
 
-Each example walks the seed document, picks paths and replaces, deletes, inserts or transplants
-there: wrong types, structures, deep nesting, YAML aliases and tags, huge numbers, control
-characters, lone surrogates and hostile strings (options, paths, shell and systemd syntax), in
-values and keys alike; the selection options the commands take are drawn as well. The commands
+Each example walks the seed document, picks paths and replaces, deletes, inserts, transplants or
+swaps the shape of what is there (a list of lists for a list, a string for a list, a list for a
+string, a non-finite number for a number): wrong types, structures, deep nesting, YAML aliases
+and tags, huge numbers, control characters, lone surrogates and hostile strings (options, paths,
+shell and systemd syntax), in values and keys alike; some files then get a raw control character
+written into their text. The selection options the commands take are drawn as well. A resolved
+spec holds no control character (JSON's line breaks and tabs between tokens aside), no option
+inside one argv word and starts with a launcher of the allow-list (issue #31). The commands
 run in one worker process (``fuzz_worker.py``) whose address space is capped (``RLIMIT_AS``: a
 run that grows it by more than :data:`BUDGET_MIB` ends in a MemoryError, reported as a crash) and
 that is killed when it does not answer within :data:`HARD_SECONDS`; hypothesis's ``deadline``
@@ -37,14 +41,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 from systemd_parse import parse_unit
 
-from servefleet.kinds.base import MODEL_ID, MODEL_PATH
-from servefleet.kinds.rbln.card import BARE_WORD, MAX_NPUS
+from servefleet.kinds.base import LAUNCHERS, MODEL_ID, MODEL_PATH
+from servefleet.kinds.rbln.card import MAX_NPUS
 from servefleet.shipped import FILES
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 SEED_CARD = FILES / "recipes" / "rbln" / "gpt-oss-120b.json"
 VLLM_ROOT = FILES / "recipes" / "vllm"
 SEED_VLLM = VLLM_ROOT / "models" / "openai" / "gpt-oss-120b.yaml"
+SEED_SITE_JSON = VLLM_ROOT / "json" / "openai" / "gpt-oss-120b.json"  # with recommended_command
 # further vLLM seeds: feature modes, KV offload, an omni recipe with tasks
 MORE_VLLM = [VLLM_ROOT / "models" / "Qwen" / "Qwen3.8-27B.yaml",
              VLLM_ROOT / "models" / "zai-org" / "GLM-5.2.yaml",
@@ -52,10 +57,12 @@ MORE_VLLM = [VLLM_ROOT / "models" / "Qwen" / "Qwen3.8-27B.yaml",
 BUDGET_MIB = 256  # what one command may grow the worker's address space by
 HARD_SECONDS = 30.0  # a worker that has not answered by then is killed
 # Examples of each test: the file takes well under 30 s; SERVEFLEET_FUZZ_EXAMPLES=N runs a
-# longer campaign (the first examples are the same: the examples are derived, not random)
-EXAMPLES = {"card": 70, "card_yaml": 20, "vllm": 50}
+# longer campaign of N inputs per test (2500: 10,000 inputs over the four; the first examples
+# are the same: the examples are derived, not random)
+EXAMPLES = {"card": 70, "card_yaml": 20, "vllm": 50, "vllm_json": 30}
 LONGER = int(os.environ.get("SERVEFLEET_FUZZ_EXAMPLES") or 0)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+BARE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a companion's command
 
 
 def fuzz(kind: str) -> Any:
@@ -376,7 +383,50 @@ ACTIONS = [
     "fragment",
     "inner",
     "inner",
+    "swap",
+    "swap",
+    "word",
+    "word",
 ]
+# Where a value becomes one argv word or env value: a vLLM recipe's argument lists and env maps,
+# a card's args and envs (its fragments: ``fragment`` above)
+WORD_KEYS = {"base_args", "extra_args", "vllm_args", "args", "base_env", "extra_env", "env",
+             "envs", "add_args", "add_envs", "launcher", "serve_binary", "command"}  # fmt: skip
+NON_FINITE = [math.inf, -math.inf, math.nan]
+# Written raw into a file's text (what no dumper writes): C0, DEL, C1, separators, BOM, noncharacter
+RAW_CONTROL = ["\x00", "\x1b", "\x07", "\x08", "\x0b", "\x0c", "\r", "\x7f", "\x85", "\x9b",
+               "\u2028", "\u2029", "\u202e", "\ufeff", "\ufffe"]  # fmt: skip
+
+
+def swapped(draw: Any, old: Any) -> Any:
+    """``old`` in another shape: a list of lists or a string for a list, a list for a string or
+    a mapping, a non-finite number (or a list, or text) for a number."""
+    if isinstance(old, list):
+        return draw(
+            st.sampled_from(
+                [[old], [[x] for x in old], " ".join(map(str, old)), str(old[0]) if old else ""]
+            )
+        )
+    if isinstance(old, dict):
+        return draw(st.sampled_from([[old], list(old), " ".join(old), [list(old)]]))
+    if isinstance(old, str):
+        return draw(st.sampled_from([[old], [[old]], {old: old}]))
+    if isinstance(old, (int, float)) and not isinstance(old, bool):
+        return draw(st.sampled_from([*NON_FINITE, [old], str(old), -old]))
+    return [old]
+
+
+def with_raw_control(draw: Any, text: str) -> str:
+    """Sometimes, ``text`` with a raw control character written at a drawn offset."""
+    if not text or draw(st.integers(0, 7)):
+        return text
+    at = draw(st.integers(0, len(text) - 1))
+    return text[:at] + draw(st.sampled_from(RAW_CONTROL)) + text[at:]
+
+
+def _word_key(loc: Loc) -> bool:
+    """A location inside an argument list, an env map or a launcher."""
+    return any(isinstance(step, str) and step in WORD_KEYS for step in loc)
 
 
 def _fragment_key(loc: Loc) -> bool:
@@ -388,9 +438,11 @@ def _fragment_key(loc: Loc) -> bool:
 
 
 @st.composite
-def mutated(draw: Any, seed: Any, yaml_form: bool) -> tuple[Any, list[str], list[Loc]]:
+def mutated(
+    draw: Any, seed: Any, yaml_form: bool, focus: str | None = None
+) -> tuple[Any, list[str], list[Loc]]:
     """The seed after one to four mutations, the raw texts its sentinels stand for, and where it
-    changed."""
+    changed; with ``focus`` (a top-level key), half the mutations land under it."""
     doc = copy.deepcopy(seed)
     raws: list[str] = []
     touched: list[Loc] = []
@@ -417,6 +469,10 @@ def mutated(draw: Any, seed: Any, yaml_form: bool) -> tuple[Any, list[str], list
             ]
         elif action in ("delete", "rename"):
             locs = [loc for loc in locs if loc]
+        elif action == "word":
+            locs = [loc for loc in locs if _word_key(loc) and isinstance(node(doc, loc), str)]
+        if focus is not None and draw(st.booleans()):
+            locs = [loc for loc in locs if loc[:1] == (focus,)] or locs
         if not locs:
             continue
         loc = draw(st.sampled_from(locs))
@@ -428,6 +484,13 @@ def mutated(draw: Any, seed: Any, yaml_form: bool) -> tuple[Any, list[str], list
         if action == "rename":
             if isinstance(parent, dict):
                 parent[draw(keys)] = parent.pop(loc[-1])
+            continue
+        if action == "swap":
+            new: Any = swapped(draw, node(doc, loc))
+            if loc:
+                parent[loc[-1]] = new
+            else:
+                doc = new
             continue
         if action == "insert":
             target = node(doc, loc)
@@ -441,7 +504,12 @@ def mutated(draw: Any, seed: Any, yaml_form: bool) -> tuple[Any, list[str], list
             # YAML: the same object twice is written as an anchor and an alias (not inside
             # itself: a document is no cycle)
             shared = yaml_form and not holds(other, node(doc, loc))
-            new: Any = other if shared else copy.deepcopy(other)
+            new = other if shared else copy.deepcopy(other)
+        elif action == "word":  # one word holding a hostile word, a control character
+            old, word = node(doc, loc), draw(st.sampled_from(HOSTILE))
+            control = draw(st.sampled_from(RAW_CONTROL))
+            forms = [word, f"{old} {word}", f"{old}{control}{word}", f"{old} {shlex.quote(word)}"]
+            new = draw(st.sampled_from(forms))
         elif action == "fragment":  # ``--flag VALUE``, ``--flag=VALUE``, ``KEY=VALUE``
             word = draw(st.sampled_from(HOSTILE))
             quoted = draw(st.sampled_from([shlex.quote(word), word]))
@@ -494,15 +562,44 @@ def check_one_line(run: list[str], result: dict[str, Any]) -> None:
         assert message and len(message.splitlines()) == 1, f"{run}: not one line: {message!r}"
 
 
+def json_value(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), (dict, list))
+    except (ValueError, RecursionError):
+        return False
+
+
+def printable(word: str) -> bool:
+    """Printable text, or a JSON value with line breaks and tabs between its tokens."""
+    return word.isprintable() or (
+        json_value(word) and word.replace("\n", "").replace("\t", "").isprintable()
+    )
+
+
+def check_words(words: list[str], what: str) -> None:
+    """No control character in any word, no option inside an argv word (a JSON value aside)."""
+    for word in words:
+        assert printable(word), f"{what}: {word!r} holds a control character"
+        inner = re.search(r"\s--?[A-Za-z]", word) if what.endswith("argv") else None
+        assert inner is None or json_value(word), f"{what}: {word!r} holds an option"
+
+
 def check_spec(spec: dict[str, Any], kind: str) -> None:
-    """What every resolved spec holds, however hostile its recipe: a launcher of bare words,
-    model ids, variable names, a device count in range."""
+    """What every resolved spec holds, however hostile its recipe: a launcher of the allow-list
+    (a companion's: a bare word), printable words, model ids, variable names, a device count in
+    range."""
     assert spec["kind"] == kind
     assert spec["servers"], spec
+    launchers = [launcher.split() for launcher in LAUNCHERS[kind]]
     for i, server in enumerate(spec["servers"]):
         argv = server["argv"]
         assert argv and all(isinstance(a, str) for a in argv), argv
-        assert BARE_WORD.match(argv[0]), f"launcher {argv[0]!r} is not a bare word"
+        if server["role"].startswith("companion-"):
+            assert BARE_WORD.match(argv[0]), f"companion {argv[0]!r} is not a bare word"
+        else:
+            assert any(argv[: len(w)] == w for w in launchers), f"launcher of {argv[:3]}"
+        check_words(argv, f"{server['role']} argv")
+        check_words(list(server["env"].values()), f"{server['role']} env")
         assert all(ENV_NAME.match(k) and isinstance(v, str) for k, v in server["env"].items())
         npus = server["npus"]  # a companion (a KV cache server) takes none
         assert isinstance(npus, int) and (1 if i == 0 else 0) <= npus <= MAX_NPUS, npus
@@ -538,8 +635,12 @@ def check(results: list[dict[str, Any]], runs: list[list[str]], kind: str) -> st
     check_spec(spec, kind)
     if "out" in unit:
         check_unit(unit["out"], spec)
+    check_words(spec.get("router", []), "router argv")
     if "out" in other:
         assert other["out"].strip() and (runs[2][0] == "resolve" or json.loads(other["out"]))
+        if runs[2][0] == "resolve":  # --format shell: nothing a terminal reads as a control
+            shown = other["out"].replace("\n", "").replace("\t", "")
+            assert shown.isprintable(), f"--format shell printed {other['out']!r}"
     return "resolved"
 
 
@@ -610,6 +711,7 @@ card_options = st.tuples(
 ).map(flat)
 
 VLLM_SEEDS = [yaml.safe_load(p.read_text()) for p in (SEED_VLLM, *MORE_VLLM)]
+SITE_JSON_SEED = json.loads(SEED_SITE_JSON.read_text())
 vllm_options = st.tuples(
     option("--hardware", ["h200", "h100", "b200", "mi300x", "mi355x", "dgx_spark_gb10", "-h"]),
     option("--strategy", ["single_node_tp", "multi_node_tp", "nope"]),
@@ -632,19 +734,26 @@ def card_case(draw: Any, yaml_form: bool = False) -> tuple[str | None, list[list
     text = dump(doc, raws, yaml_form=yaml_form)
     if text is not None and not yaml_form and draw(st.booleans()):
         text = f"gpt-oss-120b\n{text}\nNotes: {{not json}}\n"  # as the page: title, card, prose
+    text = text if text is None else with_raw_control(draw, text)
     other = draw(st.sampled_from(["shell", "show"]))
-    return text, runs_for([*draw(card_options), *card_hints(touched)], other)
+    options = draw(st.one_of(st.just([]), card_options))  # half the time: the defaults
+    return text, runs_for([*options, *card_hints(touched)], other)
 
 
 @st.composite
-def vllm_case(draw: Any) -> tuple[str | None, list[list[str]]]:
-    """A mutated vLLM recipe's text and the commands to run on it."""
-    seed = draw(st.sampled_from(VLLM_SEEDS[:1] * 2 + VLLM_SEEDS[1:]))  # gpt-oss-120b first
-    doc, raws, touched = draw(mutated(seed, yaml_form=True))
-    options = [*draw(vllm_options), *vllm_hints(touched)]
-    return dump(doc, raws, yaml_form=True), runs_for(
-        options, draw(st.sampled_from(["shell", "show"]))
-    )
+def vllm_case(draw: Any, site_json: bool = False) -> tuple[str | None, list[list[str]]]:
+    """A mutated vLLM recipe's text (with ``site_json``, of the site's JSON form) and the
+    commands to run on it."""
+    if site_json:
+        seed = SITE_JSON_SEED
+    else:
+        seed = draw(st.sampled_from(VLLM_SEEDS[:1] * 2 + VLLM_SEEDS[1:]))  # gpt-oss-120b first
+    focus = "recommended_command" if site_json else None  # what only the JSON form has
+    doc, raws, touched = draw(mutated(seed, yaml_form=not site_json, focus=focus))
+    options = [*draw(st.one_of(st.just([]), vllm_options)), *vllm_hints(touched)]
+    text = dump(doc, raws, yaml_form=not site_json)
+    text = text if text is None else with_raw_control(draw, text)
+    return text, runs_for(options, draw(st.sampled_from(["shell", "show"])))
 
 
 @fuzz("card")
@@ -673,12 +782,24 @@ def test_a_mutated_vllm_recipe_resolves_or_is_one_line(worker: Worker, case: Any
         check(worker.ask("vllm/fuzz.yaml", text, runs), runs, "vllm")
 
 
+@fuzz("vllm_json")
+@given(case=vllm_case(site_json=True))
+def test_a_mutated_site_json_recipe_resolves_or_is_one_line(worker: Worker, case: Any) -> None:
+    """The recipes site's JSON form: its recommended_command picks the default selection."""
+    text, runs = case
+    if text is not None:
+        check(worker.ask("vllm/fuzz.json", text, runs), runs, "vllm")
+
+
 def test_the_seeds_resolve_through_the_worker(worker: Worker) -> None:
     """The harness can tell a resolved spec: each unmutated seed resolves and its unit parses."""
     card = runs_for([], "show")
     assert check(worker.ask("card.json", SEED_CARD.read_text(), card), card, "rbln") == "resolved"
     vllm = runs_for(["--hardware", "h200"])
     outcome = check(worker.ask("vllm/fuzz.yaml", SEED_VLLM.read_text(), vllm), vllm, "vllm")
+    assert outcome == "resolved"
+    site = runs_for([])
+    outcome = check(worker.ask("vllm/fuzz.json", SEED_SITE_JSON.read_text(), site), site, "vllm")
     assert outcome == "resolved"
 
 
