@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from faults import compile_log, resolved, run, run_killed, runs_argv, totals
+from faults import changed_ops, compile_log, resolved, run, run_killed, runs_argv, totals
 from labhelpers import on_host
 
 from servefleet.lab.chat import chat_once
@@ -18,6 +18,7 @@ from servefleet.lab.chat import chat_once
 HOSTS = ["lab1", "lab2", "lab3"]
 PORTS = [8000 + i for i in range(4)]
 CACHE = "/var/cache/servefleet/vllm"
+BUILD_CACHE = "/opt/servefleet/build-cache"  # a fleet pre-warm's compile-only builds
 CHANGE = ["--data", "serve_target=Throughput"]  # compile-affecting (--max-num-seqs)
 
 
@@ -26,9 +27,10 @@ def fleet(store: Path, *extra: str) -> list[str]:
 
 
 def cold(state: dict[str, Any], hosts: list[str]) -> None:
-    """Forget every compile on ``hosts`` (running servers keep what they loaded)."""
+    """Forget every compile on ``hosts``, the compile-only builds' too (running servers keep
+    what they loaded)."""
     for host in hosts:
-        on_host(state, host, f"rm -rf {CACHE}/rbln {CACHE}/servefleet-warm")
+        on_host(state, host, f"rm -rf {CACHE}/rbln {CACHE}/servefleet-warm {BUILD_CACHE}")
 
 
 def logs(state: dict[str, Any]) -> dict[str, int]:
@@ -122,7 +124,7 @@ def test_a_build_host_without_npus_compiles_for_the_fleet(
         units = on_host(lab, "lab3", "ls /etc/systemd/system | grep servefleet || true").stdout
         assert units.strip() == "", f"the build host keeps units: {units}"
         noop = run(lab, "--json", *fleet(store, "--data", "serve_prewarm_host=lab3", *CHANGE))
-        assert totals(noop)["success"] == 0
+        assert totals(noop)["success"] == 0, changed_ops(noop)
     finally:
         on_host(lab, "lab3", "cat > /etc/rbln-sim/hardware.json", stdin=hardware)
         assert run(lab, "--limit", "lab3").returncode == 0
@@ -160,3 +162,38 @@ def test_a_fleet_prewarm_killed_while_keeping_or_copying_the_cache_converges(
         for host in HOSTS:
             assert all(runs_argv(lab, host, p, argv) for p in PORTS), (step, host)
         assert totals(run(lab, "--json", *fleet(store, *CHANGE)))["success"] == 0
+
+
+def test_a_cache_a_hostile_server_wrote_never_reaches_another_host(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """#31 finding 5: lab1's serve user (its servers run model code and take prompts) writes a
+    file into lab1's compile cache, where vllm-rbln loads bundles from. Then a fleet rollout
+    with lab3 cold: no warm host is a source; lab3 builds compile only (as servefleet-build, in
+    a network namespace of its own) and the copy lab3 serves from holds no such file."""
+    store = tmp_path / "store"
+    fingerprint = resolved("--target", "throughput")["compile_fingerprint"]
+    assert run(lab).returncode == 0
+    cold(lab, HOSTS)
+    assert run(lab, *fleet(store, *CHANGE)).returncode == 0  # every host warm, from lab1's build
+    poison = "x-planted-by-the-serve-user.bin"
+    on_host(lab, "lab1", f"d=$(ls -d {CACHE}/rbln/*/* | head -1); "
+            f"runuser -u servefleet -- sh -c \"echo payload > $d/rank0/{poison}\"")  # fmt: skip
+    shutil.rmtree(store)
+    on_host(lab, "lab3", "systemctl stop 'servefleet-vllm-*.service'")
+    cold(lab, ["lab3"])
+    before = logs(lab)
+    done = run(lab, *fleet(store, *CHANGE))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    compiles = new_compiles(lab, before)
+    assert compiles["lab1"] == compiles["lab2"] == [] and len(compiles["lab3"]) == 1, compiles
+    assert "compile_only=1" in compiles["lab3"][0], compiles
+    manifest = json.loads((store / f"{fingerprint}.tar.json").read_text())
+    assert manifest["origin"] == "compile only" and manifest["source"] == "lab3", manifest
+    assert not any(poison in name for name in manifest["files"]), manifest["files"]
+    found = on_host(lab, "lab3", f"find {CACHE} -name {poison}", check=False).stdout
+    assert found.strip() == "", found
+    assert loaded_bundle(lab, "lab3")
+    build = on_host(lab, "lab3", f"stat -c '%U %a' {BUILD_CACHE}").stdout.split()
+    assert build == ["servefleet-build", "700"], build

@@ -168,7 +168,13 @@ def _record(ns: argparse.Namespace, env: Mapping[str, str]) -> None:
         "cwd": os.getcwd(),
         "time": time.time(),
     }
-    path = os.path.join(run_dir, f"vllm-{ns.port}.json")
+    # a compile-only build runs as another user than the servers: a record of its own (in the
+    # sticky run directory, neither could replace the other's)
+    dummy = BUILD["device"] != "cuda" and env.get(COMPILE_ONLY_ENV, "").strip().lower() in (
+        "1",
+        "true",
+    )
+    path = os.path.join(run_dir, f"vllm-{'compile-only-' if dummy else ''}{ns.port}.json")
     with contextlib.suppress(OSError):
         os.unlink(path)
     _write_atomic(path, json.dumps(record, indent=1, sort_keys=True).encode())
