@@ -212,12 +212,23 @@ class HostPlan:
         return tuple(sorted(self.instances, key=lambda i: i.role != DECODE))
 
     @property
+    def key_file_current(self) -> bool:
+        """The servers' API key file holds the data's key (or none is wanted): else the deploy
+        writes it, and every server restarts with it."""
+        key = self.settings.api_key
+        if not key or not self.instances:
+            return True
+        line = api_key_file(key).encode()
+        return self.has(API_KEY_FILE, "file", "600", sha256=self.digest(API_KEY_FILE, line))
+
+    @property
     def converged(self) -> bool:
         """Every instance runs its desired unit, the cache is warm, nothing stale is left, and
         the host's kept good state is this one (a run that died before recording it converges
         again: nothing restarts, the state is recorded)."""
         return (
             all(i.converged and i.written for i in self.instances)
+            and self.key_file_current
             and self.warm
             and not self.stale_units
             and not self.reload_needed
@@ -404,10 +415,10 @@ def render_instance(
         stop_timeout=settings.serve_shutdown_timeout + 30,
         environment_file=API_KEY_FILE if settings.api_key else None,
     )
-    digest = hashlib.sha256(render_unit(env=env, **fields).encode())
-    if settings.api_key:  # a new key restarts the servers: the file's hash counts, never the key
-        digest.update(hashlib.sha256(api_key_file(settings.api_key).encode()).hexdigest().encode())
-    sha = digest.hexdigest()[:16]
+    # the unit's text only: no digest of the API key (world-readable, it would let a guess be
+    # confirmed offline, #31 finding 4); a new key restarts the servers because each one is
+    # checked for the key it runs with (the probe, remote/instances.py)
+    sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
     return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
 
 
@@ -505,7 +516,11 @@ def plan_host(
         unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
-        converged = on_host.get("active") == "active" and on_host.get("running") == sha
+        converged = (
+            on_host.get("active") == "active"
+            and on_host.get("running") == sha
+            and on_host.get("key_current") is not False  # it runs with the key file's key
+        )
         worker = worker_url(settings, port, address if fleet else None) if routed else None
         instances.append(Instance(i, unit, port, devices, text, sha, written, converged,
                                   tuple(argv), tuple(sorted(env.items())), worker, role))  # fmt: skip

@@ -126,8 +126,12 @@ def test_an_api_key_guards_every_server_and_never_leaks(lab: dict[str, Any]) -> 
 
         # a new key: every server restarts through the gate with it; the old one is refused
         new = "sk-lab-" + random.token_hex(24)
+        shas = "grep -h SERVEFLEET_UNIT /etc/systemd/system/servefleet-vllm-*.service"
+        before = on_host(lab, HOSTS[0], shas).stdout
         rotated = run(lab, env=keyed(lab, new))
         assert rotated.returncode == 0, rotated.stdout[-4000:] + rotated.stderr[-4000:]
+        # #31 finding 4: the units' world-readable hash carries nothing of the key
+        assert on_host(lab, HOSTS[0], shas).stdout == before
         for host in lab["hosts"]:
             for port in PORTS:
                 assert status_code(host["address"], port, "/v1/chat/completions", key) == 401

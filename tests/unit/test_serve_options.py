@@ -118,17 +118,44 @@ def test_the_key_reaches_the_server_through_a_root_file_never_the_unit() -> None
     assert KEY not in repr(keyed.settings) and KEY not in str(keyed.desired_state())
 
 
-def test_the_unit_sha_follows_the_key_files_hash_not_the_key() -> None:
+def test_the_unit_sha_carries_nothing_of_the_key() -> None:
+    """#31 finding 4: SERVEFLEET_UNIT is world-readable (the unit, /proc): it is the hash of the
+    unit's text alone, the same for every key, so no guess at the key can be checked against
+    it. A new key restarts the servers all the same: the plan sees the key file differ, and the
+    probe whether each server runs with the file's key."""
     a = plan(environ={ENV_KEY: KEY}).instances[0]
-    again = plan(environ={ENV_KEY: KEY}).instances[0]
     other = plan(environ={ENV_KEY: KEY[:-1] + "X"}).instances[0]
     plain = plan().instances[0]
-    assert a.sha == again.sha and len({a.sha, other.sha, plain.sha}) == 3
-    assert a.text.replace(a.sha, "") == other.text.replace(other.sha, "")  # only the sha differs
-    file_sha = hashlib.sha256(api_key_file(KEY).encode()).hexdigest()
+    assert a.sha == other.sha != plain.sha and a.text == other.text  # plain: no EnvironmentFile
     without = "".join(x for x in a.text.splitlines(True) if UNIT_SHA_VAR not in x)
-    assert hashlib.sha256((without + file_sha).encode()).hexdigest()[:16] == a.sha
+    assert hashlib.sha256(without.encode()).hexdigest()[:16] == a.sha
     assert api_key_file(KEY) == f"VLLM_API_KEY={KEY}\n"
+
+
+def test_a_new_key_or_a_server_on_another_key_is_not_converged() -> None:
+    import hmac
+
+    secret = b"k" * 32
+    line = api_key_file(KEY).encode()
+    current = {"type": "file", "mode": "600", "user": "root", "group": "root",
+               "sha256": hmac.new(secret, line, "sha256").hexdigest()}  # fmt: skip
+    first = plan(environ={ENV_KEY: KEY})
+    units = {
+        i.unit: {"active": "active", "running": i.sha, "key_current": True,
+                 "file": hashlib.sha256(i.text.encode()).hexdigest()}
+        for i in first.instances
+    }  # fmt: skip
+    s = settings(environ={ENV_KEY: KEY})
+
+    def again(key_current: bool, paths: dict[str, Any]) -> HostPlan:
+        found = {u: dict(e, key_current=key_current) for u, e in units.items()}
+        return plan_host(s, probe(units=found, paths=paths), secret_key=secret)
+
+    assert again(True, {API_KEY_FILE: current}).key_file_current
+    assert all(i.converged for i in again(True, {API_KEY_FILE: current}).instances)
+    assert not again(True, {API_KEY_FILE: dict(current, sha256="0" * 64)}).key_file_current
+    assert not again(True, {}).key_file_current  # no key file yet
+    assert not any(i.converged for i in again(False, {API_KEY_FILE: current}).instances)
 
 
 def test_a_key_systemd_or_http_could_misread_is_refused_without_showing_it() -> None:

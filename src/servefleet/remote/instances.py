@@ -136,14 +136,30 @@ def live(devices_env: str) -> dict[str, dict[str, Any]]:
             "active": props.get("ActiveState", "unknown"),
             "pid": pid,
             "sha": env.get(SHA_VAR),
+            "key": env.get(layout.API_KEY_VAR),
             "port": process_port(pid) if pid else None,
             "devices": set(filter(None, env.get(devices_env, "").split(","))),
         }
     return out
 
 
-def running_desired(now: dict[str, Any] | None, sha: str) -> bool:
-    return now is not None and now["active"] == "active" and now["sha"] == sha
+def file_key() -> str | None:
+    """The servers' API key as their EnvironmentFile holds it now (None: no key)."""
+    try:
+        text = Path(layout.API_KEY_FILE).read_text()
+    except OSError:
+        return None
+    prefix = f"{layout.API_KEY_VAR}="
+    return next((x[len(prefix) :] for x in text.splitlines() if x.startswith(prefix)), None)
+
+
+def running_desired(now: dict[str, Any] | None, sha: str, key: str | None = None) -> bool:
+    """Its main process runs ``sha`` with the key file's ``key`` (the unit's hash carries no
+    digest of the key: a new key is seen here)."""
+    return (
+        now is not None and now["active"] == "active" and now["sha"] == sha
+        and now.get("key") == key
+    )  # fmt: skip
 
 
 def warm_dir(state: dict[str, Any], create: bool = False) -> int | None:
@@ -450,9 +466,11 @@ def bring_to(state: dict[str, Any]) -> None:
     now = live(state["devices_env"])
     routers = state.get("routers") or []
     restarted = set()
+    key = file_key()
     for inst in state["instances"]:
         current = now.get(inst["unit"])
-        restart = not running_desired(current, inst["sha"])
+        keyed = f"EnvironmentFile={layout.API_KEY_FILE}" in inst.get("text", "")
+        restart = not running_desired(current, inst["sha"], key if keyed else None)
         if restart or is_cold(state, inst):
             worker = str(inst.get("worker") or "") if restart else ""
             for admin in routers if worker else ():

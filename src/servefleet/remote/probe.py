@@ -131,12 +131,16 @@ def units(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
         kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         by_id[kv.get("Id")] = kv
     var = f"{layout.UNIT_SHA_VAR}=".encode()
+    key_var = f"{layout.API_KEY_VAR}=".encode()
+    key_line = read(layout.API_KEY_FILE, "rb") or b""
+    file_key = [k[len(key_var) :] for k in key_line.splitlines() if k.startswith(key_var)]
     found = {}
     for u in names:
         kv = by_id.get(u, {})
         pid = int(kv.get("MainPID") or 0)
         env = (read(f"/proc/{pid}/environ", "rb") or b"") if pid else b""
         running = [e[len(var) :].decode() for e in env.split(b"\0") if e.startswith(var)]
+        key = [e[len(key_var) :] for e in env.split(b"\0") if e.startswith(key_var)]
         text = read(os.path.join(layout.UNIT_DIR, u), "rb")
         found[u] = {
             "active": kv.get("ActiveState", "unknown"),
@@ -144,8 +148,17 @@ def units(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
             "enabled": kv.get("UnitFileState"),
             "reload": kv.get("NeedDaemonReload") == "yes",
             "file": hashlib.sha256(text).hexdigest() if text is not None else None,
+            # it runs with the key the key file holds (or neither has one): a yes or no, no
+            # digest of the key leaves the host (#31 finding 4)
+            "key_current": (key or [None])[0] == _wanted_key(text, file_key) if pid else None,
         }
     return found
+
+
+def _wanted_key(text: bytes | None, file_key: list[bytes]) -> bytes | None:
+    """The key a unit's server should run with: the key file's, when its unit names that file."""
+    names = text is not None and f"EnvironmentFile={layout.API_KEY_FILE}".encode() in text
+    return file_key[0] if names and file_key else None
 
 
 MAX_WORKERS_REPLY = 1 << 20  # bytes of the router's worker list the probe reads
