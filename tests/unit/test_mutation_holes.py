@@ -417,12 +417,9 @@ def test_compile_env_vars_change_it_and_the_others_of_vllms_list_do_not() -> Non
         assert _fp(BASE, {var: "1"}) == _fp(BASE, {var: "0"}) == base, var
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a real bug, reported: vLLM's short spellings -q (--quantization) and -sc "
-    "(--speculative-config) are not read by the fingerprint (scan_argv knows -tp/-pp/-dp/-ep only)",
-)
 def test_every_spelling_of_a_counted_flag_counts() -> None:
+    """vLLM's one-dash spellings (-q, -sc, -cc, ...) count as their long flags: the fingerprint
+    reads them from the flag table (it knew -tp/-pp/-dp/-ep only)."""
     differ: set[str] = set()
     for entry in COUNTED:
         for short in [f for f in entry["flags"] if not f.startswith("--")]:

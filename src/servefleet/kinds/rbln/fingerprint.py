@@ -11,6 +11,7 @@ are parsed, so the same inputs in another order or spelling give the same finger
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servefleet import flags as vllm_flags
 from servefleet.errors import RecipeError
 from servefleet.kinds.loader import load_json_text
 
@@ -352,12 +354,21 @@ NOT_COUNTED: dict[str, str] = {
     "--enable-auto-tool-choice": "an API-server option, not an engine config (§3.5)",
 }
 
-_SHORT = {
-    "tp": "tensor-parallel-size",
-    "pp": "pipeline-parallel-size",
-    "dp": "data-parallel-size",
-    "ep": "enable-expert-parallel",
-}
+
+@functools.cache
+def _short() -> dict[str, str]:
+    """vLLM's one-dash spellings and the long name each stands for (``tp`` ->
+    ``tensor-parallel-size``, ``cc`` -> ``compilation-config``, ``q`` -> ``quantization``,
+    ``sc`` -> ``speculative-config``, ...), from the flag table of vLLM 0.30.0 (the same on both
+    platforms): a spelling the fingerprint does not know would not count."""
+    tab = vllm_flags.table("rbln")
+    return {
+        name[1:]: flag.spelling[2:]
+        for name, flag in tab.flags.items()
+        if not name.startswith("--") and flag.spelling.startswith("--")
+    }
+
+
 _BOOL_FLAGS = frozenset(
     [e.names[0] for e in COMPILE_INPUTS if e.source == "flag" and e.parse is _bool]
     + ["rbln-" + f.replace("_", "-") for f in ("use_custom_sampler", "enable_sub_block_cache")]
@@ -400,7 +411,7 @@ def _norm_flag(token: str) -> str:
     JSON field keeps its own spelling (``speculative-config.num_speculative_tokens``)."""
     head, dot, sub = token.lstrip("-").partition(".")
     head = head.replace("_", "-")
-    return _SHORT.get(head, head) + dot + sub
+    return _short().get(head, head) + dot + sub
 
 
 def scan_argv(argv: Sequence[str]) -> ScannedArgv:
