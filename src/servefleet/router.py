@@ -61,12 +61,7 @@ class ProxyPlan:
     nginx: bool  # nginx is installed
     running: bool  # its unit is active and its main process runs this sha
     loaded: bool  # it runs this configuration (and, with an admin key, the one on the host)
-    unit_file: str | None  # sha256 of its unit file on the host
     unit: str = PROXY_UNIT
-
-    @property
-    def unit_written(self) -> bool:
-        return self.unit_file == hashlib.sha256(self.unit_text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -286,7 +281,6 @@ def plan_proxy(settings: Settings, found: dict[str, Any] | None) -> ProxyPlan:
         nginx=found.get("nginx") is True,
         running=found.get("active") == "active" and found.get("running") == sha,
         loaded=found.get("loaded") == conf_sha and (admin is None or found.get("admin") is True),
-        unit_file=found.get("file") if isinstance(found.get("file"), str) else None,
     )
 
 

@@ -19,14 +19,19 @@ def directory(plan: HostPlan, path: str, mode: str = "755", user: str = "root") 
         files.directory(name=f"Create {path} ({mode})", path=path, user=user, group=user, mode=mode)
 
 
-def upload(plan: HostPlan, name: str, data: bytes, dest: str) -> None:
-    """A root-owned 0644 file holding ``data``."""
-    if not plan.has(dest, "file", "644", sha256=hashlib.sha256(data).hexdigest()):
-        files.put(name=name, src=BytesIO(data), dest=dest, user="root", group="root", mode="644")
+def upload(plan: HostPlan, name: str, data: bytes, dest: str) -> bool:
+    """A root-owned 0644 file holding ``data``; whether it was not (an operation writes it)."""
+    if plan.has(dest, "file", "644", sha256=hashlib.sha256(data).hexdigest()):
+        return False
+    files.put(name=name, src=BytesIO(data), dest=dest, user="root", group="root", mode="644")
+    return True
 
 
-def secret(plan: HostPlan, name: str, dest: str, value: str) -> None:
-    """A 0600 file holding ``value`` (and a newline), sent on stdin, never shown."""
+def secret(plan: HostPlan, name: str, dest: str, value: str) -> bool:
+    """A 0600 file holding ``value`` (and a newline), sent on stdin, never shown; whether it
+    was not (an operation writes it)."""
     line = value if value.endswith("\n") else value + "\n"
-    if not plan.has(dest, "file", "600", sha256=plan.digest(dest, line.encode())):
-        put_secret(name=name, dest=dest, secret=line)
+    if plan.has(dest, "file", "600", sha256=plan.digest(dest, line.encode())):
+        return False
+    put_secret(name=name, dest=dest, secret=line)
+    return True

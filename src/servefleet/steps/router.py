@@ -8,7 +8,6 @@ every host is known."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,19 +114,15 @@ def proxy(plan: HostPlan) -> None:
     if not p.nginx:
         apt.packages(name="Install nginx (the router's proxy)", packages=["nginx"],
                      update=True, cache_time=3600, no_recommends=True)  # fmt: skip
-    conf = p.conf.encode()
-    conf_new = not plan.has(PROXY_CONF, "file", "644", sha256=hashlib.sha256(conf).hexdigest())
-    ensure.upload(plan, "Write the router proxy's configuration", conf, PROXY_CONF)
-    path = f"{UNIT_DIR}/{PROXY_UNIT}"
-    unit = p.unit_text.encode()
-    unit_new = not plan.has(path, "file", "644", sha256=hashlib.sha256(unit).hexdigest())
-    ensure.upload(plan, f"Write {PROXY_UNIT}", unit, path)
+    conf_new = ensure.upload(plan, "Write the router proxy's configuration", p.conf.encode(),
+                             PROXY_CONF)  # fmt: skip
+    unit_new = ensure.upload(plan, f"Write {PROXY_UNIT}", p.unit_text.encode(),
+                             f"{UNIT_DIR}/{PROXY_UNIT}")  # fmt: skip
     key_new = False
     if p.admin_map is not None:
         ensure.directory(plan, SECRETS_DIR, mode="700")
-        key_new = not plan.has(ROUTER_ADMIN_MAP, "file", "600",
-                               sha256=plan.digest(ROUTER_ADMIN_MAP, p.admin_map.encode()))  # fmt: skip
-        ensure.secret(plan, "Write the routers' admin key (0600)", ROUTER_ADMIN_MAP, p.admin_map)
+        key_new = ensure.secret(plan, "Write the routers' admin key (0600)", ROUTER_ADMIN_MAP,
+                                p.admin_map)  # fmt: skip
     if unit_new or not p.running:
         server.shell(name=f"(Re)start {PROXY_UNIT}", commands=[
             "systemctl daemon-reload", f"systemctl enable --quiet {PROXY_UNIT}",
