@@ -17,3 +17,8 @@ class DataError(ServefleetError):
 
 class ProbeError(ServefleetError):
     """A host's probe output that a kind cannot read (an odd ``rbln-smi`` or ``amd-smi``)."""
+
+
+class Unreachable(ServefleetError):
+    """Something the command needs could not be reached (an index, a host, the hub): transient,
+    worth a retry; the CLI exits with ``Exit.UNREACHABLE`` (3), never with 2."""

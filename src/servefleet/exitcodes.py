@@ -15,6 +15,7 @@ class Exit(IntEnum):
     OK = 0
     FAILED = 1
     USAGE = 2
+    UNREACHABLE = 3
 
 
 MEANING: dict[Exit, str] = {
@@ -29,6 +30,8 @@ MEANING: dict[Exit, str] = {
     "selection or inventory, a pattern that matches no host, pyinfra refusing its arguments, "
     "`rollout` without `--yes` when stdin is not a terminal. One line: "
     "`servefleet: error: ...` (`servefleet lab: ...` for the lab).",
+    Exit.UNREACHABLE: "Could not reach something the command needs (an index, a host, the hub), "
+    "named in one line: transient, worth a retry later; nothing was refused.",
 }
 
 PASSED_THROUGH = (
