@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name as canonical_name  # PEP 503 (Rebel_Compiler)
 from packaging.version import InvalidVersion, Version
 
 from servefleet.errors import DataError
@@ -85,11 +86,6 @@ _SELECTION_ALLOWED = (
 )
 _USER_ALLOWED = "a system user name [a-z_][a-z0-9_-]{0,31}, not root"
 MODELS_ALLOWED = "model id ORG/NAME of [A-Za-z0-9._-] -> hex digest"
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalised distribution name (``Rebel_Compiler`` -> ``rebel-compiler``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
