@@ -12,13 +12,8 @@ Controller-side; imports no pyinfra.
 from __future__ import annotations
 
 import fcntl
-import glob
 import json
-import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -26,17 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servefleet.download import credentials_for, opener
-from servefleet.errors import ServefleetError
-from servefleet.lock import Stack, basic_auth, last_error, packages
+from servefleet.download import credentials_for
+from servefleet.lock import Stack, basic_auth, packages
 from servefleet.prewarm_store import sha256_of
-from servefleet.subenv import child_env
+from servefleet.sdists import SdistError, build_wheel, fetch
 
 BUILT = "built.json"
 
 
-class BuildError(ServefleetError):
-    """An sdist that cannot be built on the controller (one line)."""
+BuildError = SdistError  # an sdist that cannot be built on the controller (one line)
 
 
 @dataclass(frozen=True)
@@ -85,49 +78,6 @@ def sdist_only(pylock: str) -> list[dict[str, Any]]:
     return [p for p in packages(pylock) if "sdist" in p and not p.get("wheels")]
 
 
-def _version_of(python: str) -> str | None:
-    try:
-        out = subprocess.run(
-            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-    except OSError:
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def find_python(version: str) -> str:
-    """A controller interpreter of Python ``version`` (``3.11``) with its headers.
-
-    + version: major.minor of the hosts' sdk_python
-    """
-    if not re.fullmatch(r"3\.\d+", version):
-        raise BuildError(f"cannot build for Python {version!r}")
-    candidates = [sys.executable, shutil.which(f"python{version}") or ""]
-    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python")))
-    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
-    for python in dict.fromkeys(c for c in candidates if c and os.access(c, os.X_OK)):
-        if _version_of(python) == version:
-            return python
-    raise BuildError(
-        f"no Python {version} on the controller to build for the hosts' Python {version}; "
-        "install it (with its headers) on the controller"
-    )
-
-
-def _download(url: str, dest: Path, headers: Mapping[str, str]) -> None:
-    """``url`` into ``dest``, credentials never carried by a redirect to another origin."""
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(url, headers=dict(headers))
-    try:
-        with opener().open(request, timeout=60) as response, open(dest, "wb") as out:
-            shutil.copyfileobj(response, out)
-    except (urllib.error.URLError, OSError) as e:
-        raise BuildError(f"{url}: cannot download ({e})") from None
-
-
 def _auth_headers(st: Stack, url: str, user: str | None, password: str | None) -> dict[str, str]:
     """The auth indexes' credentials when ``url`` is on one of their origins (never chosen by
     the index a lock entry names: a lock whose URL alone was edited gets none)."""
@@ -164,22 +114,18 @@ def build(
         done = _cached(out, name, version, want)
         if done:
             return done
-        interpreter = find_python(python)
         with tempfile.TemporaryDirectory(prefix="servefleet-build-") as tmp:
             src = Path(tmp) / sdist["url"].rsplit("/", 1)[-1]
-            _download(sdist["url"], src, _auth_headers(st, sdist["url"], user, password))
+            fetch(sdist["url"], src, _auth_headers(st, sdist["url"], user, password))
             got = sha256_of(src)
             if got != want:
                 raise BuildError(
                     f"{name}=={version}: the lock has sha256:{want}, the index served "
                     f"sha256:{got}; nothing built"
                 )
-            _uv_build(st, src, interpreter, Path(tmp) / "dist")
-            wheels = list((Path(tmp) / "dist").glob("*.whl"))
-            if len(wheels) != 1:
-                raise BuildError(f"{name}=={version}: the build made no single wheel")
-            shutil.move(str(wheels[0]), out / wheels[0].name)
-            record = {"wheel": wheels[0].name, "sha256": sha256_of(out / wheels[0].name)}
+            wheel = build_wheel(st.inputs, src, python, Path(tmp))
+            shutil.copyfile(wheel, out / wheel.name)
+            record = {"wheel": wheel.name, "sha256": sha256_of(out / wheel.name)}
             (out / BUILT).write_text(json.dumps(record, sort_keys=True) + "\n")
         return Built(name, version, want, out / record["wheel"], record["sha256"], fresh=True)
 
@@ -204,30 +150,3 @@ def _cached(out: Path, name: str, version: str, sdist_sha256: str) -> Built | No
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
-
-
-def _uv_build(st: Stack, sdist: Path, python: str, dist: Path) -> None:
-    from servefleet.uvbin import uv_binary
-
-    inp = st.inputs
-    # build dependencies come from the indexes without auth: the build backend runs with no
-    # credentials, and an index asked without them answers 401 (which stops uv)
-    free = [i for i in inp["indexes"] if not i["auth"]]
-    indexes = [a for i in free for a in ("--index", f"{i['name']}={i['url']}")]
-    if inp["public_index"]:
-        indexes += ["--default-index", inp["public_index"]]
-    insecure = [a for h in inp["trusted_hosts"] for a in ("--allow-insecure-host", h)]
-    # the sdist's build backend runs in this environment: the allow-list, no credentials (a
-    # build dependency on an index with auth fails in one line)
-    env = child_env({"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"})
-    cmd = [str(uv_binary()), "build", "--wheel", "--no-config", "--python", python,
-           *indexes, *insecure, "--out-dir", str(dist), str(sdist)]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        said = [
-            line for line in (proc.stdout + proc.stderr).splitlines() if "cannot be built" in line
-        ]
-        raise BuildError(
-            f"{sdist.name}: the build failed on the controller: "
-            f"{said[-1].strip() if said else last_error(proc.stderr)}"
-        )

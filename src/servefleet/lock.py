@@ -25,11 +25,17 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import html.parser
 import json
+import os
+import re
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -37,9 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servefleet.download import opener
-from servefleet.errors import ServefleetError
+from packaging.utils import canonicalize_name
+
+from servefleet import sdists
+from servefleet.download import credentials_for, opener
+from servefleet.errors import ServefleetError, Unreachable
 from servefleet.subenv import child_env
+from servefleet.uvbin import last_error
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -138,10 +148,11 @@ def _toml(value: Any) -> str:
     raise TypeError(type(value))
 
 
-def project_toml(st: Stack) -> str:
+def project_toml(st: Stack, metadata: Iterable[Mapping[str, Any]] = ()) -> str:
     """The throw-away uv project a stack is resolved as.
 
     + st: the stack
+    + metadata: ``[[tool.uv.dependency-metadata]]`` entries (of sdists built for it)
     """
     inp = st.inputs
     lines = [
@@ -163,6 +174,9 @@ def project_toml(st: Stack) -> str:
     if inp["public_index"]:
         lines += ["", "[[tool.uv.index]]", 'name = "public"', f"url = {_toml(inp['public_index'])}"]
         lines += ["default = true"]
+    for meta in metadata:
+        lines += ["", "[[tool.uv.dependency-metadata]]"]
+        lines += [f"{k} = {_toml(v)}" for k, v in sorted(meta.items())]
     lines += ["", "[tool.uv.sources]"]
     lines += [f"{pkg} = {_toml({'index': owner})}" for pkg, owner in sorted(st.owners().items())]
     return "\n".join(lines) + "\n"
@@ -199,20 +213,44 @@ def credentials_env(st: Stack, user: str | None, password: str | None) -> dict[s
     return env
 
 
-def last_error(text: str) -> str:
-    """uv's reason for a failure, in one line (its ``error:``/``cause:`` lines).
+NO_BUILD = "builds-v0"  # where uv makes a build's environment in its cache: a file, so it cannot
 
-    + text: uv's stderr
-    """
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith(("error:", "×", "Caused by", "cause:"))]
-    return " ".join((errors or lines[-1:] or ["no output"])[:3])
+
+def lock_cache() -> Path:
+    """The uv cache of the resolves that hold credentials, where no build can start: its
+    ``builds-v0`` is a regular file, so uv fails ("failed to create directory") before it runs
+    any sdist's build backend, naming the package (uv's ``--no-build`` cannot serve: it refuses
+    sdist-only packages even with their metadata given)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = base / "servefleet" / "uv-lock"
+    cache.mkdir(parents=True, exist_ok=True)
+    guard = cache / NO_BUILD
+    if guard.is_dir() and not guard.is_symlink():
+        shutil.rmtree(guard)
+    elif guard.is_symlink():
+        guard.unlink()
+    try:
+        fd = os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        os.write(fd, b"servefleet: no sdist is built in a process that holds credentials\n")
+        os.close(fd)
+    except FileExistsError:
+        pass
+    if not stat.S_ISREG(os.lstat(guard).st_mode):
+        raise LockError(f"{guard}: not a regular file; remove it")
+    return cache
+
+
+_NEEDS_BUILD = re.compile(r"(?:Failed to (?:download and )?build|build) `([^`=@ ]+)==([^`@ ]+)`")
 
 
 def resolve(st: Stack, user: str | None = None, password: str | None = None) -> str:
     """The stack's PEP 751 lock text (``uv lock`` then ``uv export --format pylock.toml``).
 
-    Credentials reach uv in its environment only. Raises LockError with uv's reason.
+    Credentials reach uv in its environment only, and that uv builds nothing (its cache has no
+    room for a build: :func:`lock_cache`). An sdist whose dependencies are dynamic is built for
+    its metadata in the sandbox, with no credential (:func:`sdist_metadata`), and uv is given
+    that metadata (``[[tool.uv.dependency-metadata]]``) and asked again. Raises LockError with
+    uv's reason.
 
     + st: the stack
     + user, password: credentials for indexes with ``auth``
@@ -221,21 +259,149 @@ def resolve(st: Stack, user: str | None = None, password: str | None = None) -> 
         {
             "UV_PYTHON_DOWNLOADS": "never",
             "UV_NO_PROGRESS": "1",
+            "UV_CACHE_DIR": str(lock_cache()),
             **credentials_env(st, user, password),
         }
     )
+    env.pop("UV_NO_CACHE", None)
+    known: dict[tuple[str, str], dict[str, Any]] = {}
+    while True:
+        try:
+            return _resolve_once(st, env, list(known.values()))
+        except _NeedsBuild as need:
+            if need.package in known:
+                raise LockError(
+                    f"stack {st.name}: uv still wants to build {'=='.join(need.package)} "
+                    "with its metadata given"
+                ) from None
+            known[need.package] = sdist_metadata(st, *need.package, user, password)
+
+
+class _NeedsBuild(Exception):
+    def __init__(self, package: tuple[str, str]) -> None:
+        self.package = package
+
+
+def _resolve_once(st: Stack, env: Mapping[str, str], metadata: list[dict[str, Any]]) -> str:
     with tempfile.TemporaryDirectory(prefix="servefleet-lock-") as tmp:
-        Path(tmp, "pyproject.toml").write_text(project_toml(st))
+        Path(tmp, "pyproject.toml").write_text(project_toml(st, metadata))
         for cmd in (
             [_uv(), "lock", "--quiet", "--directory", tmp],
             [_uv(), "export", "--quiet", "--directory", tmp, "--frozen", "--format",
              "pylock.toml", "--no-emit-project", "--no-header", "-o", "pylock.toml"],
         ):  # fmt: skip
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise LockError(f"stack {st.name}: uv {cmd[1]} failed: {last_error(proc.stderr)}")
+            if proc.returncode == 0:
+                continue
+            if NO_BUILD in proc.stderr:
+                found = _NEEDS_BUILD.search(proc.stderr)
+                if found:
+                    raise _NeedsBuild((canonicalize_name(found[1]), found[2]))
+                raise LockError(
+                    f"stack {st.name}: uv wanted to build an sdist it did not name: "
+                    f"{last_error(proc.stderr)}"
+                )
+            raise LockError(f"stack {st.name}: uv {cmd[1]} failed: {last_error(proc.stderr)}")
         text = Path(tmp, "pylock.toml").read_text()
     return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
+
+
+class _Links(html.parser.HTMLParser):
+    """The ``<a href>`` of a PEP 503 project page, by file name."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base, self.found = base, {}  # type: str, dict[str, str]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            url = urllib.parse.urljoin(self.base, href)
+            self.found[urllib.parse.unquote(url.split("#")[0].rsplit("/", 1)[-1])] = url
+
+
+def sdist_file(
+    st: Stack, name: str, version: str, user: str | None, password: str | None
+) -> tuple[str, str]:
+    """The URL and sha256 of ``name==version``'s sdist on the index that owns it (the public
+    index for a package nobody owns), read from its PEP 503 page with the owner's credentials
+    when it has ``auth`` (and only on its origin).
+
+    + st: the stack
+    + name, version: the package (normalized name)
+    + user, password: credentials for indexes with ``auth``
+    """
+    owner = st.owners().get(name)
+    index = next((i for i in st.inputs["indexes"] if i["name"] == owner), None)
+    base = index["url"] if index else st.inputs["public_index"]
+    if not base:
+        raise LockError(
+            f"{name}=={version} has dynamic metadata and only an sdist; servefleet reads it from "
+            "the public index, and none is set (sdk_public_index)"
+        )
+    page = f"{base.rstrip('/')}/{name}/"
+    headers = basic_auth(user, password) if index and index["auth"] and user and password else {}
+    request = urllib.request.Request(page, headers={"Accept": "text/html", **credentials_for(
+        page, [base], headers)})  # fmt: skip
+    try:
+        with opener().open(request, timeout=60) as response:
+            links = _Links(response.geturl())
+            links.feed(response.read(8 << 20).decode("utf-8", "replace"))
+    except urllib.error.HTTPError as e:
+        raise LockError(f"{page}: HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable(f"{page}: not reachable ({e})") from None
+    for filename, url in links.found.items():
+        stem = next((filename[: -len(x)] for x in (".tar.gz", ".zip") if filename.endswith(x)), "")
+        if (
+            "-" in stem
+            and canonicalize_name(stem.rsplit("-", 1)[0]) == name
+            and stem.rsplit("-", 1)[1] == version
+        ):
+            digest = url.partition("#sha256=")[2]
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise LockError(f"{url.split('#')[0]}: the index gives no sha256 for it")
+            return url.split("#")[0], digest
+    raise LockError(f"{page}: no sdist of {name}=={version}")
+
+
+def sdist_metadata(
+    st: Stack, name: str, version: str, user: str | None, password: str | None
+) -> dict[str, Any]:
+    """The metadata of an sdist whose dependencies are dynamic: its wheel built in the sandbox,
+    with no credential (``servefleet.sdists``), once for each sdist sha256 (kept in the
+    controller's cache).
+
+    + st: the stack
+    + name, version: the package uv wanted to build
+    + user, password: credentials to download it from an index with ``auth``
+    """
+    url, digest = sdist_file(st, name, version, user, password)
+    kept = lock_cache().parent / "sdist-metadata" / f"{digest}.json"
+    try:
+        return dict(json.loads(kept.read_text()))
+    except (OSError, ValueError):
+        pass
+    python = "{}.{}".format(*sys.version_info[:2])
+    with tempfile.TemporaryDirectory(prefix="servefleet-metadata-") as tmp:
+        src = Path(tmp) / url.rsplit("/", 1)[-1]
+        auth = [i["url"] for i in st.inputs["indexes"] if i["auth"]]
+        headers = (
+            credentials_for(url, auth, basic_auth(user, password)) if user and password else {}
+        )
+        sdists.fetch(url, src, headers)
+        got = hashlib.sha256(src.read_bytes()).hexdigest()
+        if got != digest:
+            raise LockError(f"{url}: the index lists sha256:{digest} and served sha256:{got}")
+        meta = sdists.metadata(sdists.build_wheel(st.inputs, src, python, Path(tmp)))
+    if canonicalize_name(meta["name"]) != name or meta["version"] != version:
+        raise LockError(
+            f"{url}: its build made {meta['name']}=={meta['version']}, not {name}=={version}"
+        )
+    meta["name"] = name
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    _atomic(kept, json.dumps(meta, sort_keys=True) + "\n")
+    return meta
 
 
 def packages(pylock: str) -> list[dict[str, Any]]:

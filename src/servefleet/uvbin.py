@@ -27,3 +27,13 @@ def host_uv(root: str) -> str:
     + root: serve_root
     """
     return f"{root}/lib/uv-{uv_version()}"
+
+
+def last_error(text: str) -> str:
+    """uv's reason for a failure, in one line (its ``error:``/``cause:`` lines).
+
+    + text: uv's stderr
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("error:", "×", "Caused by", "cause:"))]
+    return " ".join((errors or lines[-1:] or ["no output"])[:3])

@@ -16,10 +16,11 @@ import pytest
 from fake_host import serving
 from lab_sim_support import REPO, SIMULATOR, load
 
-from servefleet import builds
+from servefleet import builds, sandbox, sdists
 from servefleet.builds import BuildError, build, sdist_only
 from servefleet.lab.index import Config, make_server
 from servefleet.lock import packages, resolve, stack
+from servefleet.uvbin import uv_binary
 
 lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 PYTHON = "{}.{}".format(*sys.version_info[:2])
@@ -70,7 +71,7 @@ def test_the_sdist_is_built_once_into_a_wheel_with_its_compiled_extension(
     def no_second_build(*_args: object) -> None:
         raise AssertionError("built twice")
 
-    monkeypatch.setattr(builds, "_uv_build", no_second_build)
+    monkeypatch.setattr(builds, "build_wheel", no_second_build)
     again = build(package, PYTHON, arctic_stack(public), tmp_path)
     assert (again.fresh, again.path, again.sha256) == (False, first.path, first.sha256)
 
@@ -129,9 +130,12 @@ def test_a_host_gets_the_built_wheel_in_place_of_the_sdist_and_never_builds(
 
 
 def test_a_controller_without_the_hosts_python_says_so() -> None:
-    with pytest.raises(BuildError, match="no Python 3.99 on the controller"):
-        builds.find_python("3.99")
-    assert builds.find_python(PYTHON)
+    with sandbox.workspace() as space:
+        space.put(uv_binary(), 0o500)
+        with pytest.raises(BuildError, match="no Python 3.99 on the controller"):
+            sdists.find_python("3.99", space)
+        found = sdists.find_python(PYTHON, space)
+    assert os.path.isabs(found) and found == os.path.realpath(found)
 
 
 def test_an_offline_install_takes_the_built_wheel_in_place_of_the_sdist(

@@ -27,14 +27,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("host plan", ("servefleet.hostplan", "servefleet.router")),
     ("release", ("servefleet.release", "servefleet.glibc", "servefleet.builds",
                  "servefleet.wheelhouse", "servefleet.lock", "servefleet.prewarm_store",
-                 "servefleet.uvbin")),
+                 "servefleet.uvbin", "servefleet.sdists")),
     ("render", ("servefleet.render", "servefleet.systemd")),
     ("settings", ("servefleet.settings", "servefleet.checks")),
     ("kinds", ("servefleet.kinds",)),
     ("spec", ("servefleet.spec",)),
     ("base", ("servefleet.errors", "servefleet.exitcodes", "servefleet.shipped",
               "servefleet.vllm_args", "servefleet.flags", "servefleet.download",
-              "servefleet.subenv",
+              "servefleet.subenv", "servefleet.sandbox",
               "servefleet.remote")),
 ]  # fmt: skip
 

@@ -1,0 +1,254 @@
+"""No code from an index runs in a process tree that holds a credential (#31 finding 2).
+
+A hostile sdist (``evil-0.1``, ``Dynamic: Requires-Dist``, an in-tree build backend that looks for
+secrets everywhere a same-uid process can: its environment, every ``/proc/<pid>/environ`` and
+``cmdline`` it can read, a root-only file) is served by a public index beside a private index
+with HTTP Basic auth. Then ``lock.resolve`` (uv must learn evil's dependencies by building it),
+``builds.build`` (evil has only an sdist, so the controller builds its wheel) and the wheelhouse
+(which builds nothing) run with the index password in their arguments and in this process's
+environment, as the deploy and ``servefleet lock`` do. The backend runs (its report is there)
+and finds no secret. Before the fix, uv lock ran it with ``UV_INDEX_PRIVATE_PASSWORD`` in its
+environment: the first assertion on its report failed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_host import serving
+from lab_sim_support import SIMULATOR, load
+
+from servefleet import builds, lock, sandbox, wheelhouse
+from servefleet.lab.index import Config, make_server
+
+lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
+
+SECRET = "index-secret-7f3a"
+HF = "hf_secret_token_91c2"
+
+BACKEND = r"""
+import glob, json, os
+
+REPORT = @REPORT@
+SECRETS = @SECRETS@
+ROOT_ONLY = @ROOT_ONLY@
+
+
+def _spy(hook):
+    found = []
+    for k, v in os.environ.items():
+        if any(s in v for s in SECRETS) or k.startswith("UV_INDEX_"):
+            found.append("env " + k)
+    seen = []
+    for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
+        seen.append(path)
+        try:
+            data = open(path, "rb").read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if any(s in data for s in SECRETS):
+            found.append(path)
+    try:
+        if any(s in open(ROOT_ONLY).read() for s in SECRETS):
+            found.append(ROOT_ONLY)
+    except OSError:
+        pass
+    name = os.path.join(REPORT, "%s-%d.json" % (hook, os.getpid()))
+    with open(name, "w") as f:
+        json.dump({"hook": hook, "uid": os.getuid(), "found": found, "procs": seen}, f)
+
+
+METADATA = "Metadata-Version: 2.1\nName: evil\nVersion: 0.1\nRequires-Dist: tinydep\n"
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    _spy("requires")
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _spy("build_wheel")
+    import zipfile
+    name = "evil-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        z.writestr("evil/__init__.py", "")
+        z.writestr("evil-0.1.dist-info/METADATA", METADATA)
+        z.writestr("evil-0.1.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: evil\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("evil-0.1.dist-info/RECORD", "")
+    return name
+"""
+
+
+def _tar_add(tar: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode()
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def evil_sdist(directory: Path, report: Path, root_only: Path) -> Path:
+    """``evil-0.1.tar.gz``: dynamic dependencies, a backend that reports what it can find."""
+    backend = (
+        BACKEND.replace("@REPORT@", repr(str(report)))
+        .replace("@SECRETS@", repr([SECRET, HF]))
+        .replace("@ROOT_ONLY@", repr(str(root_only)))
+    )
+    path = directory / "evil-0.1.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        _tar_add(tar, "evil-0.1/PKG-INFO",
+                 "Metadata-Version: 2.2\nName: evil\nVersion: 0.1\nDynamic: Requires-Dist\n")  # fmt: skip
+        _tar_add(tar, "evil-0.1/pyproject.toml",
+                 '[build-system]\nrequires = []\nbuild-backend = "evil_backend"\n'
+                 'backend-path = ["."]\n\n[project]\nname = "evil"\nversion = "0.1"\n'
+                 'dynamic = ["dependencies"]\n')  # fmt: skip
+        _tar_add(tar, "evil-0.1/evil_backend.py", backend)
+    return path
+
+
+@pytest.fixture()
+def indexes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A public index (evil's sdist, tinydep's wheel) and a private one with Basic auth
+    (rblnthing's wheel); the secrets in this process's environment; a fresh controller cache."""
+    report = Path(tempfile.mkdtemp(prefix="servefleet-spy-", dir="/tmp"))
+    report.chmod(0o1777)  # the backend may run as nobody
+    root_only = tmp_path / "root-only-secret"
+    root_only.write_text(SECRET)
+    root_only.chmod(0o600)
+    public, private = tmp_path / "public", tmp_path / "private"
+    public.mkdir()
+    private.mkdir()
+    evil_sdist(public, report, root_only)
+    lab_build.write_wheel(public, "tinydep", "1.0", {"tinydep/__init__.py": ""})
+    lab_build.write_wheel(private, "rblnthing", "2.0", {"rblnthing/__init__.py": ""})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for k, v in {
+        "RBLN_INDEX_PASSWORD": SECRET,
+        "HF_TOKEN": HF,
+        "SERVEFLEET_API_KEY": SECRET,
+    }.items():
+        monkeypatch.setenv(k, v)
+    with (
+        serving(make_server(Config("simple", public), "127.0.0.1", 0)) as pub,
+        serving(
+            make_server(Config("simple", private, basic=("u", SECRET)), "127.0.0.1", 0)
+        ) as priv,
+    ):
+        st = lock.stack(
+            "evil",
+            ["evil", "rblnthing"],
+            [],
+            [{"name": "private", "url": priv + "/simple", "packages": ["rblnthing"], "auth": True}],
+            pub + "/simple",
+            ">=3.10",
+            ["127.0.0.1"],
+        )
+        yield {"stack": st, "report": report, "tmp": tmp_path}
+    subprocess.run(["rm", "-rf", str(report)], check=False)
+
+
+def reports(report: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(report.glob("*.json"))]
+
+
+def assert_found_nothing(found: list[dict[str, Any]]) -> None:
+    assert found, "the backend never ran: nothing was measured"
+    for r in found:
+        assert r["found"] == [], r
+        if os.geteuid() == 0:
+            assert r["uid"] == sandbox.build_ids()[0]  # type: ignore[index]
+        # its own namespace: uv, the interpreter and itself; never the controller or pytest
+        assert {p.split("/")[2] for p in r["procs"]} <= {str(n) for n in range(1, 40)}
+
+
+def test_lock_builds_an_sdist_for_its_metadata_where_no_credential_is(
+    indexes: dict[str, Any],
+) -> None:
+    st = indexes["stack"]
+    text = lock.resolve(st, "u", SECRET)
+    found = reports(indexes["report"])
+    assert_found_nothing(found)
+    assert {r["hook"] for r in found} >= {"build_wheel"}
+    locked = {p["name"]: p for p in lock.packages(text)}
+    # evil's dynamic dependency came back from its sandboxed build: uv locked it
+    assert set(locked) == {"evil", "tinydep", "rblnthing"}
+    assert "sdist" in locked["evil"] and locked["rblnthing"]["index"].endswith("/simple")
+    # the metadata is kept by the sdist's sha256: a second lock builds nothing
+    for p in indexes["report"].glob("*.json"):
+        p.unlink()
+    assert lock.resolve(st, "u", SECRET) == text
+    assert reports(indexes["report"]) == []
+
+
+def test_the_uv_that_holds_credentials_cannot_start_a_build(indexes: dict[str, Any]) -> None:
+    st = indexes["stack"]
+    env = {**lock.credentials_env(st, "u", SECRET), "UV_CACHE_DIR": str(lock.lock_cache())}
+    env["PATH"] = os.environ["PATH"]
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "pyproject.toml").write_text(lock.project_toml(st))
+        proc = subprocess.run([lock._uv(), "lock", "--directory", tmp], env=env,
+                              capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0
+    assert "`evil==0.1`" in proc.stderr and lock.NO_BUILD in proc.stderr
+    assert reports(indexes["report"]) == []  # no backend ran
+
+
+def test_the_controller_build_of_an_sdist_runs_where_no_credential_is(
+    indexes: dict[str, Any],
+) -> None:
+    st = indexes["stack"]
+    (evil,) = [p for p in lock.packages(lock.resolve(st, "u", SECRET)) if p["name"] == "evil"]
+    for p in indexes["report"].glob("*.json"):
+        p.unlink()
+    python = "{}.{}".format(*os.sys.version_info[:2])  # type: ignore[attr-defined]
+    built = builds.build(evil, python, st, indexes["tmp"] / "wheels", "u", SECRET)
+    assert built.fresh and built.path.name == "evil-0.1-py3-none-any.whl"
+    assert_found_nothing(reports(indexes["report"]))
+
+
+def test_the_wheelhouse_runs_no_index_code(indexes: dict[str, Any]) -> None:
+    st = indexes["stack"]
+    text = lock.resolve(st, "u", SECRET)
+    for p in indexes["report"].glob("*.json"):
+        p.unlink()
+    files = wheelhouse.package_files(text, [i["url"] for i in st.inputs["indexes"]])
+    creds = wheelhouse.Credentials(index_user="u", index_password=SECRET)
+    done = wheelhouse.fill(indexes["tmp"] / "wh", files, creds, echo=lambda _: None)
+    assert (indexes["tmp"] / "wh" / "packages" / "evil-0.1.tar.gz").is_file(), done
+    assert reports(indexes["report"]) == []
+
+
+def test_a_sandboxed_process_sees_only_its_own_namespace_and_no_secret() -> None:
+    script = (
+        "import os, glob; "
+        "print(sorted(int(p.split('/')[2]) for p in glob.glob('/proc/[0-9]*'))); "
+        "print(os.getuid()); print(sorted(k for k in os.environ if 'SECRET' in os.environ[k]))"
+    )
+    os.environ["SERVEFLEET_TEST_SECRET"] = "SECRET"
+    try:
+        with sandbox.workspace() as space:
+            out = space.run(["/usr/bin/python3", "-c", script]).stdout.splitlines()
+    finally:
+        del os.environ["SERVEFLEET_TEST_SECRET"]
+    pids, uid, leaked = out
+    assert max(json.loads(pids)) < 10 and os.getpid() not in json.loads(pids)
+    assert leaked == "[]"
+    if os.geteuid() == 0:
+        assert int(uid) == sandbox.build_ids()[0]  # type: ignore[index]
+
+
+def test_the_user_namespace_form_for_a_controller_that_is_not_root() -> None:
+    cmd = sandbox.argv(["/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"], None)
+    assert cmd[1:3] == ["--user", "--pid"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) < 10
