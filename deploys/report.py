@@ -1,5 +1,11 @@
 """Used by `servefleet plan` and `servefleet status`: each host's summary, no operation."""
 
-from servefleet.deploys import report
+try:
+    from servefleet.deploys import report
+except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
+    raise SystemExit(
+        f"{__file__}: {e}; run the pyinfra installed with servefleet "
+        "(uv tool install --with-executables-from pyinfra servefleet-VERSION-py3-none-any.whl)"
+    ) from None
 
 report()

@@ -1,5 +1,11 @@
 """Back to each host's state before its last good deploy: `servefleet rollback INVENTORY`."""
 
-from servefleet.deploys import host_settings, rollback
+try:
+    from servefleet.deploys import host_settings, rollback
+except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
+    raise SystemExit(
+        f"{__file__}: {e}; run the pyinfra installed with servefleet "
+        "(uv tool install --with-executables-from pyinfra servefleet-VERSION-py3-none-any.whl)"
+    ) from None
 
 rollback(settings=host_settings())

@@ -61,10 +61,31 @@ SITE_KEYS = (
 )  # fmt: skip
 
 
+# what a file pyinfra runs says when its pyinfra's Python has no servefleet (#32): one line, the
+# file and how to install both, instead of a ModuleNotFoundError traceback
+INSTALL_BOTH = "uv tool install --with-executables-from pyinfra servefleet-VERSION-py3-none-any.whl"
+
+
+def importing(line: str) -> str:
+    """``line`` (an import from servefleet) as the fleet's files give it: stopping with one line
+    when this pyinfra's Python cannot import servefleet.
+
+    + line: the import statement
+    """
+    return (
+        f"try:\n    {line}\n"
+        "except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet\n"
+        "    raise SystemExit(\n"
+        '        f"{__file__}: {e}; run the pyinfra installed with servefleet "\n'
+        f'        "({INSTALL_BOTH})"\n'
+        "    ) from None\n"
+    )
+
+
 def deploy_file(name: str) -> str:
     """The text of ``deploys/<name>``."""
     doc, names, call = DEPLOYS[name]
-    return f'"""{doc}"""\n\nfrom servefleet.deploys import {names}\n\n{call}\n'
+    return f'"""{doc}"""\n\n{importing(f"from servefleet.deploys import {names}")}\n{call}\n'
 
 
 def _all_py() -> str:
@@ -92,16 +113,14 @@ cr13 = [
 
 canary = ["npu-a1.example.internal"]  # servefleet rollout --canary canary (or --limit canary)
 '''
-LAB_INVENTORY = '''"""The local lab fleet (`servefleet lab up`): try every command here before a real fleet."""
+LAB_INVENTORY = f'''"""The local lab fleet (`servefleet lab up`): try every command here before a real fleet."""
 
-from servefleet.lab.inventory import lab_inventory
-
+{importing("from servefleet.lab.inventory import lab_inventory")}
 globals().update(lab_inventory())
 '''
-LAB_DATA = '''"""The lab fleet's own indexes, runfiles and model store (read from the lab state)."""
+LAB_DATA = f'''"""The lab fleet's own indexes, runfiles and model store (read from the lab state)."""
 
-from servefleet.lab.groupdata import lab_group_data
-
+{importing("from servefleet.lab.groupdata import lab_group_data")}
 globals().update(lab_group_data())
 '''
 CR13 = '''"""Hosts with RBLN-CR13 NPUs."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
-from wheel_venv import quick_start, readme_install
+from wheel_venv import INSTALL, quick_start, readme_install
 
 from servefleet.cli import main
 from servefleet.scaffold import files as scaffold_files
@@ -106,26 +106,27 @@ def built_wheel_name() -> str:
 def recorded(commands: list[list[str]], cwd: Path) -> tuple[Path, list[tuple[Path, list[str]]]]:
     """What :func:`wheel_venv.quick_start` runs of ``commands`` (nothing is run)."""
     ran: list[tuple[Path, list[str]]] = []
-    end = quick_start(commands, Path("dist", built_wheel_name()), Path("/venv"), cwd,
+    end = quick_start(commands, Path("dist", built_wheel_name()), cwd,
                       lambda where, argv: ran.append((where, argv)))  # fmt: skip
     return end, ran
 
 
 def test_the_install_commands_are_the_ones_the_wheel_test_runs(tmp_path: Path) -> None:
-    """#19: the host test tests/hosts/test_from_a_wheel.py runs the README's "Install a
-    controller" block itself (wheel_venv's readme_install and quick_start): here, that the block
-    installs the wheel this tree builds, that every command of it is run, in order, from the
-    installed package, and that they work on the files `servefleet init` makes."""
+    """#19, #32: the host test tests/hosts/test_from_a_wheel.py runs the README's "Install a
+    controller" block itself (wheel_venv's readme_install and quick_start), each command as it
+    is written: here, that the block installs the wheel this tree builds with pyinfra's
+    executables beside servefleet's, that every command of it is run, in order, and that they
+    work on the files `servefleet init` makes."""
     commands = readme_install()
-    assert commands[0][:3] == ["uv", "tool", "install"]
+    assert commands[0] == [*INSTALL, built_wheel_name()]
     fleet, ran = recorded(commands, tmp_path)
-    shown = [c for c in commands[1:] if c[0] != "cd"]
-    assert [argv for _, argv in ran] == [[f"/venv/bin/{c[0]}", *c[1:]] for c in shown]
-    init = shown[0]
-    assert init[:2] == ["servefleet", "init"] and ran[0][0] == tmp_path
-    assert fleet == tmp_path / init[2] and all(where == fleet for where, _ in ran[1:])
+    shown = [c for c in commands if c[0] != "cd"]
+    assert [argv for _, argv in ran] == shown
+    init = shown[1]
+    assert init[:2] == ["servefleet", "init"] and ran[1][0] == tmp_path == ran[0][0]
+    assert fleet == tmp_path / init[2] and all(where == fleet for where, _ in ran[2:])
     made = scaffold_files()
-    named = [arg for c in shown[1:] for arg in c if arg.endswith(".py")]
+    named = [arg for c in shown[2:] for arg in c if arg.endswith(".py")]
     assert named and all(arg in made for arg in named), named
     assert ["servefleet", "lab", "up"] in shown and shown[-1][0] == "pyinfra"
     calls = {
@@ -137,18 +138,31 @@ def test_the_install_commands_are_the_ones_the_wheel_test_runs(tmp_path: Path) -
 
 
 def test_the_install_check_refuses_what_the_wheel_test_cannot_run(tmp_path: Path) -> None:
-    """The check above can fail: another wheel's name, and a command that is not servefleet,
-    pyinfra or cd, are refused."""
-    block = "uv tool install {wheel}\nservefleet init f && cd f  # scaffold\n{more}\n"
+    """The check above can fail: another wheel's name, an install without pyinfra's
+    executables, and a command that is not servefleet, pyinfra or cd, are refused."""
+    block = "{install} {wheel}\nservefleet init f && cd f  # scaffold\n{more}\n"
     text = "# x\n\n## Install a controller\n\nSome prose.\n\n```sh\n" + block + "```\n"
-    good = readme_install(text.format(wheel=built_wheel_name(), more="pyinfra -y a.py b.py"))
-    assert good == [["uv", "tool", "install", built_wheel_name()], ["servefleet", "init", "f"],
+    install = " ".join(INSTALL)
+    good = readme_install(
+        text.format(install=install, wheel=built_wheel_name(), more="pyinfra -y a.py b.py")
+    )
+    assert good == [[*INSTALL, built_wheel_name()], ["servefleet", "init", "f"],
                     ["cd", "f"], ["pyinfra", "-y", "a.py", "b.py"]]  # fmt: skip
-    assert recorded(good, tmp_path)[0] == tmp_path / "f"
-    old = readme_install(text.format(wheel="servefleet-0.0.1-py3-none-any.whl", more=""))
-    with pytest.raises(AssertionError, match="the wheel built from this tree is servefleet-"):
+    end, ran = recorded(good, tmp_path)
+    assert end == tmp_path / "f" and ran[0] == (tmp_path, good[0])
+    old = readme_install(
+        text.format(install=install, wheel="servefleet-0.1.0-py3-none-any.whl.old", more="")
+    )
+    with pytest.raises(AssertionError, match="the wheel built from this tree, pyinfra beside it"):
         recorded(old, tmp_path)
-    other = readme_install(text.format(wheel=built_wheel_name(), more="export X=1 && ls"))
+    alone = readme_install(
+        text.format(install="uv tool install", wheel=built_wheel_name(), more="")
+    )
+    with pytest.raises(AssertionError, match=r"README.md installs uv tool install servefleet-"):
+        recorded(alone, tmp_path)
+    other = readme_install(
+        text.format(install=install, wheel=built_wheel_name(), more="export X=1 && ls")
+    )
     with pytest.raises(AssertionError, match="runs export X=1: the wheel test runs only"):
         recorded(other, tmp_path)
     with pytest.raises(AssertionError, match="no '## Install a controller' section"):
