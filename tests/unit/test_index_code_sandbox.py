@@ -13,11 +13,9 @@ environment: the first assertion on its report failed.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 import pytest
 from fake_host import serving
+from hostile_sdist import hostile_sdist, report_dir, reports
 from lab_sim_support import SIMULATOR, load
 
 from servefleet import builds, lock, sandbox, wheelhouse
@@ -35,99 +34,19 @@ lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 SECRET = "index-secret-7f3a"
 HF = "hf_secret_token_91c2"
 
-BACKEND = r"""
-import glob, json, os
-
-REPORT = @REPORT@
-SECRETS = @SECRETS@
-ROOT_ONLY = @ROOT_ONLY@
-
-
-def _spy(hook):
-    found = []
-    for k, v in os.environ.items():
-        if any(s in v for s in SECRETS) or k.startswith("UV_INDEX_"):
-            found.append("env " + k)
-    seen = []
-    for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
-        seen.append(path)
-        try:
-            data = open(path, "rb").read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        if any(s in data for s in SECRETS):
-            found.append(path)
-    try:
-        if any(s in open(ROOT_ONLY).read() for s in SECRETS):
-            found.append(ROOT_ONLY)
-    except OSError:
-        pass
-    name = os.path.join(REPORT, "%s-%d.json" % (hook, os.getpid()))
-    with open(name, "w") as f:
-        json.dump({"hook": hook, "uid": os.getuid(), "found": found, "procs": seen}, f)
-
-
-METADATA = "Metadata-Version: 2.1\nName: evil\nVersion: 0.1\nRequires-Dist: tinydep\n"
-
-
-def get_requires_for_build_wheel(config_settings=None):
-    _spy("requires")
-    return []
-
-
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    _spy("build_wheel")
-    import zipfile
-    name = "evil-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
-        z.writestr("evil/__init__.py", "")
-        z.writestr("evil-0.1.dist-info/METADATA", METADATA)
-        z.writestr("evil-0.1.dist-info/WHEEL",
-                   "Wheel-Version: 1.0\nGenerator: evil\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr("evil-0.1.dist-info/RECORD", "")
-    return name
-"""
-
-
-def _tar_add(tar: tarfile.TarFile, name: str, text: str) -> None:
-    data = text.encode()
-    info = tarfile.TarInfo(name)
-    info.size, info.mode = len(data), 0o644
-    tar.addfile(info, io.BytesIO(data))
-
-
-def evil_sdist(directory: Path, report: Path, root_only: Path) -> Path:
-    """``evil-0.1.tar.gz``: dynamic dependencies, a backend that reports what it can find."""
-    backend = (
-        BACKEND.replace("@REPORT@", repr(str(report)))
-        .replace("@SECRETS@", repr([SECRET, HF]))
-        .replace("@ROOT_ONLY@", repr(str(root_only)))
-    )
-    path = directory / "evil-0.1.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        _tar_add(tar, "evil-0.1/PKG-INFO",
-                 "Metadata-Version: 2.2\nName: evil\nVersion: 0.1\nDynamic: Requires-Dist\n")  # fmt: skip
-        _tar_add(tar, "evil-0.1/pyproject.toml",
-                 '[build-system]\nrequires = []\nbuild-backend = "evil_backend"\n'
-                 'backend-path = ["."]\n\n[project]\nname = "evil"\nversion = "0.1"\n'
-                 'dynamic = ["dependencies"]\n')  # fmt: skip
-        _tar_add(tar, "evil-0.1/evil_backend.py", backend)
-    return path
-
 
 @pytest.fixture()
 def indexes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A public index (evil's sdist, tinydep's wheel) and a private one with Basic auth
     (rblnthing's wheel); the secrets in this process's environment; a fresh controller cache."""
-    report = Path(tempfile.mkdtemp(prefix="servefleet-spy-", dir="/tmp"))
-    report.chmod(0o1777)  # the backend may run as nobody
+    report = report_dir()
     root_only = tmp_path / "root-only-secret"
     root_only.write_text(SECRET)
     root_only.chmod(0o600)
     public, private = tmp_path / "public", tmp_path / "private"
     public.mkdir()
     private.mkdir()
-    evil_sdist(public, report, root_only)
+    hostile_sdist(public, report, [SECRET, HF], [root_only], requires=["tinydep"])
     lab_build.write_wheel(public, "tinydep", "1.0", {"tinydep/__init__.py": ""})
     lab_build.write_wheel(private, "rblnthing", "2.0", {"rblnthing/__init__.py": ""})
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -156,14 +75,11 @@ def indexes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[st
     subprocess.run(["rm", "-rf", str(report)], check=False)
 
 
-def reports(report: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(report.glob("*.json"))]
-
-
 def assert_found_nothing(found: list[dict[str, Any]]) -> None:
     assert found, "the backend never ran: nothing was measured"
     for r in found:
-        assert r["found"] == [], r
+        # as another user the root-only file is its own, and readable: only root drops to nobody
+        assert [f for f in r["found"] if os.geteuid() == 0 or not f.startswith("read ")] == [], r
         if os.geteuid() == 0:
             assert r["uid"] == sandbox.build_ids()[0]  # type: ignore[index]
         # its own namespace: uv, the interpreter and itself; never the controller or pytest
