@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
+import stat
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
@@ -23,7 +24,7 @@ from servefleet.glibc import choose, owners
 from servefleet.kinds import kind_named
 from servefleet.lock import Lock, Stack, file_differences, files_of, load_lock, packages, stack
 from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
-from servefleet.settings import Settings, canonical_name
+from servefleet.settings import Settings, canonical_name, serve_file
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import host_uv
 from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
@@ -61,8 +62,13 @@ def shipped_files(settings: Settings) -> tuple[ShippedFile, ...]:
     """``serve_files``, read on the controller (each file's bytes and sha256)."""
     out = []
     for argv, source in sorted(settings.serve_files.items()):
+        real = serve_file(settings.serve_files_root, argv, source)  # a link may have moved since
         try:
-            data = Path(source).read_bytes()
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise DataError(f"serve_files: {source!r} is not a regular file")
+                data = f.read()
         except OSError as e:
             raise DataError(f"serve_files: {source!r} cannot be read ({e.strerror})") from None
         digest = hashlib.sha256(data).hexdigest()

@@ -615,20 +615,30 @@ def _router(values: dict[str, Any], environ: Mapping[str, str]) -> None:
         )
 
 
+def serve_file(root_given: str, argv: str, source: str) -> str:
+    """The real path of a serve_files file, when it is in serve_files_root, resolved (no link
+    out of it): the deploy ships it 0644 into the release, where the serve user reads it (#31
+    finding 8). Checked with the data, and again where the file is read.
+
+    + root_given: serve_files_root as the data gives it
+    + argv: the serve_files key (for the message)
+    + source: the controller path
+    """
+    root = os.path.realpath(os.path.expanduser(root_given))
+    real = os.path.realpath(source)
+    if real != root and not real.startswith(root.rstrip("/") + "/"):
+        link = f" (a link to {real!r})" if real != os.path.abspath(source) else ""
+        raise DataError(
+            f"serve_files.{argv}: {source!r}{link} is outside serve_files_root {root_given!r}; "
+            "allowed: a readable regular file in serve_files_root (the fleet repository by "
+            "default), not through a link out of it"
+        )
+    return real
+
+
 def _files_inside(values: dict[str, Any], environ: Mapping[str, str]) -> None:
-    """Each serve_files file is in serve_files_root, resolved (no link out of it): the deploy
-    ships it 0644 into the release, where the serve user reads it (#31 finding 8)."""
-    given = values["serve_files_root"]
-    root = os.path.realpath(os.path.expanduser(given))
     for argv, source in values["serve_files"].items():
-        real = os.path.realpath(source)
-        if real != root and not real.startswith(root.rstrip("/") + "/"):
-            link = f" (a link to {real!r})" if real != os.path.abspath(source) else ""
-            raise DataError(
-                f"serve_files.{argv}: {source!r}{link} is outside serve_files_root {given!r}; "
-                "allowed: a readable regular file in serve_files_root (the fleet repository by "
-                "default), not through a link out of it"
-            )
+        serve_file(values["serve_files_root"], argv, source)
 
 
 _ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {

@@ -444,3 +444,27 @@ def test_serve_files_only_from_serve_files_root_never_through_a_link_out_of_it(
     assert refused(serve_files={"t.jinja": "/etc/hostname"}, **root).startswith(
         f"serve_files.t.jinja: '/etc/hostname' is outside serve_files_root '{fleet}'; allowed:"
     )
+
+
+def test_a_serve_files_link_moved_out_after_the_data_was_checked_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """The release reads each file again when it ships it: a link inside serve_files_root that
+    pointed at a file in it when the data was checked, and at ``/etc/hostname`` by then, is
+    refused where it is read, not shipped."""
+    from servefleet.errors import DataError
+    from servefleet.release import shipped_files
+
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    (fleet / "chat.jinja").write_text("{{ messages }}\n")
+    (fleet / "t.jinja").symlink_to(fleet / "chat.jinja")
+    s = validate(serve_files={"t.jinja": str(fleet / "t.jinja")}, serve_files_root=str(fleet))
+    (shipped,) = shipped_files(s)
+    assert shipped.data == b"{{ messages }}\n"
+    (fleet / "t.jinja").unlink()
+    (fleet / "t.jinja").symlink_to("/etc/hostname")
+    with pytest.raises(
+        DataError, match=r"\(a link to '/etc/hostname'\) is outside serve_files_root"
+    ):
+        shipped_files(s)
