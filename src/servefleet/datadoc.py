@@ -9,9 +9,12 @@ A unit test checks that ``docs/data.md`` holds exactly this table between its ma
 
 from __future__ import annotations
 
+import copy
 import json
+import pprint
 import re
-from dataclasses import fields
+import textwrap
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from servefleet.checks import Refused
@@ -66,24 +69,106 @@ def _code(text: str) -> str:
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
+@dataclass(frozen=True)
+class KeyDoc:
+    """One data key as the key table documents it.
+
+    + name: the key
+    + type: its type as data gives it (``list[str]``, ``str | None``)
+    + allowed: what its check allows, in the words of its refusal
+    + default: its default, as data gives it (the RBLN stack's for a kind's own keys)
+    + default_from: where a default that is not written in the key table lives, else ""
+    + kinds: the recipe kinds with a default of their own for it (``vllm``)
+    + meaning: its one-line meaning
+    """
+
+    name: str
+    type: str
+    allowed: str
+    default: Any
+    default_from: str
+    kinds: tuple[str, ...]
+    meaning: str
+
+    def shown_default(self) -> str:
+        """The default as the data table shows it (a kind's defaults: where they live)."""
+        shown = f"(see {self.default_from})" if self.default_from else _literal(self.default)
+        if self.kinds:
+            shown += f"; {', '.join(self.kinds)} recipes: src/servefleet/kinds/{self.kinds[0]}/defaults.py"
+        return shown
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "kinds": list(self.kinds)}
+
+
+def key_docs() -> list[KeyDoc]:
+    """Every data key of the key table, in its order."""
+    kind_values = [v for k, v in vars(rbln).items() if k.isupper()]
+    field_of = {f.name: f for f in fields(Settings)}
+    out = []
+    for key, value in DEFAULTS.items():
+        field = field_of[key]
+        out.append(
+            KeyDoc(
+                name=key,
+                type=_type(field.type),
+                allowed=_allowed(field.metadata["check"]),
+                default=copy.deepcopy(value),
+                default_from=KIND_DEFAULTS if any(value is v for v in kind_values) else "",
+                kinds=tuple(k.kind for k in KINDS if key in k.defaults),
+                meaning=DOCS[key],
+            )
+        )
+    return out
+
+
+def _python(value: Any, width: int = 92) -> list[str]:
+    """A default as the lines of a Python literal (``pprint``: a long one wraps)."""
+    return pprint.pformat(value, width=width, sort_dicts=False).splitlines()
+
+
+def _wrap(text: str, first: str, rest: str | None = None, width: int = 96) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest or first,
+                         break_on_hyphens=False, break_long_words=False)  # fmt: skip
+
+
+def key_help(doc: KeyDoc) -> str:
+    """One key as ``servefleet keys NAME`` prints it (as ``ansible-doc`` does): its name and
+    type, meaning, allowed values and default (a Python literal, as group_data takes it)."""
+    lines = [f"{doc.name} ({doc.type})", *_wrap(doc.meaning, "    ")]
+    if doc.allowed:
+        lines += _wrap(f"allowed: {doc.allowed}", "    ", "             ")
+    default = _python(doc.default, 84)
+    lines.append(f"    default: {default[0]}")
+    lines += [f"             {line}" for line in default[1:]]
+    if doc.default_from:
+        lines.append(f"    (the RBLN stack's, from {doc.default_from})")
+    lines += [f"    {kind} recipes: their own default (servefleet/kinds/{kind}/defaults.py)"
+              for kind in doc.kinds]  # fmt: skip
+    return "\n".join(lines)
+
+
+def commented(doc: KeyDoc) -> list[str]:
+    """One key as group_data shows it, commented: its meaning, type and allowed values, then
+    ``# key = default`` (a Python literal; uncommented, the data is the default)."""
+    lines = [*_wrap(doc.meaning, "# "), f"# type: {doc.type}"]
+    if doc.allowed:
+        lines += _wrap(f"allowed: {doc.allowed}", "# ", "#          ")
+    if doc.kinds:
+        lines.append(f"# default: the RBLN stack's; {', '.join(doc.kinds)} recipes have their own")
+    value = _python(doc.default)
+    pad = " " * len(f"{doc.name} = ")
+    return [*lines, f"# {doc.name} = {value[0]}", *(f"# {pad}{line}" for line in value[1:])]
+
+
 def data_table() -> str:
     """A Markdown table: one row per data key, with its type, allowed values, default and
     meaning."""
-    kind_values = [v for k, v in vars(rbln).items() if k.isupper()]
-    field_of = {f.name: f for f in fields(Settings)}
     rows = ["| key | type | allowed | default | meaning |", "| --- | --- | --- | --- | --- |"]
-    for key, value in DEFAULTS.items():
-        shown = (
-            f"(see {KIND_DEFAULTS})" if any(value is v for v in kind_values) else _literal(value)
-        )
-        over = [k.kind for k in KINDS if key in k.defaults]
-        if over:
-            shown += f"; {', '.join(over)} recipes: src/servefleet/kinds/{over[0]}/defaults.py"
-        field = field_of[key]
-        allowed = _allowed(field.metadata["check"])
+    for doc in key_docs():
         rows.append(
-            f"| `{key}` | {_code(_type(field.type))} | {_code(allowed) if allowed else ''} "
-            f"| {_code(shown)} | {DOCS[key].replace('|', '/')} |"
+            f"| `{doc.name}` | {_code(doc.type)} | {_code(doc.allowed) if doc.allowed else ''} "
+            f"| {_code(doc.shown_default())} | {doc.meaning.replace('|', '/')} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -3,9 +3,10 @@ package, and the deploy files every fleet command runs (``deploy_files``: this r
 ``deploys/*.py`` are these texts, a unit test holds them equal).
 
 The repository: ``inventories/prod.py`` (groups and a canary) and ``inventories/lab.py``,
-``group_data/all.py`` (every key a site usually sets, commented with its default and meaning,
-from the key table), ``group_data/cr13.py`` and ``group_data/lab.py``, the thin ``deploys/*.py``,
-``locks/``, a ``.gitignore`` and a short README."""
+``group_data/all.py`` (every key of the key table, commented with its meaning, type, allowed
+values and default, generated from the table; the ones a site usually sets first),
+``group_data/cr13.py`` and ``group_data/lab.py``, the thin ``deploys/*.py``, ``locks/``, a
+``.gitignore`` and a short README."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import os
 import stat
 
 from servefleet.errors import DataError
-from servefleet.settings import DEFAULTS, DOCS, KEYS
 
 # deploy file -> (its docstring, what it imports from servefleet.deploys, its one call)
 DEPLOYS = {
@@ -50,7 +50,7 @@ DEPLOYS = {
     ),
 }
 
-# the keys a site usually sets (group_data/all.py lists them commented, with their defaults)
+# the keys a site usually sets: group_data/all.py lists them first (then every other key)
 SITE_KEYS = (
     "driver_version", "driver_runfile_url", "driver_sha256", "sdk_pins", "sdk_lock",
     "pip_indexes", "pip_public_index", "creds_index_user_env", "creds_index_password_env",
@@ -89,15 +89,28 @@ def deploy_file(name: str) -> str:
 
 
 def _all_py() -> str:
+    """group_data/all.py: every key of the key table, commented, generated from it
+    (:func:`servefleet.datadoc.key_docs`): the keys a site usually sets first, then the rest
+    in the table's order. Uncommented as it is, each line sets the key's default."""
+    from servefleet.datadoc import commented, key_docs
+
+    docs = {doc.name: doc for doc in key_docs()}
     lines = [
-        '"""Data for every host: uncomment and set what this site changes. Each key is shown',
-        "with its default and meaning (`servefleet` docs/data.md lists every key; per group:",
-        'group_data/<group>.py; per host: the inventory; per run: pyinfra --data KEY=VALUE)."""',
+        '"""Data for every host: uncomment and set what this site changes. Every key is here,',
+        "commented, with its meaning, type, allowed values and default (`servefleet keys [NAME]`",
+        "prints the same from the installed package). Per group: group_data/<group>.py; per",
+        "host: the inventory's host tuples; per run:",
+        '`pyinfra inventories/prod.py deploys/serve.py --data KEY=VALUE`."""',
+        "",
+        "# --- the keys a site usually sets",
         "",
     ]
-    for name in SITE_KEYS:
-        if name in KEYS:
-            lines += [f"# {DOCS[name]}", f"# {name} = {DEFAULTS[name]!r}", ""]
+    rest = [name for name in docs if name not in SITE_KEYS]
+    for i, names in enumerate((SITE_KEYS, rest)):
+        if i:
+            lines += ["# --- every other key (the defaults usually do)", ""]
+        for name in names:
+            lines += [*commented(docs[name]), ""]
     return "\n".join(lines)
 
 
@@ -111,7 +124,9 @@ cr13 = [
     "npu-a2.example.internal",
 ]
 
-canary = ["npu-a1.example.internal"]  # servefleet rollout --canary canary (or --limit canary)
+# rolled out first: `servefleet rollout inventories/prod.py --canary 1` (the first host of the
+# inventory alone), or deployed alone: `pyinfra inventories/prod.py deploys/serve.py --limit canary`
+canary = ["npu-a1.example.internal"]
 '''
 LAB_INVENTORY = f'''"""The local lab fleet (`servefleet lab up`): try every command here before a real fleet."""
 
@@ -131,8 +146,10 @@ README = """# Our servefleet fleet
 
 - `servefleet lab up && pyinfra -y inventories/lab.py deploys/serve.py`: the lab, locally.
 - `servefleet plan inventories/prod.py`, then `servefleet rollout inventories/prod.py`.
-- `servefleet lock --inventory inventories/prod.py --lock-dir locks/prod`, then set
-  `sdk_lock = "locks/prod"` in group_data/all.py: every host installs the same bytes.
+- Set `sdk_lock = "locks/prod"` in group_data/all.py, then `servefleet lock inventories/prod.py`
+  (or `servefleet lock inventories/prod.py --lock-dir locks/prod`) and commit `locks/prod`:
+  every host installs the same bytes; `servefleet lock inventories/prod.py --check` in CI.
+- `servefleet keys` lists every data key; `servefleet keys serve_target` explains one.
 - `servefleet status inventories/prod.py --prometheus /var/lib/prometheus/servefleet.json`.
 """
 
@@ -146,7 +163,8 @@ def files() -> dict[str, str]:
         "group_data/all.py": _all_py(),
         "group_data/cr13.py": CR13,
         "group_data/lab.py": LAB_DATA,
-        "locks/README.md": "One lock directory per fleet (`servefleet lock --lock-dir locks/prod`).\n",
+        "locks/README.md": "One lock directory per fleet "
+        "(`servefleet lock inventories/prod.py --lock-dir locks/prod`).\n",
         ".gitignore": ".venv/\n__pycache__/\n",
         "README.md": README,
     })  # fmt: skip
@@ -164,6 +182,11 @@ def init(directory: str) -> list[str]:
     written through."""
     wanted = files()
     tops = ", ".join(sorted({p.split("/")[0] for p in wanted}))
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise DataError(
+            f"{directory}: not a directory; allowed: a directory (made when missing) without the "
+            f"scaffold's files ({tops})"
+        )
     there = sorted(p for p in wanted if os.path.lexists(os.path.join(directory, p)))
     if there:
         raise DataError(
@@ -174,8 +197,14 @@ def init(directory: str) -> list[str]:
         if os.path.lexists(os.path.join(directory, here)):
             if not stat.S_ISDIR(os.lstat(os.path.join(directory, here)).st_mode):
                 raise _not_a_directory(directory, here, tops)
-    os.makedirs(directory, exist_ok=True)  # the operator's own path
-    top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.makedirs(directory, exist_ok=True)  # the operator's own path
+        top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise DataError(
+            f"{directory}: cannot be made ({e.strerror}); allowed: a directory this user can "
+            f"write, without the scaffold's files ({tops})"
+        ) from None
     dirs: dict[str, int] = {"": top}
     try:
         for rel in wanted:  # every directory first: a link among them stops before any write
@@ -183,6 +212,11 @@ def init(directory: str) -> list[str]:
         for rel, text in wanted.items():
             parent, _, name = rel.rpartition("/")
             _create(directory, rel, dirs[parent], name, text, tops)
+    except OSError as e:  # a directory this user cannot write, a full disk
+        raise DataError(
+            f"{directory}: cannot be written ({e.strerror}); allowed: a directory this user can "
+            f"write, without the scaffold's files ({tops})"
+        ) from None
     finally:
         for fd in dirs.values():
             os.close(fd)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_deploy_plan import CREDS
 
 from servefleet.cli import main
 from servefleet.errors import DataError
@@ -36,11 +38,57 @@ def test_init_writes_a_fleet_repository_whose_files_compile(tmp_path: Path) -> N
         text = (target / rel).read_text()
         if rel.endswith(".py"):
             ast.parse(text, rel)
-    all_py = (target / "group_data" / "all.py").read_text()
     assert set(SITE_KEYS) <= set(KEYS)
-    for key in SITE_KEYS:
-        assert f"# {key} = {DEFAULTS[key]!r}\n" in all_py, key
     assert "canary = " in (target / "inventories" / "prod.py").read_text()
+
+
+def uncommented(all_py: str) -> dict[str, object]:
+    """group_data/all.py with each key's ``# key = value`` lines (and their continuation
+    lines) uncommented, run as Python: key -> the value it sets."""
+    code, taking = [], False
+    for line in all_py.splitlines():
+        name = re.match(r"# ([a-z][a-z0-9_]*) = ", line)
+        if name and name.group(1) in KEYS:
+            taking = True
+        elif not line.startswith("#  "):
+            taking = False
+        if taking:
+            code.append(line[2:])
+    found: dict[str, object] = {}
+    exec("\n".join(code), {}, found)  # noqa: S102 (the scaffold's own text)
+    return found
+
+
+def test_group_data_all_sets_every_key_of_the_table_to_its_default_when_uncommented(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#32 (2): every key of the key table is in group_data/all.py, commented, with its type,
+    allowed values and meaning; uncommented, each sets the key's default (the kinds' own
+    defaults: the RBLN stack's), so the data validates to the default settings."""
+    from servefleet.datadoc import key_docs
+    from servefleet.settings import settings_from
+
+    all_py = files()["group_data/all.py"]
+    ast.parse(all_py)
+    values = uncommented(all_py)
+    assert list(values) == [*SITE_KEYS, *(k for k in KEYS if k not in SITE_KEYS)]
+    assert values == DEFAULTS
+    for doc in key_docs():
+        block = all_py.split(f"\n# {doc.name} = ", 1)[0].rsplit("\n\n", 1)[1]
+        assert f"# type: {doc.type}" in block, doc.name
+        assert " ".join(doc.allowed.split()) in " ".join(block.replace("#", " ").split()), doc.name
+    for name, value in CREDS.items():
+        monkeypatch.setenv(name, value)
+    assert settings_from(values.get, keys=values.keys()) == settings_from({}.get, keys=())
+
+
+def test_the_uncommenting_check_can_fail() -> None:
+    """A key missing from the text, or shown with another value, is caught."""
+    text = files()["group_data/all.py"]
+    assert (
+        uncommented(text.replace("# serve_target = 'Latency'", "# serve_target = 'x'")) != DEFAULTS
+    )
+    assert "serve_target" not in uncommented(text.replace("# serve_target = ", "# serve_target: "))
 
 
 def test_init_refuses_a_directory_holding_one_of_its_files_and_writes_nothing(
