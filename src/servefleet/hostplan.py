@@ -58,14 +58,15 @@ from servefleet.settings import Settings
 from servefleet.shipped import VLLM_FLAGS_DIR
 from servefleet.spec import Server, ServeSpec
 from servefleet.uvbin import host_uv
+from servefleet.version import VERSION
 from servefleet.wheelhouse import Copy, host_copies
 
 __all__ = ["Hardware", "HostPlan", "plan_host"]
 
 _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")  # `uname -r`, as apt names take it
 REMOTE_SCRIPTS = (
-    "layout.py", "trusted.py", "install_release.py", "fetch_model.py", "hub_client.py", "health.py",
-    "instances.py", "prewarm.py", "driver.py", "preflight.py", "trees.py",
+    "layout.py", "trusted.py", "retry.py", "install_release.py", "fetch_model.py", "hub_client.py",
+    "health.py", "instances.py", "prewarm.py", "driver.py", "preflight.py", "trees.py",
 )  # fmt: skip
 NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")
@@ -259,6 +260,7 @@ class HostPlan:
             "stale": list(self.stale_units),
             "router": self.router.to_json() if self.router else None,
             "routers": list(self.routers),
+            "servefleet": VERSION,  # who converged it (status shows it)
         }
 
 

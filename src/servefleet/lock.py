@@ -50,6 +50,7 @@ from servefleet.download import credentials_for, opener
 from servefleet.errors import ServefleetError, Unreachable
 from servefleet.subenv import child_env
 from servefleet.uvbin import last_error
+from servefleet.version import VERSION
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -576,7 +577,7 @@ def write_lock(
             "release": release_id(text),
         }
     doc = {"lock_version": LOCK_VERSION, "stacks": entries, "driver": dict(driver),
-           "models": dict(models)}  # fmt: skip
+           "models": dict(models), "servefleet": VERSION}  # fmt: skip
     if files:
         doc["files"] = dict(files)
     _atomic(path / LOCK_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")

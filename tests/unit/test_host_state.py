@@ -173,3 +173,10 @@ def test_the_gate_asks_for_the_served_model_name() -> None:
     assert served_name(["vllm", "serve", "m"], "m") == "m"
     plan = plan_host(settings(serve_recipe=str(TINY)), probe())
     assert plan.desired_state()["model"] == "tiny moe=fast"
+
+
+def test_the_desired_state_records_the_servefleet_that_converges_the_host() -> None:
+    from servefleet.version import VERSION
+
+    plan = plan_host(settings(serve_recipe=str(TINY)), probe())
+    assert plan.desired_state()["servefleet"] == VERSION

@@ -51,9 +51,9 @@ def pip_env() -> dict[str, str]:
 
 
 def install(plan: ReleasePlan, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run the installer CLI on ``plan``."""
+    """Run the installer CLI on ``plan``, as the deploy does (the version that installs it)."""
     return subprocess.run(
-        [sys.executable, str(INSTALLER), str(write(plan, tmp_path))],
+        [sys.executable, str(INSTALLER), str(write(plan, tmp_path)), "9.8.7"],
         env=pip_env(),
         capture_output=True,
         text=True,
@@ -79,6 +79,7 @@ def test_a_sound_plan_is_installed_and_marked(index: dict[str, str], tmp_path: P
     assert json.loads((tmp_path / "release" / MARKER).read_text()) == {
         "id": "rel1",
         "pins": plan.expect,
+        "servefleet": "9.8.7",  # the servefleet that installed it
     }
     python = str(tmp_path / "release" / "bin" / "python")
     origin = subprocess.run(

@@ -95,7 +95,7 @@ def downloaded(wheelhouse: Path, name: str, version: str) -> Path:
     sys.exit(f"servefleet: {name}=={version} was not downloaded into {wheelhouse}")
 
 
-def main(plan_file: str) -> None:
+def main(plan_file: str, by: str | None = None) -> None:
     plan = json.loads(Path(plan_file).read_text())
     release = Path(plan["path"])
     if (release / plan["marker"]).exists():
@@ -115,7 +115,8 @@ def main(plan_file: str) -> None:
         sys.exit(f"servefleet: release {plan['id']} failed its checks; it is not marked complete")
     marker = release / plan["marker"]
     tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"id": plan["id"], "pins": plan["expect"]}, sort_keys=True) + "\n")
+    done = {"id": plan["id"], "pins": plan["expect"], "servefleet": by}  # by: who installed it
+    tmp.write_text(json.dumps(done, sort_keys=True) + "\n")
     tmp.rename(marker)
     print(f"release {plan['id']} installed and checked")
 
@@ -337,4 +338,4 @@ def install_with_pip(plan: dict, release: Path, wheelhouse: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -20,6 +20,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.facts.files import File
 
 from servefleet.prewarm_store import Store
+from servefleet.version import VERSION
 from servefleet.wheelhouse import Copy
 
 
@@ -84,7 +85,7 @@ def put_secret(name: str, dest: str, secret: str) -> None:
 
 
 @operation()
-def release(plan_file: str, marker: str, installer: str):
+def release(plan_file: str, marker: str, installer: str, by: str = VERSION):
     """
     Install a release (one venv) unless its completion marker exists. The installer writes the
     marker only after every pinned version and import checked out, so "installed" never comes
@@ -93,11 +94,12 @@ def release(plan_file: str, marker: str, installer: str):
     + plan_file: the release plan (JSON) on the host
     + marker: the completion marker's path
     + installer: ``install_release.py`` on the host
+    + by: the servefleet version the marker records
     """
     if host.get_fact(File, path=marker):
         host.noop(f"release {marker.rsplit('/', 2)[-2]} is installed")
         return
-    yield StringCommand("python3", QuoteString(installer), QuoteString(plan_file))
+    yield StringCommand("python3", QuoteString(installer), QuoteString(plan_file), QuoteString(by))
 
 
 # Fleet pre-warm: the copy goes through the controller's store (``serve_prewarm_store``). Both
