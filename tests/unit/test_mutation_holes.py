@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flag_settings import FLAGS, settings, spelling
 from rbln_cases import COMPILER, TINY
 
 from servefleet import flags
@@ -34,7 +35,6 @@ from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
 from servefleet.rollout import Rollout
-from servefleet.shipped import VLLM_FLAGS_DIR
 
 REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
 sys.path.insert(0, str(REMOTE))
@@ -305,14 +305,11 @@ SPEC_A = '{"method": "eagle3", "model": "d/1", "num_speculative_tokens": 2, "x":
 SPEC_B = '{"method": "suffix", "model": "d/2", "num_speculative_tokens": 3, "x": 2}'
 
 
-def _dump() -> list[dict[str, Any]]:
-    dump = json.loads((VLLM_FLAGS_DIR / flags._FILES["rbln"]).read_text(encoding="utf-8"))
-    return [e for e in dump["flags"] if e["action"] != "_HelpAction"]
-
-
-FLAGS = _dump()
 _READ = {
-    n for e in fpm.COMPILE_INPUTS if e.source in ("model", "flag", "presence") for n in e.names
+    n
+    for e in fpm.COMPILE_INPUTS
+    if e.source in ("model", "flag", "json", "presence")
+    for n in e.names
 }
 _SPEC = any(e.source == "spec" for e in fpm.COMPILE_INPUTS)
 
@@ -330,24 +327,9 @@ COUNTED = [e for e in FLAGS if _counted(e["dest"])]
 NOT_COUNTED = [e for e in FLAGS if not _counted(e["dest"])]
 
 
-def _spelling(entry: dict[str, Any]) -> str:
-    return next(f for f in entry["flags"] if f.startswith("--") and not f.startswith("--no-"))
-
-
 def _settings(entry: dict[str, Any]) -> list[list[str]]:
-    """Two settings of the flag that differ, from what the table says it takes."""
-    flag = _spelling(entry)
-    if entry["nargs"] == 0:  # a switch: on, and off when it has a --no- spelling
-        off = [f for f in entry["flags"] if f.startswith("--no-")]
-        return [[flag], [off[0]]] if off else [[flag]]
-    if entry["choices"]:
-        return [[flag, str(c)] for c in entry["choices"][:2]]
-    kind = str(entry["type"])
-    if any(t in kind for t in ("loads", "dataclass", "dict")) or entry["dest"].endswith("config"):
-        return [[flag, SPEC_A], [flag, SPEC_B]]
-    if "int" in kind or "float" in kind:
-        return [[flag, "3"], [flag, "5"]]
-    return [[flag, "aa"], [flag, "bb"]]
+    """Two settings of the flag that differ (a JSON flag: two speculative configs)."""
+    return settings(entry, lambda _: [SPEC_A, SPEC_B])
 
 
 def _fp(argv: list[str], env: dict[str, str] | None = None) -> str:
@@ -355,11 +337,11 @@ def _fp(argv: list[str], env: dict[str, str] | None = None) -> str:
 
 
 def _ids(entries: list[dict[str, Any]]) -> list[str]:
-    return [_spelling(e) for e in entries]
+    return [spelling(e) for e in entries]
 
 
 def test_the_table_splits_vllms_flags_and_quantization_counts() -> None:
-    spellings = {_spelling(e) for e in COUNTED}
+    spellings = {spelling(e) for e in COUNTED}
     # what rbln.md §3.5 names as triggers, --quantization among them (the golden-only catch)
     assert {
         "--quantization",
@@ -391,7 +373,9 @@ def test_the_table_splits_vllms_flags_and_quantization_counts() -> None:
 @pytest.mark.parametrize("entry", COUNTED, ids=_ids(COUNTED))
 def test_every_counted_flag_changes_the_fingerprint(entry: dict[str, Any]) -> None:
     settings = _settings(entry)
-    prints = [_fp(BASE + s) for s in settings]
+    # the positional model wins over --model (vllm serve's model_tag): --model alone, here
+    base = BASE[:2] if entry["dest"] == "model" else BASE
+    prints = [_fp(base + s) for s in settings]
     if entry["dest"] == "kv_transfer_config":  # its presence counts, its content does not
         assert prints[0] == prints[1] != _fp(BASE)
     elif len(settings) == 1:
@@ -424,7 +408,7 @@ def test_every_spelling_of_a_counted_flag_counts() -> None:
     for entry in COUNTED:
         for short in [f for f in entry["flags"] if not f.startswith("--")]:
             for setting in _settings(entry):
-                if setting[0] == _spelling(entry) and _fp(BASE + [short, *setting[1:]]) != _fp(
+                if setting[0] == spelling(entry) and _fp(BASE + [short, *setting[1:]]) != _fp(
                     BASE + setting
                 ):
                     differ.add(short)

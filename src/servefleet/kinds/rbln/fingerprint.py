@@ -89,6 +89,11 @@ def _json(v: Any) -> Any:
     return load_json_text(v, f"not valid JSON: {v[:80]!r}")
 
 
+def _canon(v: Any) -> Any:
+    """A JSON config's value as given: an object (dotted fields merged) or a string."""
+    return v
+
+
 def _scalar(v: Any) -> Any:
     """Unknown ``--rbln-*`` values: booleans stay, numbers are parsed, the rest is a string."""
     if isinstance(v, bool):
@@ -111,8 +116,9 @@ class CompileInput:
 
     + key: its name in the canonical dict
     + source: ``model`` (the served model), ``flag`` (vLLM flag, then ``env`` fallbacks),
-      ``env`` (variable only), ``spec`` (a field of ``--speculative-config``), ``presence``
-      (whether the flag is given at all) or ``input`` (passed to the resolver)
+      ``env`` (variable only), ``spec`` (a field of ``--speculative-config``), ``json`` (a
+      JSON config flag, its dotted fields merged), ``presence`` (whether the flag is given at
+      all) or ``input`` (passed to the resolver)
     + names: flag names (without ``--``, dashes) or the spec field / input name
     + env: env vars read when no flag gives the value (vllm-rbln's deprecated spellings)
     + parse: normaliser of a given value
@@ -144,6 +150,12 @@ def _rbln(field: str, parse: Callable[[Any], Any], default: Any, *env: str) -> C
 _CFG = "vLLM config hash (compute_hash, ports zeroed) and the docs' key list (§3.5)"
 _UPSTREAM = "another field of the vLLM config hash that §3.5 hashes whole (ports zeroed)"
 _SIG = "added to the mega-cache signature by vllm-rbln (§3.5)"
+_MODEL = "ModelConfig.compute_hash hashes every field but its ignored list"
+_MULTIMODAL = (
+    "MultiModalConfig.compute_hash, in the config hash with compilation_config's "
+    "compile_mm_encoder (counted always: a spare compile at worst)"
+)
+_KERNEL = "KernelConfig.compute_hash hashes it (the flag sets kernel_config's field)"
 
 COMPILE_INPUTS: tuple[CompileInput, ...] = (
     CompileInput(
@@ -223,6 +235,87 @@ COMPILE_INPUTS: tuple[CompileInput, ...] = (
         _str,
         "auto",
         "selects the vllm or optimum path, which compile different graphs (§3.3)",
+    ),
+    CompileInput(
+        "vllm.disable_sliding_window",
+        "flag",
+        ("disable-sliding-window",),
+        _bool,
+        False,
+        _MODEL + ": disable_sliding_window is not on its ignored list",
+    ),
+    CompileInput(
+        "vllm.language_model_only",
+        "flag",
+        ("language-model-only",),
+        _bool,
+        False,
+        _MODEL + ": it adds language_model_only for a multimodal model (counted for every "
+        "model: a text model spends a compile at worst)",
+    ),
+    CompileInput(
+        "vllm.mm_encoder_tp_mode",
+        "flag",
+        ("mm-encoder-tp-mode",),
+        _str,
+        "weights",
+        _MULTIMODAL,
+    ),
+    CompileInput(
+        "vllm.mm_encoder_attn_dtype", "flag", ("mm-encoder-attn-dtype",), _str, None, _MULTIMODAL
+    ),
+    CompileInput(
+        "vllm.hf_overrides",
+        "json",
+        ("hf-overrides",),
+        _canon,
+        None,
+        _MODEL + ": hf_overrides is ignored, but hf_config, which they change, is hashed",
+    ),
+    CompileInput(
+        "vllm.attention_backend",
+        "flag",
+        ("attention-backend",),
+        _str,
+        None,
+        "AttentionConfig.compute_hash hashes every field; --attention-backend sets its backend",
+    ),
+    CompileInput(
+        "vllm.attention_config",
+        "json",
+        ("attention-config",),
+        _canon,
+        None,
+        "AttentionConfig.compute_hash hashes every field (the JSON counts whole)",
+    ),
+    CompileInput(
+        "vllm.compilation_config",
+        "json",
+        ("compilation-config",),
+        _canon,
+        None,
+        "VllmConfig.compute_hash adds CompilationConfig.compute_hash(), every field but paths "
+        "and timings (the JSON counts whole)",
+    ),
+    CompileInput(
+        "vllm.kernel_config",
+        "json",
+        ("kernel-config",),
+        _canon,
+        None,
+        "VllmConfig.compute_hash adds KernelConfig.compute_hash(), every field but warm-ups "
+        "(the JSON counts whole)",
+    ),
+    CompileInput("vllm.moe_backend", "flag", ("moe-backend",), _str, "auto", _KERNEL),
+    CompileInput("vllm.linear_backend", "flag", ("linear-backend",), _str, "auto", _KERNEL),
+    CompileInput(
+        "vllm.additional_config",
+        "json",
+        ("additional-config",),
+        _canon,
+        None,
+        "vllm-rbln resolves --additional-config into RBLNConfig (its keys are the --rbln-* "
+        "options, read as those); keys that are not RBLN fields (refused by vllm-rbln) count whole",
     ),
     CompileInput(
         "vllm.kv_transfer_config",
@@ -329,6 +422,28 @@ COMPILE_INPUTS: tuple[CompileInput, ...] = (
     ),
 )
 
+#: Inputs added after fingerprints were first recorded (#37): left out of the hashed dict at
+#: their default, so every selection that does not set them keeps its fingerprint (its warm
+#: markers and store copies stay valid across the upgrade).
+ADDED_AT_DEFAULT_OMITTED = frozenset(
+    [
+        "vllm.disable_sliding_window",
+        "vllm.language_model_only",
+        "vllm.mm_encoder_tp_mode",
+        "vllm.mm_encoder_attn_dtype",
+        "vllm.hf_overrides",
+        "vllm.attention_backend",
+        "vllm.attention_config",
+        "vllm.compilation_config",
+        "vllm.kernel_config",
+        "vllm.moe_backend",
+        "vllm.linear_backend",
+        "vllm.additional_config",
+    ]
+)
+
+_RBLN_KEYS = frozenset(e.key for e in COMPILE_INPUTS if e.key.startswith("rbln."))
+
 #: RBLN option fields that do not key the cache (sampler graphs compile every start, §3.5).
 RBLN_NOT_COMPILED = frozenset({"use_custom_sampler", "enable_sub_block_cache", "sub_block_size"})
 
@@ -384,6 +499,7 @@ _BOOL_FLAGS = frozenset(
 )
 _VALUE_FLAGS = frozenset(
     [n for e in COMPILE_INPUTS if e.source == "flag" and e.parse is not _bool for n in e.names]
+    + [n for e in COMPILE_INPUTS if e.source == "json" for n in e.names]
     + ["speculative-config", "kv-transfer-config", "model", "port", "host", "served-model-name"]
 )
 
@@ -456,6 +572,15 @@ def scan_argv(argv: Sequence[str]) -> ScannedArgv:
     return out
 
 
+def _json_value(scanned: ScannedArgv, flag: str) -> Any:
+    """A JSON config flag's value: the object with its dotted fields merged, the text when it
+    is not a JSON object (vLLM's ``union_dict_and_str``), or None when absent."""
+    try:
+        return json_flag(scanned, flag)
+    except RecipeError:
+        return scanned.flags.get(flag)
+
+
 def json_flag(scanned: ScannedArgv, flag: str) -> dict[str, Any] | None:
     """A JSON-valued flag (``speculative-config``) merged with its dotted fields; None if absent.
 
@@ -503,20 +628,29 @@ def compile_inputs(
     """
     scanned = scan_argv(argv)
     spec = json_flag(scanned, "speculative-config") or {}
+    extra = _json_value(scanned, "additional-config")
+    rbln_extra: dict[str, Any] = {}
+    if isinstance(extra, dict):  # RBLNConfig's fields, as vllm-rbln reads them: as the flags
+        rbln_extra = {k: v for k, v in extra.items() if f"rbln.{k}" in _RBLN_KEYS}
+        rest = {k: v for k, v in extra.items() if k not in rbln_extra}
+        extra = {k: v for k, v in rest.items() if k not in RBLN_NOT_COMPILED} or None
     inputs = {"npus": npus, "sku": sku, "compiler": compiler_minor(compiler_version)}
     out: dict[str, Any] = {}
     for entry in COMPILE_INPUTS:
         value: Any = None
-        if entry.source == "model":
-            value = scanned.flags.get("model")
-            if value is None and scanned.positionals:
-                value = scanned.positionals[0]
+        if entry.source == "model":  # vllm serve: the positional model wins over --model
+            value = scanned.positionals[0] if scanned.positionals else scanned.flags.get("model")
         elif entry.source == "flag":
             for name in entry.names:
                 if name in scanned.flags:
                     value = scanned.flags[name]
+            if value is None and entry.key.startswith("rbln."):
+                value = rbln_extra.get(entry.key[len("rbln.") :])
             if value is None:
                 value = next((env[e] for e in entry.env if e in env), None)
+        elif entry.source == "json":
+            name = entry.names[0]
+            value = extra if name == "additional-config" else _json_value(scanned, name)
         elif entry.source == "env":
             value = env.get(entry.names[0])
         elif entry.source == "spec":
@@ -525,13 +659,12 @@ def compile_inputs(
             value = entry.names[0] in scanned.flags or entry.names[0] in scanned.dotted
         elif entry.source == "input":
             value = inputs[entry.names[0]]
-        if value is None:
-            out[entry.key] = entry.default
-            continue
         try:
-            out[entry.key] = entry.parse(value)
+            parsed = entry.default if value is None else entry.parse(value)
         except RecipeError as exc:
             raise RecipeError(f"compile input {entry.key}: {exc}") from None
+        if parsed != entry.default or entry.key not in ADDED_AT_DEFAULT_OMITTED:
+            out[entry.key] = parsed
     known = {e.key for e in COMPILE_INPUTS}
     for flag, value in scanned.flags.items():
         if flag.startswith("rbln-"):

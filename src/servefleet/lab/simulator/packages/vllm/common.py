@@ -109,11 +109,13 @@ BUNDLE_FIELDS = {"simulated", "model", "sig", "payload", "payload_sha256"}
 CONFIG_FIELDS = [
     "model", "dtype", "max_model_len", "max_num_batched_tokens", "block_size", "kv_cache_dtype",
     "quantization", "model_impl", "trust_remote_code", "enforce_eager", "disable_sliding_window",
-    "enable_chunked_prefill", "language_model_only", "mm_encoder_tp_mode", "tensor_parallel_size",
+    "language_model_only", "mm_encoder_tp_mode", "mm_encoder_attn_dtype", "tensor_parallel_size",
     "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
-    "distributed_executor_backend", "attention_backend", "linear_backend", "moe_backend",
-    "compilation_config", "kernel_config", "hf_overrides", "additional_config",
+    "distributed_executor_backend", "attention_backend", "attention_config", "linear_backend",
+    "moe_backend", "compilation_config", "kernel_config", "hf_overrides", "additional_config",
 ]  # fmt: skip
+# Not in CONFIG_FIELDS: enable_chunked_prefill (SchedulerConfig.compute_hash hashes only
+# max_num_batched_tokens and max_num_seqs, and vllm-rbln refuses it off)
 
 
 class SimError(Exception):

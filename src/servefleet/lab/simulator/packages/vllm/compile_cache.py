@@ -88,6 +88,8 @@ def _key_factors(
         # RBLNConfig.compute_hash: unset and True build the same graph
         "dynamic_kv": rbln.pop("use_dynamic_kv_cache") is not False,
         "rbln": rbln,
+        # OptimumRBLNConfig.compute_hash (the optimum path's RBLN options) hashes it
+        "optimum_overrides": getattr(ns, "rbln_optimum_overrides", None),
         "spec_method": spec.get("method"),
         "spec_tokens": spec.get("num_speculative_tokens"),
         "draft_model": hashlib.sha1(draft.encode()).hexdigest() if draft else None,
