@@ -2,8 +2,8 @@
 argument, the command the fact runs for it, the output the host gave and the fact ``process()``
 makes of it. The outputs are real: each fact's command is also run here as pyinfra runs it (one
 ``sh -c``, stdout as lines) against a host built in a temporary directory, and the recorded
-samples are such runs' outputs. ``PreflightRefusal`` is tested with the pre-flight
-(tests/unit/test_preflight.py), not here.
+samples are such runs' outputs. ``PreflightRefusal``'s host is the simulator's vllm package as
+vLLM 0.30.0 (as in tests/unit/test_preflight.py), run by the fact's own command.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from fake_host import FakeSystemd, Stub, running
+from lab_sim_support import SIMULATOR
+from preflight_cases import PREFLIGHT, fixture_command
 
 from servefleet.errors import ProbeError
 from servefleet.kinds.rbln.kind import KIND as RBLN
@@ -28,6 +31,7 @@ from servefleet.steps.facts import (
     STATUS,
     HostProbe,
     InstanceHealth,
+    PreflightRefusal,
     WheelhouseFiles,
 )
 
@@ -231,7 +235,7 @@ def test_host_probe_refuses_anything_but_one_object_in_one_line(output: list[str
     assert msg.endswith("allowed: one JSON object") and len(msg) < 200
 
 
-def test_every_fact_but_the_preflight_is_covered() -> None:
+def test_every_fact_is_covered() -> None:
     from pyinfra.api import FactBase
 
     import servefleet.steps.facts as facts
@@ -241,4 +245,87 @@ def test_every_fact_but_the_preflight_is_covered() -> None:
         for name, value in vars(facts).items()
         if isinstance(value, type) and issubclass(value, FactBase) and value is not FactBase
     }
-    assert found - {"PreflightRefusal"} == {"HostProbe", "InstanceHealth", "WheelhouseFiles"}
+    assert found == {"HostProbe", "InstanceHealth", "PreflightRefusal", "WheelhouseFiles"}
+
+
+# ---------------------------------------------------------------------------------------------
+# PreflightRefusal: remote/preflight.py's JSON lines (one per instance) in, the first refused
+# instance's line (with its version gap) out, or None when every instance passes
+
+PASS_LINE = '{"ok": true, "unit": "servefleet-vllm-0.service"}'
+# a refusal as remote/preflight.py printed it under the simulated vLLM 0.30.0 (recorded)
+REFUSED = {
+    "flag": "--attention-config",
+    "gap": "the recipe needs a newer vLLM than the pin 0.30.0 (key use_fp4_indexer_cache of "
+    "--attention-config is not in it)",
+    "key": "use_fp4_indexer_cache",
+    "line": "servefleet-vllm-1.service: --attention-config: argument --attention-config/-ac: "
+    "1 validation error for AttentionConfig use_fp4_indexer_cache Unexpected keyword argument "
+    "[type=unexpected_keyword_argument, input_value=True, input_type=bool]",
+    "message": "argument --attention-config/-ac: 1 validation error for AttentionConfig "
+    "use_fp4_indexer_cache Unexpected keyword argument [type=unexpected_keyword_argument, "
+    "input_value=True, input_type=bool]",
+    "ok": False,
+    "unit": "servefleet-vllm-1.service",
+}
+REFUSED_LINE = json.dumps(REFUSED, sort_keys=True)
+NO_GAP_LINE = json.dumps({**REFUSED, "gap": None, "key": None}, sort_keys=True)
+
+
+def test_preflight_refusal_command() -> None:
+    run = "cd / && runuser -u vllm -- /opt/servefleet/releases/r1/bin/python /x/preflight.py -"
+    assert PreflightRefusal().command(run) == f"{run} 2>/dev/null || true"
+
+
+@pytest.mark.parametrize(
+    ("output", "fact"),
+    [
+        ([], None),  # the program printed nothing (it could not run): not a refusal
+        ([PASS_LINE], None),
+        ([PASS_LINE, PASS_LINE.replace("-0", "-2")], None),
+        ([PASS_LINE, REFUSED_LINE], f"pre-flight: {REFUSED['line']}; {REFUSED['gap']}"),
+        ([NO_GAP_LINE], f"pre-flight: {REFUSED['line']}"),
+        ([NO_GAP_LINE, REFUSED_LINE], f"pre-flight: {REFUSED['line']}"),  # the first refusal
+        (["Traceback (most recent call last):", "[1, 2]", '"text"', PASS_LINE], None),
+        (["noise", REFUSED_LINE], f"pre-flight: {REFUSED['line']}; {REFUSED['gap']}"),
+    ],
+    ids=["empty", "pass", "passes", "refused", "no-gap", "first", "not-objects", "noise"],
+)
+def test_preflight_refusal_process(output: list[str], fact: str | None) -> None:
+    assert PreflightRefusal().process(output) == fact
+
+
+@pytest.fixture(scope="module")
+def vllm_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A release's site: the simulator's vllm package as vllm 0.30.0+cpu, on the upstream
+    table (an H200's)."""
+    root = tmp_path_factory.mktemp("site")
+    (root / "vllm").symlink_to(SIMULATOR / "packages" / "vllm", target_is_directory=True)
+    info = root / "vllm-0.30.0+cpu.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0+cpu\n")
+    (root / "etc/rbln-sim").mkdir(parents=True)
+    (root / "etc/rbln-sim/platform").write_text("upstream\n")
+    return root
+
+
+def test_preflight_refusal_on_a_host(vllm_site: Path) -> None:
+    """The fact's command on a host whose release takes the first instance and refuses the
+    second: its process() gives the refused instance's line and gap, as the program's own
+    one line for the operator says it; with the refused instance gone, None."""
+    env = {"PYTHONPATH": str(vllm_site), "PYTHONDONTWRITEBYTECODE": "1",
+           "RBLN_SIM_ROOT": str(vllm_site)}  # fmt: skip
+    vllm = "/opt/servefleet/releases/r1/bin/vllm"
+    fits = [vllm, *fixture_command("fits-the-pin", "attention")[1:]]
+    new = [vllm, *fixture_command("too-new", "unknown_key")[1:]]
+    instances = [{"unit": "servefleet-vllm-0.service", "argv": fits, "env": env},
+                 {"unit": "servefleet-vllm-1.service", "argv": new, "env": env}]  # fmt: skip
+    run = shlex.join([sys.executable, str(PREFLIGHT), json.dumps(instances)])
+    output = run_fact(PreflightRefusal().command(run))
+    assert [json.loads(line)["ok"] for line in output] == [True, False]
+    fact = PreflightRefusal().process(output)
+    said = subprocess.run(["sh", "-c", run], capture_output=True, text=True, timeout=300).stderr
+    assert said.strip() == f"servefleet: {fact}"
+    assert fact == f"pre-flight: {REFUSED['line']}; {REFUSED['gap']}"
+    passing = shlex.join([sys.executable, str(PREFLIGHT), json.dumps(instances[:1])])
+    assert PreflightRefusal().process(run_fact(PreflightRefusal().command(passing))) is None
