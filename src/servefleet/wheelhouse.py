@@ -12,7 +12,10 @@ what a host that installs from it lacks.
 
 Each file streams into a temporary file next to its place while its sha256 is computed, and is
 renamed into place only when that matches the lock; a file already there with the right sha256
-is not downloaded again. Index credentials go only to the origin (scheme, host, port) of an
+is not downloaded again. A download that fails transiently (a connection refused or reset, a
+timeout, HTTP 408/425/429/5xx) is tried again (``remote/retry.py``, the host fetcher's rule);
+a refusal (401, 403, 404, another sha256) never is. When every failure is one that persisted
+after its tries, :func:`fill` raises :class:`~servefleet.errors.Unreachable` (exit 3). Index credentials go only to the origin (scheme, host, port) of an
 index that needs them, the Hugging Face token only to a model archive's; neither follows a
 redirect to another origin.
 
@@ -42,9 +45,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from servefleet.download import opener, origin as _origin
-from servefleet.errors import ServefleetError
+from servefleet.errors import ServefleetError, Unreachable
 from servefleet.lock import Lock, basic_auth, files_of, packages
 from servefleet.prewarm_store import sha256_of as file_sha256
+from servefleet.remote import retry
 from servefleet.remote.layout import WHEELHOUSE
 
 MANIFEST = "manifest.json"
@@ -94,12 +98,14 @@ class Credentials:
 
 @dataclass
 class Filled:
-    """What :func:`fill` did: relative paths downloaded and already present, failure lines."""
+    """What :func:`fill` did: relative paths downloaded and already present, failure lines
+    (``unreachable``: those of them that failed transiently on every try)."""
 
     downloaded: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     bytes: int = 0
+    unreachable: list[str] = field(default_factory=list)
 
 
 def _name_of(url: str) -> str:
@@ -139,6 +145,14 @@ def driver_file(version: str, entry: Mapping[str, Any]) -> File:
     return File(f"driver/{_name_of(entry['url'])}", entry["url"], entry["sha256"])
 
 
+def uv_file(entry: Mapping[str, Any]) -> File:
+    """The uv wheel the hosts take uv from.
+
+    + entry: the lock's ``uv`` (``{"version", "file", "url", "sha256"}``)
+    """
+    return File(f"{PACKAGES_DIR}/{_name_of(entry['url'])}", entry["url"], entry["sha256"])
+
+
 def model_file(model: str, entry: Mapping[str, Any]) -> File | None:
     """The store archive of a locked model; None when the lock takes it from the hub.
 
@@ -174,6 +188,8 @@ def lock_files(lock: Lock) -> tuple[list[File], list[str]]:
         auth = [i["url"] for i in st.inputs.get("indexes", []) if i.get("auth")]
         found += package_files(st.pylock, auth)
     found += [driver_file(v, e) for v, e in sorted(lock.driver.items())]
+    if lock.uv:  # the wheel the hosts take uv from (uvbin.uv_wheel)
+        found.append(uv_file(lock.uv))
     hub = []
     for model, entry in sorted(lock.models.items()):
         f = model_file(model, entry)
@@ -207,23 +223,41 @@ def _headers(f: File, creds: Credentials) -> dict[str, str]:
     return {}
 
 
-def _download(f: File, dest: Path, creds: Credentials, timeout: float) -> tuple[str, int]:
+def _download(
+    f: File, dest: Path, creds: Credentials, timeout: float, tries: int, first_wait: float
+) -> tuple[str, int, bool]:
     """Stream f.url into dest (a temporary file next to it, renamed when its sha256 is the
-    lock's); return ``("", bytes)`` or a failure line."""
+    lock's), tried again after a transient failure; return ``("", bytes, False)`` or a failure
+    line, 0 and whether it is "could not reach" (every try failed transiently)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     request = urllib.request.Request(f.url, headers=_headers(f, creds))
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    digest, size = hashlib.sha256(), 0
+
+    def once() -> tuple[str, int]:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+        digest, size = hashlib.sha256(), 0
+        try:
+            with os.fdopen(fd, "wb") as out, opener().open(request, timeout=timeout) as response:
+                for chunk in iter(lambda: response.read(CHUNK), b""):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+                retry.check_whole(response)
+            if digest.hexdigest() != f.sha256:
+                return (
+                    f"{f.path}: {f.url} has sha256 {digest.hexdigest()}, the lock has {f.sha256}",
+                    0,
+                )
+            os.replace(tmp, dest)
+            return "", size
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
     try:
-        with os.fdopen(fd, "wb") as out, opener().open(request, timeout=timeout) as response:
-            for chunk in iter(lambda: response.read(CHUNK), b""):
-                digest.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-        if digest.hexdigest() != f.sha256:
-            return f"{f.path}: {f.url} has sha256 {digest.hexdigest()}, the lock has {f.sha256}", 0
-        os.replace(tmp, dest)
-        return "", size
+        failure, size = retry.attempts(once, tries, first_wait)
+        return failure, size, False
+    except retry.GaveUp as e:
+        return f"{f.path}: could not reach {f.url}: {e}", 0, True
     except urllib.error.HTTPError as e:
         hint = ""
         if e.code in (401, 403) and f.auth:
@@ -233,12 +267,9 @@ def _download(f: File, dest: Path, creds: Credentials, timeout: float) -> tuple[
                 else "creds_hf_token_env"
             )
             hint = f" (set the variables {names} name)"
-        return f"{f.path}: {f.url} answered {e.code}{hint}", 0
+        return f"{f.path}: {f.url} answered {e.code}{hint}", 0, False
     except (urllib.error.URLError, OSError) as e:
-        return f"{f.path}: {f.url}: not readable ({getattr(e, 'reason', e)})", 0
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        return f"{f.path}: {f.url}: not readable ({getattr(e, 'reason', e)})", 0, False
 
 
 def fill(
@@ -248,9 +279,13 @@ def fill(
     echo: Callable[[str], None] = print,
     timeout: float = 60,
     progress: Callable[[int], AbstractContextManager[Any]] | None = None,
+    tries: int = retry.TRIES,
+    retry_wait: float = retry.FIRST_WAIT,
 ) -> Filled:
     """Download every file the directory lacks (or holds with another sha256), each checked
-    against the lock; then write the manifest of the files checked.
+    against the lock and tried again after a transient failure; then write the manifest of the
+    files checked. Raises :class:`~servefleet.errors.Unreachable` (one line, after the manifest)
+    when files failed and every one of them could not be reached; other failures are returned.
 
     + directory: the wheelhouse
     + files: what it must hold (:func:`lock_files`)
@@ -260,6 +295,8 @@ def fill(
     + progress: called with the number of files to download (when there are any); gives a
       context manager whose value's ``update(1)`` is called as each one ends (click's
       ``progressbar``)
+    + tries: the most tries of each file
+    + retry_wait: seconds before a file's second try (doubled before each next one)
     """
     root = Path(directory).expanduser()
     root.mkdir(parents=True, exist_ok=True)
@@ -269,14 +306,17 @@ def fill(
     done.present = [f.path for f in wanted if f not in missing]
     bar = progress(len(missing)) if progress and missing else nullcontext()
     with bar as shown, ThreadPoolExecutor(max_workers=4) as pool:
-        running = [pool.submit(_download, f, root / f.path, creds, timeout) for f in missing]
+        running = [pool.submit(_download, f, root / f.path, creds, timeout, tries, retry_wait)
+                   for f in missing]  # fmt: skip
         for _ in as_completed(running):
             if shown is not None:
                 shown.update(1)
         results = [r.result() for r in running]
-    for f, (failure, size) in zip(missing, results, strict=True):
+    for f, (failure, size, unreachable) in zip(missing, results, strict=True):
         if failure:
             done.failed.append(failure)
+            if unreachable:
+                done.unreachable.append(failure)
         else:
             done.downloaded.append(f.path)
             done.bytes += size
@@ -287,6 +327,13 @@ def fill(
     tmp = root / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     tmp.replace(root / MANIFEST)
+    if done.failed and done.failed == done.unreachable:  # nothing refused: worth a re-run
+        more = len(done.failed) - 1
+        raise Unreachable(
+            f"wheelhouse {directory}: {done.failed[0]}"
+            + (f"; and {more} more file(s) could not be reached" if more else "")
+            + f" ({len(done.downloaded)} downloaded, {len(done.present)} already there)"
+        )
     return done
 
 
@@ -364,6 +411,8 @@ def host_copies(
     + models: the models to fetch
     """
     wanted = [("release", f.path, f) for f in _unique(package_files(pylock))] if pylock else []
+    if pylock and lock.uv:  # the uv wheel the host takes its uv from (uvbin.uv_wheel)
+        wanted.append(("release", uv_file(lock.uv).path, uv_file(lock.uv)))
     if driver_version:
         if driver_version not in lock.driver:
             raise WheelhouseError(

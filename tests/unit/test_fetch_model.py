@@ -1,7 +1,9 @@
 """src/servefleet/remote/fetch_model.py, run as the hosts run it (a python3 subprocess), against
 stub HTTP servers on 127.0.0.1 and 127.0.0.2 serving crafted archives: what lands (owned, marked),
 what is refused whole (unsafe members, wrong sha256, missing models, bad tokens, slow servers), and
-that a refusal is one line and leaves neither a partial model nor a marker behind."""
+that a refusal is one line and leaves neither a partial model nor a marker behind; what is
+retried (503, 429, a cut connection, a refused one, a timeout: exit 3 when it persists) and what
+is not (401, 403, 404: one request, one line)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,33 @@ def respond(status: int, body: bytes = b"", headers: dict[str, str] | None = Non
         handler.wfile.write(body)
 
     return route
+
+
+def in_turn(*routes: Route) -> Route:
+    """The routes, one a request, the last one for every request after."""
+    left = list(routes)
+
+    def route(handler: BaseHTTPRequestHandler) -> None:
+        (left.pop(0) if len(left) > 1 else left[0])(handler)
+
+    return route
+
+
+def cut_short(body: bytes) -> Route:
+    """200 with a Content-Length of body, but only half of it sent, then the connection closed."""
+
+    def route(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[: len(body) // 2])
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    return route
+
+
+FAST = ["--retry-wait", "0.01"]  # retries without the real waits
 
 
 class Stub:
@@ -435,6 +464,7 @@ def test_401_names_the_token_variable_and_never_the_token(
         "variable on the controller"
     )
     assert TOKEN not in proc.stderr
+    assert stub.paths() == ["/store/manifest.json"]  # a refusal is never tried again
     assert_nothing_left(home)
 
 
@@ -474,22 +504,86 @@ def _slow_body(handler: BaseHTTPRequestHandler) -> None:
     time.sleep(3)
 
 
+UNREACHED = r"tried (\d+) times over [0-9.]+ s\); worth a re-run later"
+
+
 @pytest.mark.parametrize("route", [_slow_headers, _slow_body], ids=["headers", "body"])
 def test_a_slow_server_times_out_naming_the_url(route: Route, stub: Stub, home: Path) -> None:
+    """A timeout is transient: tried again (--tries), then exit 3 naming the URL."""
     store = publish(stub, b"")
     stub.routes[f"/store/{MODEL}.tar.gz"] = route
     start = time.monotonic()
-    line = refused(fetch(home, "--store", store, "--sha256", "a" * 64, "--timeout", "0.5"))
-    assert time.monotonic() - start < 2.5
-    assert line == f"servefleet: {store}/{MODEL}.tar.gz: no answer within 0.5 s"
+    args = ["--sha256", "a" * 64, "--timeout", "0.5", "--tries", "2", *FAST]
+    line = refused(fetch(home, "--store", store, *args), code=3)
+    assert time.monotonic() - start < 5  # each try waits 0.5 s, not the server's 3 s
+    url = f"{store}/{MODEL}.tar.gz"
+    assert re.fullmatch(
+        rf"servefleet: could not reach {url}: no answer within 0\.5 s \(" + UNREACHED, line
+    )
+    assert stub.paths().count(f"/store/{MODEL}.tar.gz") == 2
     assert_nothing_left(home)
 
 
-def test_a_closed_port_names_the_url(home: Path) -> None:
+def test_a_closed_port_is_tried_again_then_could_not_reach(home: Path) -> None:
     server = Stub("127.0.0.1")
     server.close()  # nothing listens there now
-    line = refused(fetch(home, "--store", f"{server.url}/store"))
-    assert line.startswith(f"servefleet: cannot fetch {server.url}/store/manifest.json: ")
+    line = refused(fetch(home, "--store", f"{server.url}/store", "--tries", "3", *FAST), code=3)
+    url = f"{server.url}/store/manifest.json"
+    got = re.fullmatch(
+        rf"servefleet: could not reach {url}: Connection refused \(" + UNREACHED, line
+    )
+    assert got and got.group(1) == "3", line
+
+
+@pytest.mark.parametrize(
+    "first",
+    [respond(503, b"busy\n"), respond(429, headers={"Retry-After": "0"}), respond(502)],
+    ids=["503", "429", "502"],
+)
+def test_a_transient_answer_is_tried_again_and_the_fetch_lands(
+    first: Route, stub: Stub, home: Path
+) -> None:
+    data = tgz(hf_layout())
+    store = publish(stub, data)
+    stub.routes["/store/manifest.json"] = in_turn(first, stub.routes["/store/manifest.json"])
+    archive = stub.routes[f"/store/{MODEL}.tar.gz"]
+    stub.routes[f"/store/{MODEL}.tar.gz"] = in_turn(first, first, archive)
+    proc = fetch(home, "--store", store, *FAST)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert marker(home) == REV
+    assert stub.paths() == ["/store/manifest.json"] * 2 + [f"/store/{MODEL}.tar.gz"] * 3
+
+
+def test_a_download_cut_short_starts_over(stub: Stub, home: Path) -> None:
+    """The second try writes the archive from its start (the first half is not kept twice)."""
+    data = tgz(hf_layout())
+    store = publish(stub, data)
+    stub.routes[f"/store/{MODEL}.tar.gz"] = in_turn(cut_short(data), respond(200, data))
+    proc = fetch(home, "--store", store, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert marker(home) == REV and stub.paths().count(f"/store/{MODEL}.tar.gz") == 2
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_a_refusal_is_asked_once(status: int, stub: Stub, home: Path) -> None:
+    store = publish(stub, tgz(hf_layout()))
+    stub.routes[f"/store/{MODEL}.tar.gz"] = respond(status, b"no\n")
+    line = refused(fetch(home, "--store", store, "--token-env", "HF_TOKEN", *FAST))
+    assert stub.paths() == ["/store/manifest.json", f"/store/{MODEL}.tar.gz"], stub.paths()
+    assert f"{store}/{MODEL}.tar.gz" in line or MODEL in line
+    assert_nothing_left(home)
+
+
+def test_a_persisting_503_could_not_be_reached(stub: Stub, home: Path) -> None:
+    store = publish(stub, tgz(hf_layout()))
+    stub.routes["/store/manifest.json"] = respond(503, b"busy\n")
+    line = refused(fetch(home, "--store", store, *FAST), code=3)
+    got = re.fullmatch(
+        rf"servefleet: could not reach {store}/manifest.json: answered 503 Service Unavailable \("
+        + UNREACHED,
+        line,
+    )
+    assert got and got.group(1) == "5" and stub.paths() == ["/store/manifest.json"] * 5, line
 
 
 @pytest.mark.parametrize(
@@ -504,6 +598,8 @@ def test_a_closed_port_names_the_url(home: Path) -> None:
         ([MODEL, "/hf", "--sha256", "abc"], "--sha256 'abc' is not 64 hex digits"),
         ([MODEL, "/hf", "--timeout", "0"], "--timeout must be above 0, not 0"),
         ([MODEL, "/hf", "--token-env", "HF TOKEN"], "--token-env 'HF TOKEN' is not a variable"),
+        ([MODEL, "/hf", "--tries", "0"], "--tries must be 1 to 20, not 0"),
+        ([MODEL, "/hf", "--retry-wait", "-1"], "--retry-wait must be 0 to 60 seconds, not -1"),
     ],
 )
 def test_bad_arguments_are_one_line(args: list[str], message: str) -> None:
@@ -549,6 +645,12 @@ class RepositoryNotFoundError(Exception):
         super().__init__(message)
         self.response = type("R", (), {"status_code": status})()
 
+class ConnectError(Exception):
+    pass
+
+class LocalEntryNotFoundError(Exception):
+    pass
+
 def snapshot_download(repo_id, revision=None):
     home = os.environ["HF_HOME"]
     st = os.stat(home)
@@ -558,8 +660,15 @@ def snapshot_download(repo_id, revision=None):
     resolved = str(pathlib.Path(home).resolve())
     seen.update(home_dir=home, resolved=resolved, home_owner=[st.st_uid, st.st_mode & 0o777])
     pathlib.Path(os.environ["FAKE_HUB_LOG"]).write_text(json.dumps(dict(seen, revision=revision)))
+    calls = pathlib.Path(os.environ["FAKE_HUB_LOG"] + ".calls")
+    calls.write_text(str(int(calls.read_text() if calls.exists() else 0) + 1))
     if os.environ.get("FAKE_HUB_FAIL"):
         raise RepositoryNotFoundError("401 Client Error.\\nRepository Not Found", 401)
+    if int(calls.read_text()) <= int(os.environ.get("FAKE_HUB_FLAKY", "0")):  # as the real one
+        try:  # says it when its connection to the hub fails
+            raise ConnectError("[Errno 111] Connection refused")
+        except ConnectError as exc:
+            raise LocalEntryNotFoundError("cannot reach the hub and nothing is cached") from exc
     swap = os.environ.get("FAKE_HUB_SWAP")  # the serve user, meanwhile: root's staging moved
     if swap:  # away and a link to a root-only directory in its place
         hub = pathlib.Path(os.environ["FAKE_HUB_HUB"])
@@ -710,6 +819,29 @@ def test_hub_refusal_names_the_token_variable(
         "HF_TOKEN environment variable on the controller"
     )
     assert not (home / "hub" / TOP).exists()
+    assert (tmp_path / "hub-log.json.calls").read_text() == "1"  # asked once
+
+
+@pytest.mark.parametrize("flaky", [1, 9])
+def test_hub_connection_errors_are_tried_again(
+    flaky: int, hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A hub client that could not connect (its error caused by a ConnectError) is run again:
+    it lands on the second try, or after --tries the line says it could not reach the hub."""
+    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
+    monkeypatch.setenv("FAKE_HUB_FLAKY", str(flaky))
+    proc = fetch(home, "--hub", str(hub_python), "--tries", "3", *FAST)
+    calls = (tmp_path / "hub-log.json.calls").read_text()
+    if flaky == 1:
+        assert proc.returncode == 0 and marker(home) == REV and calls == "2", proc.stderr
+        return
+    line = refused(proc, code=3)
+    assert re.fullmatch(
+        rf"servefleet: could not reach the Hugging Face hub for {MODEL}: LocalEntryNotFoundError: "
+        r"cannot reach the hub and nothing is cached \(" + UNREACHED,
+        line,
+    ), line
+    assert calls == "3" and not (home / "hub" / TOP).exists()
 
 
 def test_positionals_after_a_double_dash_are_never_options(tmp_path: Path) -> None:

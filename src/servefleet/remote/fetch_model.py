@@ -4,7 +4,7 @@ run huggingface_hub inside the release venv's python).
 
 usage: fetch_model.py MODEL HF_HOME OWNER (--store URL | --hub PYTHON [--endpoint URL] | --archive FILE)
                       [--token-file FILE] [--token-env NAME] [--revision REV] [--sha256 HEX] [--timeout SECONDS]
-                      [--lock-timeout SECONDS]
+                      [--lock-timeout SECONDS] [--tries N] [--retry-wait SECONDS]
 
 Lays MODEL (``ORG/NAME``) out as a Hugging Face download does, under
 ``$HF_HOME/hub/models--ORG--NAME``, so servers started with HF_HUB_OFFLINE=1 find it and never
@@ -49,7 +49,15 @@ nothing: a download cut short leaves it behind. A failed fetch leaves an earlier
 and never a partial one: leftovers of a killed run (``$HF_HOME/hub/.fetch-*``) are removed by
 the next run; runs on one host take turns (a lock on ``$HF_HOME/hub``).
 
-Every failure is one line on stderr, ``servefleet: ...``; exit 2 for bad arguments, else 1.
+Retries (``retry.py``, the controller's rule too): a request to the store, or a hub download,
+that fails in a way that may pass (a connection refused or reset, a timeout, HTTP 408/425/429/5xx)
+is tried again, up to ``--tries`` times in all (5), waiting ``--retry-wait`` seconds (1) and
+twice as long before each next try; a refusal (401, 403, 404, a wrong sha256, an unsafe archive)
+is never tried again, so its line shows once.
+
+Every failure is one line on stderr, ``servefleet: ...``; exit 2 for bad arguments, 3 when the
+store or the hub could not be reached (every try failed transiently: worth a re-run later), 1
+for every other failure (refused).
 """
 
 from __future__ import annotations
@@ -79,9 +87,10 @@ from typing import IO, Any, NamedTuple, NoReturn
 from urllib.parse import urlsplit
 
 if __package__:  # the controller imports this module (servefleet.remote.fetch_model)
-    from servefleet.remote import layout, trusted
-else:  # on the host, next to layout.py and trusted.py
+    from servefleet.remote import layout, retry, trusted
+else:  # on the host, next to layout.py, retry.py and trusted.py
     import layout  # type: ignore[no-redef]
+    import retry  # type: ignore[no-redef]
     import trusted  # type: ignore[no-redef]
 
 MARKER = layout.MODEL_COMPLETE
@@ -151,24 +160,59 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
+def could_not_reach(what: str, why: str, gave_up: retry.GaveUp) -> Refusal:
+    """The line (exit 3) for ``what`` that every try failed to reach, ``why`` the last time.
+
+    + what: a URL, the hub
+    + why: the last failure, in a few words
+    + gave_up: the tries
+    """
+    return Refusal(
+        f"could not reach {what}: {why} ({retry.tried(gave_up.tries, gave_up.seconds)}); "
+        "worth a re-run later",
+        code=retry.UNREACHABLE_EXIT,
+    )
+
+
 class Client:
-    """GETs with a timeout and the store token; every failure becomes one Refusal line.
+    """GETs with a timeout and the store token, each tried again after a transient failure
+    (:func:`retry.attempts`); every failure becomes one Refusal line, exit 3 when the store
+    could not be reached.
 
     + token: the bearer token, or None
     + token_env: the controller's variable the token comes from (named on 401/403)
     + timeout: seconds for each connect and each read
+    + tries: the most tries of each request
+    + retry_wait: seconds before the second try (doubled before each next one)
     """
 
-    def __init__(self, token: str | None, token_env: str | None, timeout: float) -> None:
+    def __init__(
+        self,
+        token: str | None,
+        token_env: str | None,
+        timeout: float,
+        tries: int = retry.TRIES,
+        retry_wait: float = retry.FIRST_WAIT,
+    ) -> None:
         self.token = token
         self.token_env = token_env
         self.timeout = timeout
+        self.tries = tries
+        self.retry_wait = retry_wait
         self.opener = urllib.request.build_opener(_Redirects)
+
+    def _why(self, exc: BaseException) -> str:
+        inner = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(inner, TimeoutError):
+            return f"no answer within {self.timeout:g} s"
+        return retry.reason(exc)
 
     @contextlib.contextmanager
     def _errors(self, url: str, not_found: str) -> Iterator[None]:
         try:
             yield
+        except retry.GaveUp as gave_up:
+            raise could_not_reach(url, self._why(gave_up.last), gave_up) from None
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code == 404:
@@ -198,20 +242,37 @@ class Client:
 
     def read(self, url: str, not_found: str, limit: int) -> bytes:
         """The body of url (at most limit bytes)."""
-        with self._errors(url, not_found), self._open(url) as response:
-            data: bytes = response.read(limit + 1)
+
+        def once() -> bytes:
+            with self._open(url) as response:
+                data = bytes(response.read(limit + 1))
+                if len(data) <= limit:
+                    retry.check_whole(response)
+                return data
+
+        with self._errors(url, not_found):
+            data = retry.attempts(once, self.tries, self.retry_wait)
         if len(data) > limit:
             raise Refusal(f"{url} is larger than {limit} bytes")
         return data
 
     def download(self, url: str, out: IO[bytes], not_found: str) -> str:
-        """Stream url into out once; return its sha256."""
-        digest = hashlib.sha256()
-        with self._errors(url, not_found), self._open(url) as response:
-            for chunk in iter(lambda: response.read(CHUNK), b""):
-                digest.update(chunk)
-                out.write(chunk)
-        return digest.hexdigest()
+        """Stream url into out (from its start again on each try); return its sha256."""
+
+        def once() -> str:
+            out.seek(0)
+            out.truncate()
+            digest = hashlib.sha256()
+            with self._open(url) as response:
+                for chunk in iter(lambda: response.read(CHUNK), b""):
+                    digest.update(chunk)
+                    out.write(chunk)
+                retry.check_whole(response)
+            return digest.hexdigest()
+
+        with self._errors(url, not_found):
+            got = retry.attempts(once, self.tries, self.retry_wait)
+        return got
 
 
 def store_entry(client: Client, store: str, model: str) -> dict[str, str]:
@@ -576,10 +637,22 @@ try:
 except Exception as exc:  # one JSON line, never a traceback
     status = getattr(getattr(exc, "response", None), "status_code", None)
     lines = str(exc).strip().splitlines() or [""]
-    print(json.dumps({"error": type(exc).__name__, "status": status, "message": lines[0]}))
+    chain, e = [], exc  # the error's causes: a connection error under the hub's own
+    while e is not None and len(chain) < 8:
+        chain.append(type(e).__name__)
+        e = e.__cause__ or e.__context__
+    print(json.dumps({"error": type(exc).__name__, "status": status, "message": lines[0],
+                      "chain": chain}))
     sys.exit(1)
 print(json.dumps({"path": path}))
 """
+# the hub client's errors (requests', httpx's, the stdlib's, by name) that a retry may get past
+HUB_TRANSIENT = frozenset({
+    "ConnectionError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout",
+    "PoolTimeout", "Timeout", "TimeoutException", "ReadError", "WriteError", "RemoteProtocolError",
+    "ChunkedEncodingError", "TimeoutError", "ConnectionRefusedError", "ConnectionResetError",
+    "IncompleteRead", "RemoteDisconnected",
+})  # fmt: skip
 # The hub client's HF_HOME: an empty root-only directory under /run, on which hub_client.py
 # bind-mounts root's staging directory in the client's own mount namespace (see there why)
 HUB_MOUNT = "/run/servefleet-fetch-{}"
@@ -592,6 +665,20 @@ HUB_ENV_DROPPED = (
     "HF_TOKEN",
     "HUGGING_FACE_HUB_TOKEN",
 )
+
+
+def hub_transient(result: dict[str, Any]) -> bool:
+    """Whether the hub client's failure is worth another try: an HTTP status of
+    ``retry.TRANSIENT_HTTP``, or (without a status) a connection error or timeout among its
+    causes.
+
+    + result: the client's JSON line
+    """
+    status = result.get("status")
+    if isinstance(status, int):
+        return status in retry.TRANSIENT_HTTP
+    chain = result.get("chain")
+    return isinstance(chain, list) and any(name in HUB_TRANSIENT for name in chain)
 
 
 def _hub_problem(a: argparse.Namespace, result: dict[str, Any]) -> str:
@@ -630,26 +717,40 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
         staged_at = str(a.hf_home / "hub" / tmp.name)  # opened again there, from / (no link)
         launcher = ["unshare", "--mount", "--propagation", "private", "--", sys.executable,
                     str(HUB_CLIENT), str(tmp.fd), staged_at, mount, "--", *client]  # fmt: skip
+
+        def once() -> dict[str, Any]:
+            try:
+                proc = subprocess.run(
+                    launcher,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    pass_fds=(tmp.fd,),
+                )
+            except OSError as exc:
+                raise Refusal(f"cannot run unshare: {exc.strerror}") from None
+            lines = proc.stdout.strip().splitlines()
+            try:
+                result = json.loads(lines[-1]) if lines else {}
+            except ValueError:
+                result = {}
+            if proc.returncode != 0 or not isinstance(result.get("path"), str):
+                if result.get("error") and hub_transient(result):
+                    status, error = result.get("status"), result.get("error")
+                    raise retry.Again(
+                        f"it answered {status}" if status else f"{error}: {result.get('message')}"
+                    )
+                if result.get("error"):
+                    raise Refusal(_hub_problem(a, result))
+                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise Refusal(f"downloading {a.model} from the Hugging Face hub failed: {tail}")
+            return dict(result)
+
         try:
-            proc = subprocess.run(
-                launcher,
-                env=env,
-                capture_output=True,
-                text=True,
-                pass_fds=(tmp.fd,),
-            )
-        except OSError as exc:
-            raise Refusal(f"cannot run unshare: {exc.strerror}") from None
-        lines = proc.stdout.strip().splitlines()
-        try:
-            result = json.loads(lines[-1]) if lines else {}
-        except ValueError:
-            result = {}
-        if proc.returncode != 0 or not isinstance(result.get("path"), str):
-            if result.get("error"):
-                raise Refusal(_hub_problem(a, result))
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise Refusal(f"downloading {a.model} from the Hugging Face hub failed: {tail}")
+            result = retry.attempts(once, a.tries, a.retry_wait)
+        except retry.GaveUp as gave_up:
+            where = f"the Hugging Face hub for {a.model}"
+            raise could_not_reach(where, str(gave_up.last), gave_up) from None
         top = repo_dir_name(a.model)
         staged = tmp.path / "hub" / top
         snapshot = Path(result["path"])
@@ -691,6 +792,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sha256", metavar="HEX", help="the store archive's sha256")
     ap.add_argument("--timeout", metavar="SECONDS", type=float, default=60.0)
     ap.add_argument("--lock-timeout", metavar="SECONDS", type=float, default=600.0)
+    ap.add_argument("--tries", metavar="N", type=int, default=retry.TRIES,
+                    help="the most tries of a request that fails transiently")  # fmt: skip
+    ap.add_argument("--retry-wait", metavar="SECONDS", type=float, default=retry.FIRST_WAIT,
+                    help="seconds before the second try, doubled before each next one")  # fmt: skip
     a = ap.parse_args(argv)
     problem = bad_model_id(a.model)
     if a.sha256:
@@ -707,6 +812,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         problem = f"--timeout must be above 0, not {a.timeout:g}"
     if problem is None and not a.lock_timeout > 0:
         problem = f"--lock-timeout must be above 0, not {a.lock_timeout:g}"
+    if problem is None and not 1 <= a.tries <= 20:
+        problem = f"--tries must be 1 to 20, not {a.tries}"
+    if problem is None and not 0 <= a.retry_wait <= 60:
+        problem = f"--retry-wait must be 0 to 60 seconds, not {a.retry_wait:g}"
     if problem is None and a.token_env is not None and not ENV_NAME_RE.fullmatch(a.token_env):
         problem = f"--token-env {a.token_env!r} is not a variable name"
     if problem is None and a.endpoint is not None and a.hub is None:
@@ -770,7 +879,7 @@ def _fetch_into(a: argparse.Namespace, hub: Path, user: Any, token: str | None) 
 def _fetch_locked(a: argparse.Namespace, hub: Path, user: Any, token: str | None) -> str:
     with one_fetch_at_a_time(hub, a.lock_timeout):
         if a.store:
-            client = Client(token, a.token_env, a.timeout)
+            client = Client(token, a.token_env, a.timeout, a.tries, a.retry_wait)
             rev = from_store(a, hub, client, user.pw_uid, user.pw_gid)
         elif a.archive:
             rev = from_archive(a, hub, user.pw_uid, user.pw_gid)

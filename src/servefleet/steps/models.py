@@ -74,9 +74,9 @@ def fetch(plan: HostPlan) -> None:
         cmd = command(s.serve_root, "fetch_model.py", *source, *token, "--token-env",
                       s.creds_hf_token_env, *pins, "--lock-timeout", str(s.models_lock_timeout),
                       "--", model, s.models_hf_home, s.serve_user)  # fmt: skip
+        # no pyinfra _retries: the fetcher tries a transient failure again itself (retry.py) and
+        # never a refusal, which shows its line once; exit 3 "could not reach", 1 "refused"
         server.shell(
             name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.models_hf_home}/hub",
             commands=[cmd],
-            _retries=2,
-            _retry_delay=5,
         )
