@@ -34,7 +34,7 @@ def run(args: list[str]) -> str:
 
 
 def show(recipe: str) -> dict[str, Any]:
-    out = run(["recipes", "show", recipe])
+    out = run(["recipes", "show", recipe, "--json"])
     return json.loads(out.split("\n", 1)[1])
 
 

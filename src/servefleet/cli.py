@@ -1,8 +1,12 @@
 """``servefleet``: a thin click CLI over the library (recipes, resolve, lab).
 
 User errors (:class:`ServefleetError`, click usage errors) print one line
-``servefleet: error: ...`` on stderr and exit 2, never a traceback. Every exit status is one of
-:class:`servefleet.exitcodes.Exit` (docs/exit-codes.md).
+``servefleet: error: ...`` on stderr and exit 2, never a traceback; something the command could
+not reach (:class:`Unreachable`: an index, a host, the hub) the same line and exit 3. Every exit
+status is one of :class:`servefleet.exitcodes.Exit` (docs/exit-codes.md).
+
+Shell completion is click's (``_SERVEFLEET_COMPLETE=bash_source servefleet``): it completes
+commands and options, inventory files, recipe names and ``--limit`` hosts and groups.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import click
 
-from servefleet.errors import RecipeError, ServefleetError
+from servefleet.errors import RecipeError, ServefleetError, Unreachable
 from servefleet.exitcodes import Exit
 
 
@@ -38,6 +42,8 @@ class _Group(click.Group):
         except click.ClickException as exc:
             usage = isinstance(exc, click.UsageError)
             _fail(exc.format_message(), Exit.USAGE if usage else exc.exit_code)
+        except Unreachable as exc:
+            _fail(str(exc), Exit.UNREACHABLE)
         except ServefleetError as exc:
             _fail(str(exc), Exit.USAGE)
         except click.Abort:
@@ -52,8 +58,71 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _echo_json(data: Any, sort_keys: bool = True) -> None:
+    """The ``--json`` output of every command: one JSON document on stdout (``keys``: in the
+    key table's order)."""
+    click.echo(json.dumps(data, indent=1, sort_keys=sort_keys))
+
+
+# ---------------------------------------------------------------------------------------------
+# shell completion (click's): inventory files, recipe names, --limit hosts
+
+
+def complete_inventory(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+    """Inventory files for INVENTORY: the ``*.py`` files and the directories that start with
+    what is typed (``inventories/`` first, as `servefleet init` makes it)."""
+    from click.shell_completion import CompletionItem
+
+    folder, _, stem = incomplete.rpartition("/")
+    root = Path(folder or ".")
+    try:
+        found = sorted(root.glob(f"{stem}*"))
+    except (OSError, ValueError):
+        return []
+    out = []
+    for path in found:
+        shown = f"{folder}/{path.name}" if folder else path.name
+        if path.is_dir() and not path.name.startswith((".", "__")):
+            out.append(CompletionItem(f"{shown}/"))
+        elif path.suffix == ".py":
+            out.append(CompletionItem(shown))
+    return out
+
+
+def complete_recipe(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+    """Recipe names (``rbln/<name>``, ``vllm/<org>/<name>``) that start with what is typed."""
+    from click.shell_completion import CompletionItem
+
+    from servefleet.kinds import list_recipes
+
+    try:
+        return [CompletionItem(n) for n in list_recipes(None) if n.startswith(incomplete)]
+    except Exception:  # noqa: BLE001 (completion never fails: it offers nothing)
+        return []
+
+
+def complete_limit(ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+    """The inventory's groups and host names for ``--limit`` (the INVENTORY already typed,
+    read with pyinfra's loader; nothing when it cannot be read)."""
+    from click.shell_completion import CompletionItem
+
+    from servefleet.inventory import read_inventory
+
+    # before the value of an option, click's parse leaves the arguments in ctx.args
+    given = [a for a in ctx.args if not a.startswith("-")]
+    inventory = ctx.params.get("inventory") or (given[0] if given else None)
+    if not inventory:
+        return []
+    try:
+        fleet = read_inventory(inventory)
+    except Exception:  # noqa: BLE001 (completion never fails: it offers nothing)
+        return []
+    names = [*sorted(fleet.groups), *fleet.order]
+    return [CompletionItem(n) for n in dict.fromkeys(names) if n.startswith(incomplete)]
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="servefleet")
+@click.version_option(None, "-V", "--version", package_name="servefleet")
 def main() -> None:
     """Recipes to warm, health-checked vllm serve instances on a fleet."""
 
@@ -69,7 +138,8 @@ def recipes_group() -> None:
 
 @recipes_group.command("list")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
-def recipes_list(directory: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of the names.")
+def recipes_list(directory: Path | None, as_json: bool) -> None:
     """Print the qualified names of the recipes under DIRECTORY (default: the shipped ones, or
     SERVEFLEET_RECIPES). DIRECTORY holds rbln/ and vllm/, or is a checkout of vllm-project/recipes
     (models/, strategies/, taxonomy.yaml at its root); one that holds no recipe is an error.
@@ -91,13 +161,61 @@ def recipes_list(directory: Path | None) -> None:
             "vllm/models/<org>/<name>.yaml, and models/<org>/<name>.yaml as in a checkout of "
             "vllm-project/recipes)"
         )
+    if as_json:
+        _echo_json(names)
+        return
     for name in names:
         click.echo(name)
 
 
+def outline(value: Any, indent: str = "") -> list[str]:
+    """A JSON value as indented text for a reader: ``key: value`` lines, a list of plain
+    values on one line (``a, b, c``), a list of mappings as ``-`` items.
+
+    + value: what JSON would print
+    + indent: the indentation of its lines
+    """
+
+    def plain(v: Any) -> bool:
+        return not isinstance(v, (dict, list)) or v in ([], {})
+
+    def word(v: Any) -> str:
+        return (
+            "-" if v is None or v in ([], {}) else str(v).lower() if isinstance(v, bool) else str(v)
+        )
+
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if plain(v) or (isinstance(v, list) and all(plain(x) for x in v)):
+                shown = ", ".join(map(word, v)) if isinstance(v, list) and v else word(v)
+                out.append(f"{indent}{k}: {shown}")
+            else:
+                out += [f"{indent}{k}:", *outline(v, indent + "  ")]
+        return out
+    if isinstance(value, list):
+        if all(plain(x) for x in value):
+            return [f"{indent}{', '.join(map(word, value)) or '-'}"]
+        out = []
+        for item in value:
+            lines = outline(item, indent + "  ")
+            out += [f"{indent}- {lines[0].lstrip()}", *lines[1:]] if lines else [f"{indent}-"]
+        return out
+    return [f"{indent}{word(value)}"]
+
+
 @recipes_group.command("show")
-@click.argument("recipe")
-def recipes_show(recipe: str) -> None:
+@click.argument("recipe", shell_complete=complete_recipe)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: indented, for reading; json: the same as JSON, for programs.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+def recipes_show(recipe: str, fmt: str, as_json: bool) -> None:
     """Show a recipe's axes with allowed values, defaults, recommended, targets and strategies.
 
     Example:
@@ -107,7 +225,52 @@ def recipes_show(recipe: str) -> None:
     from servefleet.kinds import find
 
     source, path = find(recipe)
-    click.echo(json.dumps(source.show(path, recipe), indent=2, ensure_ascii=False))
+    shown = source.show(path, recipe)
+    if as_json or fmt == "json":
+        click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+    else:
+        click.echo("\n".join(outline(shown)))
+
+
+# ---------------------------------------------------------------------------------------------
+# keys
+
+
+@main.command("keys")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--json", "as_json", is_flag=True, help="JSON: key -> its type, allowed values, "
+              "default and meaning.")  # fmt: skip
+def keys_cmd(names: tuple[str, ...], as_json: bool) -> None:
+    """The data keys, from the installed package's key table (as ``ansible-doc`` does): without
+    NAME every key and its meaning; with NAME (a key, or a glob such as 'serve_router*') its
+    type, meaning, allowed values and default.
+
+    Example:
+
+        servefleet keys serve_target
+    """
+    import fnmatch
+
+    from servefleet.checks import closest
+    from servefleet.datadoc import key_docs, key_help
+
+    docs = {doc.name: doc for doc in key_docs()}
+    chosen = []
+    for name in names:
+        found = [k for k in docs if fnmatch.fnmatchcase(k, name)]
+        if not found:
+            near = closest(name, docs, cutoff=0.7)
+            hint = f"did you mean {near}? " if near else ""
+            raise ServefleetError(f"{name}: no such data key; {hint}allowed: a key that "
+                                  "`servefleet keys` lists, or a glob of them")  # fmt: skip
+        chosen += [k for k in found if k not in chosen]
+    if as_json:
+        _echo_json({k: docs[k].to_json() for k in chosen or docs}, sort_keys=False)
+    elif chosen:
+        click.echo("\n\n".join(key_help(docs[k]) for k in chosen))
+    else:
+        width = max(map(len, docs))
+        click.echo("\n".join(f"{k.ljust(width)}  {d.meaning}" for k, d in docs.items()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +317,7 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
 
 
 @main.command("resolve")
-@click.argument("recipe")
+@click.argument("recipe", shell_complete=complete_recipe)
 @click.option("--target", default=None, help="RBLN: Latency (default) or Throughput, any case.")
 @click.option("--strategy", default=None, help="Strategy slug (default: the recipe's).")
 @click.option("--set", "sets", multiple=True, metavar="AXIS=VALUE", help="RBLN: choose a value.")
@@ -271,6 +434,7 @@ _LIMIT = click.option(
     metavar="PATTERN",
     help="Only these hosts: a group name, else a glob of host names (repeatable, as pyinfra's "
     "--limit; a --limit after -- counts too).",
+    shell_complete=complete_limit,
 )
 _PYINFRA_ARGS = click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
 
@@ -297,8 +461,78 @@ def _run_pyinfra(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
+class Progress:
+    """``plan: 3/10 hosts`` on stderr while a report runs, redrawn in place when a host is done:
+    its summary written, or pyinfra said it could not connect to it (stderr a terminal only).
+
+    + kind: "plan" or "status"
+    + hosts: the hosts of the run
+    + directory: where the summaries are written (:class:`servefleet.fleetview.ReportRequest`)
+    + write: where the line goes (stderr)
+    """
+
+    def __init__(
+        self, kind: str, hosts: Sequence[str], directory: str, write: Callable[[str], Any]
+    ) -> None:
+        import threading
+
+        self.kind, self.hosts, self.directory, self.write = kind, list(hosts), directory, write
+        self.output: list[str] = []
+        self.shown = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def done(self) -> int:
+        """Hosts done so far: a summary written, or a connection that failed."""
+        from servefleet.fleetview import connection_errors
+
+        written = sum(1 for _ in Path(self.directory).glob("*.json"))
+        return min(
+            len(self.hosts), written + len(connection_errors("".join(self.output), self.hosts))
+        )
+
+    def draw(self) -> None:
+        now = self.done()
+        if now != self.shown:
+            self.shown = now
+            self.write(f"\r{self.kind}: {now}/{len(self.hosts)} hosts")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.draw()
+
+    def __enter__(self) -> Progress:
+        self.draw()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.draw()
+        self.write("\n")
+
+
+def _run_watched(cmd: list[str], env: dict[str, str], progress: Progress) -> tuple[int, str]:
+    """:func:`_run_pyinfra` that hands each line of pyinfra's output to ``progress`` as it comes."""
+    import subprocess
+
+    with subprocess.Popen(
+        cmd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            progress.output.append(line)
+    return proc.returncode, "".join(progress.output)
+
+
 def _report(
-    kind: str, inventory: str, hosts: Sequence[str], pyinfra_args: Sequence[str]
+    kind: str,
+    inventory: str,
+    hosts: Sequence[str],
+    pyinfra_args: Sequence[str],
+    progress: bool = False,
 ) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
     """Run deploys/report.py over ``hosts`` (the deploy's probe and planner, no operation):
     each host's summary, and each host that wrote none, ``unreachable`` (pyinfra's reason) or
@@ -308,6 +542,7 @@ def _report(
     + inventory: as pyinfra takes it
     + hosts: the hosts of the run
     + pyinfra_args: what else pyinfra gets (``--limit`` options that pick ``hosts`` first)
+    + progress: show hosts done of all on stderr (:class:`Progress`) while it runs
     """
     import tempfile
 
@@ -316,7 +551,12 @@ def _report(
     with tempfile.TemporaryDirectory(prefix="servefleet-report-") as tmp:
         request = ReportRequest(kind, tmp)
         cmd = [_pyinfra(), "-y", *pyinfra_args, inventory, deploy_path("report.py")]
-        code, output = _run_pyinfra(cmd, {**os.environ, **request.env()})
+        env = {**os.environ, **request.env()}
+        if progress:
+            with Progress(kind, hosts, tmp, lambda m: click.echo(m, err=True, nl=False)) as shown:
+                code, output = _run_watched(cmd, env, shown)
+        else:
+            code, output = _run_pyinfra(cmd, env)
         found = request.read()
     refusal = None if found else pyinfra_refusal(output, code)
     if refusal:
@@ -332,10 +572,17 @@ def _say_missing(missing: dict[str, dict[str, str]]) -> None:
 
 
 @main.command("rollback", context_settings=_FLEET)
-@click.argument("inventory")
+@click.argument("inventory", shell_complete=complete_inventory)
 @_LIMIT
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="Per host on stdout: result (ok, failed), the release it rolled back to, why it "
+    "failed (pyinfra's output goes to stderr).",
+)  # fmt: skip
 @_PYINFRA_ARGS
-def rollback_cmd(inventory: str, limits: tuple[str, ...], pyinfra_args: tuple[str, ...]) -> None:
+def rollback_cmd(
+    inventory: str, limits: tuple[str, ...], as_json: bool, pyinfra_args: tuple[str, ...]
+) -> None:
     """Roll hosts back to the state before their last good deploy (units, release, servers),
     through the health gate. Arguments after ``--`` go to pyinfra as they are; the exit status
     is pyinfra's."""
@@ -343,34 +590,109 @@ def rollback_cmd(inventory: str, limits: tuple[str, ...], pyinfra_args: tuple[st
 
     fleet = _fleet(inventory, limits, pyinfra_args)
     cmd = [_pyinfra(), "-y", *fleet.limit_args(), *pyinfra_args, inventory]
-    sys.exit(subprocess.run([*cmd, deploy_path("rollback.py")]).returncode)
+    if not as_json:
+        sys.exit(subprocess.run([*cmd, deploy_path("rollback.py")]).returncode)
+    code, results, output = _run_json([cmd[0], "--json", *cmd[1:], deploy_path("rollback.py")])
+    _echo_json(rollback_results(fleet.hosts, code, results, output))
+    sys.exit(code)
+
+
+def _run_json(cmd: list[str]) -> tuple[int, dict[str, Any] | None, str]:
+    """A pyinfra run with ``--json``: its exit status, its results (None: it printed none) and
+    its stderr, which is passed on to ours as it comes."""
+    import subprocess
+    import tempfile
+
+    lines = []
+    with tempfile.TemporaryFile("w+") as out:
+        with subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True) as proc:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                click.echo(line, err=True, nl=False)
+        out.seek(0)
+        try:
+            results = json.loads(out.read())["results"]
+        except (ValueError, KeyError, TypeError):
+            results = None
+    return proc.returncode, results, "".join(lines)
+
+
+def rollback_results(
+    hosts: Sequence[str], code: int, results: dict[str, Any] | None, output: str
+) -> dict[str, dict[str, Any]]:
+    """Each host of a rollback: ``ok`` or ``failed`` (pyinfra's failed hosts; all of them when
+    it printed no results), the release its servers were rolled back to (the deploy's
+    ``rolled back to`` line; None: not said), why it failed and whether it was unreachable.
+
+    + hosts: the hosts of the run
+    + code: pyinfra's exit status
+    + results: pyinfra's ``--json`` results
+    + output: its stderr
+    """
+    import re
+
+    from servefleet.fleetview import failure
+
+    failed = set(hosts) if results is None else set(results.get("failed_hosts") or ())
+    if results is None and code == 0:
+        failed = set()
+    out = {}
+    for host in hosts:
+        said = re.search(rf"\[{re.escape(host)}\].*rolled back to (\S+)", output)
+        unreachable, why = failure(output, host) if host in failed else (False, "")
+        out[host] = {
+            "result": "failed" if host in failed else "ok",
+            "release": said.group(1) if said else None,
+            "unreachable": unreachable,
+            "why": why,
+        }
+    return out
 
 
 @main.command("plan", context_settings=_FLEET)
-@click.argument("inventory")
+@click.argument("inventory", shell_complete=complete_inventory)
 @_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option(
+    "--diff", "diff", is_flag=True,
+    help="Also each unit's diff: its file on the host to the one the deploy would write "
+    "(unified; a unit to remove, to /dev/null). With --json: each host's \"diffs\".",
+)  # fmt: skip
 @_PYINFRA_ARGS
 def plan_cmd(
-    inventory: str, limits: tuple[str, ...], as_json: bool, pyinfra_args: tuple[str, ...]
+    inventory: str,
+    limits: tuple[str, ...],
+    as_json: bool,
+    diff: bool,
+    pyinfra_args: tuple[str, ...],
 ) -> None:
     """What a deploy would change on each host (driver, release and packages, models, restarts,
-    recompiles). Changes nothing. Every host is shown; one that could not be planned
-    (unreachable, with pyinfra's reason) is named on stderr and the exit status is 1. Arguments
-    after ``--`` go to pyinfra (``--data``)."""
-    from servefleet.fleetview import dumps, fleet_plan, plan_table
+    recompiles; with --diff each unit file's diff). Changes nothing. Every host is shown; one
+    that could not be planned (unreachable, with pyinfra's reason) is named on stderr and the
+    exit status is 1. On a terminal, stderr counts the hosts done. Arguments after ``--`` go to
+    pyinfra (``--data``)."""
+    from servefleet.fleetview import dumps, fleet_plan, plan_diffs, plan_table
 
     fleet = _fleet(inventory, limits, pyinfra_args)
     fleet.settings()
-    found, missing = _report("plan", inventory, fleet.hosts, (*fleet.limit_args(), *pyinfra_args))
+    found, missing = _report("plan", inventory, fleet.hosts,
+                             (*fleet.limit_args(), *pyinfra_args), _shows_progress())  # fmt: skip
     plans = {**fleet_plan(found), **missing}
-    click.echo(dumps(plans) if as_json else plan_table(plans))
+    if not diff:
+        plans = {h: {k: v for k, v in p.items() if k != "diffs"} for h, p in plans.items()}
+    if as_json:
+        click.echo(dumps(plans))
+    else:
+        click.echo(plan_table(plans))
+        if diff:
+            click.echo("\n" + (plan_diffs(plans) or "no unit changes"))
     _say_missing(missing)
     sys.exit(Exit.FAILED if missing else Exit.OK)
 
 
 @main.command("status", context_settings=_FLEET)
-@click.argument("inventory")
+@click.argument("inventory", shell_complete=complete_inventory)
 @_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
 @click.option(
@@ -390,7 +712,7 @@ def status_cmd(
     """How each host runs against its data: driver, SKU, release and packages, each instance's
     running vs desired unit and health. Every host is shown: one that cannot be reached as
     unreachable, with pyinfra's reason. Exits 1 naming every host that is unreachable, drifts
-    or is unhealthy."""
+    or is unhealthy. On a terminal, stderr counts the hosts done."""
     from servefleet.fleetview import (
         dumps,
         missing_status,
@@ -404,7 +726,8 @@ def status_cmd(
 
     fleet = _fleet(inventory, limits, pyinfra_args)
     settings = fleet.settings()
-    found, missing = _report("status", inventory, fleet.hosts, (*fleet.limit_args(), *pyinfra_args))
+    found, missing = _report("status", inventory, fleet.hosts,
+                             (*fleet.limit_args(), *pyinfra_args), _shows_progress())  # fmt: skip
     seen = seen_ports(prometheus) if prometheus else {}
     statuses = dict(found)
     for host, why in missing.items():
@@ -430,15 +753,19 @@ def _shows_progress() -> bool:
 
 
 @main.command("rollout", context_settings=_FLEET)
-@click.argument("inventory")
-@click.argument("deploy", required=False)
+@click.argument("inventory", shell_complete=complete_inventory)
+@click.argument("deploy", required=False, shell_complete=complete_inventory)
 @click.option("--canary", type=click.IntRange(min=0), default=0, help="The first K hosts alone.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Hosts a batch.")
 @click.option(
     "--batch-percent", type=click.FloatRange(0, 100, min_open=True), default=None,
     help="Hosts a batch, as a percentage of the hosts.",
 )  # fmt: skip
-@click.option("--max-failures", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--max-failures", type=click.IntRange(min=0), default=0, show_default=True,
+    help="Failed hosts the rollout tolerates, over all batches so far; one more stops it (the "
+    "failed hosts back on what they served, the rest untouched) and it exits 1.",
+)  # fmt: skip
 @_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="Per host: releases, result, rolled back.")
 @click.option(
@@ -528,7 +855,7 @@ def init(directory: str) -> None:
 
 
 @main.command("lock")
-@click.argument("inventory")
+@click.argument("inventory", shell_complete=complete_inventory)
 @click.option("--check", is_flag=True, help="Only compare the lock with the data (offline).")
 @click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
 @click.option(
@@ -538,9 +865,14 @@ def init(directory: str) -> None:
     "--selection", "selection", multiple=True, metavar="AXIS=VALUE",
     help="Lock this selection on every host (over the data's serve_selection).",
 )  # fmt: skip
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="On stdout: the lock directory, each stack's release and packages, the models, the "
+    "files (with --check: whether it matches, and what differs).",
+)  # fmt: skip
 def lock_cmd(
     inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...],
-    selection: tuple[str, ...],
+    selection: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Resolve every stack the inventory's data selects (every package with its version, index
     and file sha256s; the driver runfile; the models' revisions) into the lock directory.
@@ -558,14 +890,41 @@ def lock_cmd(
         overrides["serve_selection"] = {**(overrides.get("serve_selection") or {}), **chosen}
     fl = fleet_lock(inventory, overrides, lock_dir)
     if not check:
-        make_lock(fl, click.echo)
+        make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo)
+        if as_json:
+            _echo_json(lock_summary(fl.lock_dir))
         return
     problems = check_lock(fl)
     for line in problems:
         click.echo(f"servefleet: lock: {line}", err=True)
+    if as_json:
+        _echo_json({"lock_dir": str(fl.lock_dir), "matches": not problems,
+                    "stacks": len(fl.stacks), "differences": problems})  # fmt: skip
     if problems:
         sys.exit(Exit.FAILED)
-    click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
+    if not as_json:
+        click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
+
+
+def lock_summary(lock_dir: str | Path) -> dict[str, Any]:
+    """What ``lock --json`` prints of a lock directory just written: each stack's release id,
+    pylock file and packages (name -> version), the driver runfiles, the models and the files.
+
+    + lock_dir: the lock directory
+    """
+    from servefleet.lock import load_lock, packages
+
+    lock = load_lock(lock_dir)
+    stacks = {
+        name: {
+            "release": st.release,
+            "pylock": st.pylock_file,
+            "packages": {p["name"]: p["version"] for p in packages(st.pylock)},
+        }
+        for name, st in sorted(lock.stacks.items())
+    }
+    return {"lock_dir": str(lock.path), "stacks": stacks, "driver": lock.driver,
+            "models": lock.models, "files": lock.files}  # fmt: skip
 
 
 def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True) -> dict[str, Any]:
@@ -577,18 +936,28 @@ def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True
 
 
 @main.command("wheelhouse")
-@click.argument("directory")
+@click.argument("directory", type=click.Path(file_okay=False))
 @click.option(
     "--inventory",
     default=None,
     help="Take sdk_lock and the credentials' variable names from this inventory's data.",
+    shell_complete=complete_inventory,
 )
 @click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
 @click.option(
     "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
 )
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="On stdout: the files downloaded, already there and failed, the bytes, the models "
+    "left out.",
+)  # fmt: skip
 def wheelhouse_cmd(
-    directory: str, inventory: str | None, lock_dir: str | None, data: tuple[str, ...]
+    directory: str,
+    inventory: str | None,
+    lock_dir: str | None,
+    data: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Download every file of a lock into DIRECTORY: each stack's wheels and sdists, the driver
     runfiles, the model archives, each checked against the lock's sha256 (a file that differs
@@ -619,21 +988,27 @@ def wheelhouse_cmd(
     else:
         raise click.UsageError("give --inventory (its data's sdk_lock) or --lock-dir")
     files, hub = lock_files(load_lock(where))
+    say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     for model in hub:
-        click.echo(f"model {model}: from the hub in the lock (no store archive); not included")
+        say(f"model {model}: from the hub in the lock (no store archive); not included")
 
     def bar(count: int) -> Any:
         return click.progressbar(
             length=count, label=f"downloading {count} file(s)", file=sys.stderr
         )
 
-    done = fill(directory, files, creds, click.echo, progress=bar if _shows_progress() else None)
+    done = fill(directory, files, creds, say, progress=bar if _shows_progress() else None)
     for line in done.failed:
         click.echo(f"servefleet: wheelhouse: {line}", err=True)
-    click.echo(
-        f"{directory}: {len(done.downloaded)} downloaded ({done.bytes} bytes), "
-        f"{len(done.present)} already there, {len(done.failed)} failed"
-    )
+    if as_json:
+        _echo_json({"directory": directory, "downloaded": done.downloaded,
+                    "present": done.present, "failed": done.failed, "bytes": done.bytes,
+                    "not_included": list(hub)})  # fmt: skip
+    else:
+        click.echo(
+            f"{directory}: {len(done.downloaded)} downloaded ({done.bytes} bytes), "
+            f"{len(done.present)} already there, {len(done.failed)} failed"
+        )
     if done.failed:
         sys.exit(Exit.FAILED)
 

@@ -11,6 +11,7 @@ why (:func:`missing_hosts`); ``status`` gives it the instances the controller pl
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from typing import Any
 
 from servefleet.hostplan import HostPlan
 from servefleet.prewarm_store import WarmEntry, prewarm_roles
-from servefleet.remote.layout import unit_name
+from servefleet.remote.layout import UNIT_DIR, unit_name
 from servefleet.router import fleet_order
 from servefleet.settings import Settings
 
@@ -203,6 +204,7 @@ def plan_summary(
         "warm_entry": asdict(entry) if entry else None,
         "order": order,
         "fingerprint": plan.spec.compile_fingerprint,
+        "diffs": unit_diffs(plan),
         "changes": not plan.refusal
         and bool(
             plan.driver_needed
@@ -213,6 +215,43 @@ def plan_summary(
             or (plan.builder and not plan.warm)
         ),
     }
+
+
+def unit_diffs(plan: HostPlan) -> dict[str, str]:
+    """unit -> a unified diff of its file on the host (``plan``'s probe reads the text) to the
+    one the deploy would write, for each unit the deploy would write or remove (none when the
+    file is the rendered text already). A file whose text the probe did not report (a probe
+    without it) is said in one line instead.
+
+    + plan: the host's plan
+    """
+    out = {}
+    changed = [] if plan.builder else [(i.unit, i.text) for i in plan.instances if not i.written]
+    for unit, new in [*changed, *((u, None) for u in plan.stale_units)]:
+        on_host = plan.units.get(unit, {})
+        old = on_host.get("text")
+        if old is None and on_host.get("file") is not None:
+            out[unit] = f"(the probe did not report {UNIT_DIR}/{unit}'s text)\n"
+            continue
+        out[unit] = "".join(
+            difflib.unified_diff(
+                (old or "").splitlines(True),
+                (new or "").splitlines(True),
+                f"{UNIT_DIR}/{unit}" if old is not None else "/dev/null",
+                f"{UNIT_DIR}/{unit}" if new is not None else "/dev/null",
+            )
+        )
+    return out
+
+
+def plan_diffs(plans: Mapping[str, Mapping[str, Any]]) -> str:
+    """Each host's unit diffs (:func:`unit_diffs`) under a line naming the host and unit, in
+    host order; a host with none is left out."""
+    out = []
+    for host, p in sorted(plans.items()):
+        for unit, diff in sorted((p.get("diffs") or {}).items()):
+            out += [f"== {host}: {unit}", diff.rstrip("\n")]
+    return "\n".join(out)
 
 
 def fleet_plan(plans: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -385,7 +424,9 @@ def prometheus_targets(statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[s
     for host, st in sorted(statuses.items()):
         targets = [f"{st['address']}:{i['port']}" for i in st["instances"]]
         if targets:
-            labels = {"host": host, "release": str(st["release"]), "job": "servefleet-vllm"}
+            labels = {"host": host, "job": "servefleet-vllm"}
+            if st.get("release"):  # an unreachable host's is not known: no label, not "None"
+                labels["release"] = str(st["release"])
             if st.get("unreachable"):
                 labels["unreachable"] = "1"
             groups.append({"targets": targets, "labels": labels})

@@ -38,7 +38,7 @@ def test_help(cmd: list[str]) -> None:
 def test_recipes_list_and_show() -> None:
     out = run("recipes", "list").output.splitlines()
     assert out[0] == "rbln/gpt-oss-120b" and "vllm/openai/gpt-oss-120b" in out
-    info = json.loads(run("recipes", "show", "rbln/gpt-oss-120b").output)
+    info = json.loads(run("recipes", "show", "rbln/gpt-oss-120b", "--json").output)
     target = info["strategies"][0]["targets"][1]
     assert target["target"] == "Throughput" and target["skus"] == ["RBLN-CR13"]
     assert target["axes"]["spec_decode"] == ["off", "eagle3", "suffix"]
@@ -203,7 +203,7 @@ def test_vllm_dispatch(vllm_stub: list[dict]) -> None:
         "task": None,
         "pool_parallelism": None,
     }
-    shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b").output)
+    shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b", "--json").output)
     assert shown == {"recipe": "vllm/openai/gpt-oss-120b", "kind": "vllm", "hardware": ["h200"]}
 
 

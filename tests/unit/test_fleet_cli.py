@@ -165,8 +165,7 @@ def test_a_real_pyinfra_run_against_a_refusing_port_names_the_host(fleet: Path) 
     assert json.loads(prom.read_text()) == [
         {
             "targets": ["127.0.0.1:8000"],
-            "labels": {"host": "dead1", "release": "None", "job": "servefleet-vllm",
-                       "unreachable": "1"},
+            "labels": {"host": "dead1", "job": "servefleet-vllm", "unreachable": "1"},
         }
     ]  # fmt: skip
 

@@ -178,7 +178,7 @@ def test_an_unreachable_host_keeps_its_instances_with_the_unreachable_label() ->
     assert [g["labels"].get("unreachable") for g in groups] == [None, "1", None]
     assert groups[1] == {
         "targets": [f"10.0.0.6:{8000 + i}" for i in range(4)],
-        "labels": {"host": "h2", "release": "None", "job": "servefleet-vllm", "unreachable": "1"},
+        "labels": {"host": "h2", "job": "servefleet-vllm", "unreachable": "1"},  # no release
     }
     assert status_problems("h2", gone) == ["h2: unreachable: Could not connect (refused)"]
     assert status_problems("h3", failed) == ["h3: failed: lab3: probe: odd output"]

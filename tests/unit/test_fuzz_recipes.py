@@ -648,7 +648,7 @@ def runs_for(options: list[str], other: str = "shell") -> list[list[str]]:
     """The commands run on a recipe: ``resolve`` as JSON and as a unit, then ``resolve
     --format shell`` or ``recipes show`` (``other``)."""
     resolve = ["resolve", "{file}", *options, "--format"]
-    third = [*resolve, "shell"] if other == "shell" else ["recipes", "show", "{file}"]
+    third = [*resolve, "shell"] if other == "shell" else ["recipes", "show", "{file}", "--json"]
     return [[*resolve, "json"], [*resolve, "unit"], third]
 
 

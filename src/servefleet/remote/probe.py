@@ -13,7 +13,8 @@ pyinfra's fact output would let anyone with the log test guesses of a password o
 Prints one JSON object: the kernel release, the Python of sdk_python, glibc, the accelerators
 (``rbln-smi -j``, or ``lspci -n`` lines before a driver; ``nvidia-smi``/``amd-smi`` on GPU
 hosts), the complete releases, ``current`` and what it holds, the last good state, our units
-(active, enabled, the unit sha each main process runs, the file's sha256), the warm compile
+(active, enabled, the unit sha each main process runs, the file's sha256; for ``plan``, whose
+ARGS_JSON has ``"files": true``, the file's text too), the warm compile
 fingerprints, the complete models, the serve user and group, and a stat of each watched path.
 """
 
@@ -116,9 +117,10 @@ def good_state(out: dict[str, Any], root: str) -> None:
         out["good"], out["good_shas"] = None, []
 
 
-def units(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict[str, Any]]:
     """Our units (``names``, else every instance unit on disk): active, the sha its main process
-    runs (from its environment), enabled, whether systemd needs a reload, the file's sha256."""
+    runs (from its environment), enabled, whether systemd needs a reload, the file's sha256, and
+    with ``texts`` the file's text (``plan --diff``: units hold no secret, they are 0644)."""
     if names is None:
         names = sorted(
             os.path.basename(u) for u in glob.glob(os.path.join(layout.UNIT_DIR, layout.UNIT_GLOB))
@@ -152,6 +154,8 @@ def units(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
             # digest of the key leaves the host (#31 finding 4)
             "key_current": (key or [None])[0] == _wanted_key(text, file_key) if pid else None,
         }
+        if texts:
+            found[u]["text"] = text.decode("utf-8", "replace") if text is not None else None
     return found
 
 
@@ -281,7 +285,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     accelerators(out, a["accelerators"])
     releases(out, root, bool(a.get("files")))
     good_state(out, root)
-    out["units"] = units()
+    out["units"] = units(texts=bool(a.get("files")))  # the plan's probe: their texts too
     out["router"] = router((a.get("router") or {}).get("url"))
     out["warm"] = warm_markers(cache_root)
     out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")
