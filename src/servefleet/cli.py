@@ -46,10 +46,28 @@ class _Group(click.Group):
             _fail(str(exc), Exit.UNREACHABLE)
         except ServefleetError as exc:
             _fail(str(exc), Exit.USAGE)
+        except OSError as exc:  # what the system refused, not caught where it happened
+            _fail(*_os_error(exc))
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(Exit.FAILED)
         sys.exit(rv if isinstance(rv, int) else Exit.OK)
+
+
+def _os_error(exc: OSError) -> tuple[str, Exit]:
+    """An ``OSError`` no command caught, as one line and its exit: the network's (a connection
+    refused or reset, a timeout, a name that does not resolve) exit 3; a path's (no such file,
+    permission denied, not a directory) exit 2, naming the path."""
+    import socket
+    import urllib.error
+
+    network = (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)
+    if isinstance(exc, network):
+        return f"could not reach it ({getattr(exc, 'reason', None) or exc})", Exit.UNREACHABLE
+    where = exc.filename if exc.filename is not None else ""
+    also = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+    why = exc.strerror or str(exc)
+    return (f"{where}{also}: {why}" if where else why), Exit.USAGE
 
 
 def _fail(message: str, code: int) -> None:
@@ -724,6 +742,11 @@ def status_cmd(
         write_atomic,
     )
 
+    if prometheus and not prometheus.parent.is_dir():  # before any host is asked
+        raise click.BadParameter(
+            f"{prometheus}: its directory {prometheus.parent} does not exist",
+            param_hint="'--prometheus'",
+        )
     fleet = _fleet(inventory, limits, pyinfra_args)
     settings = fleet.settings()
     found, missing = _report("status", inventory, fleet.hosts,
@@ -735,7 +758,12 @@ def status_cmd(
         statuses[host] = missing_status(why, fleet.fleet.host(host).address, instances)
     click.echo(dumps(statuses) if as_json else status_table(statuses))
     if prometheus:
-        write_atomic(prometheus, dumps(prometheus_targets(statuses)) + "\n")
+        try:
+            write_atomic(prometheus, dumps(prometheus_targets(statuses)) + "\n")
+        except OSError as e:
+            raise ServefleetError(
+                f"--prometheus {prometheus}: not written ({e.strerror})"
+            ) from None
     problems = [line for h, st in sorted(statuses.items()) for line in status_problems(h, st)]
     for line in problems:
         click.echo(f"servefleet: {line}", err=True)

@@ -28,10 +28,13 @@ MEANING: dict[Exit, str] = {
     "a host that did not answer. Also: declined at a prompt (`Aborted!`).",
     Exit.USAGE: "Bad input, refused before any host changed: a usage error, bad data, recipe, "
     "selection or inventory, a pattern that matches no host, pyinfra refusing its arguments, "
-    "`rollout` without `--yes` when stdin is not a terminal. One line: "
+    "`rollout` without `--yes` when stdin is not a terminal, a path the system refuses (`init` "
+    "on a file, a directory that cannot be made or written). One line: "
     "`servefleet: error: ...` (`servefleet lab: ...` for the lab).",
     Exit.UNREACHABLE: "Could not reach something the command needs (an index, a host, the hub), "
-    "named in one line: transient, worth a retry later; nothing was refused.",
+    "named in one line: transient, worth a retry later; nothing was refused. `status` and `plan` "
+    "report an unreachable host with 1 instead (the host is named: the fleet's state is what "
+    "they report).",
 }
 
 PASSED_THROUGH = (

@@ -182,6 +182,8 @@ def init(directory: str) -> list[str]:
     written through."""
     wanted = files()
     tops = ", ".join(sorted({p.split("/")[0] for p in wanted}))
+    if not directory:
+        raise DataError("init: the directory is an empty string; allowed: a directory path")
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise DataError(
             f"{directory}: not a directory; allowed: a directory (made when missing) without the "

@@ -122,6 +122,44 @@ def test_what_could_not_be_reached_exits_3_and_a_refusal_2(
     assert result.exit_code == 2 and one_line(result) == "servefleet: error: sdk_lock: not set"
 
 
+def test_an_os_error_no_command_caught_is_one_line_2_for_a_path_3_for_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A traceback before (wheelhouse into a path below a file: NotADirectoryError)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    result = invoke("wheelhouse", str(afile / "wh"), "--lock-dir", str(REPO / "locks" / "lab"))
+    assert result.exit_code == 2
+    assert one_line(result) == f"servefleet: error: {afile}/wh: Not a directory"
+    import servefleet.lockfleet as lockfleet
+
+    def reset(*_a: Any, **_k: Any) -> Any:
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(lockfleet, "fleet_lock", reset)
+    result = invoke("lock", "inv.py")
+    assert result.exit_code == 3
+    assert one_line(result) == (
+        "servefleet: error: could not reach it ([Errno 104] Connection reset by peer)"
+    )
+
+
+def test_status_refuses_a_prometheus_file_it_cannot_write_before_asking_any_host(
+    fleet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakePyinfra({"h1": healthy()}, OUTPUT)
+    monkeypatch.setattr(cli, "_run_pyinfra", fake)
+    result = invoke("status", "inv.py", "--prometheus", str(fleet / "no" / "t.json"))
+    assert result.exit_code == 2 and fake.runs == []
+    assert one_line(result) == (
+        f"servefleet: error: Invalid value for '--prometheus': {fleet}/no/t.json: its directory "
+        f"{fleet}/no does not exist"
+    )
+    (fleet / "dir.json").mkdir()
+    result = invoke("status", "inv.py", "--prometheus", str(fleet / "dir.json"))
+    assert result.exit_code == 2 and fake.runs == []  # click: a directory is no file
+
+
 def http_error(code: int) -> urllib.error.HTTPError:
     return urllib.error.HTTPError("https://x/", code, "Service Unavailable", {}, None)  # type: ignore[arg-type]
 
