@@ -58,12 +58,10 @@ def _os_error(exc: OSError) -> tuple[str, Exit]:
     """An ``OSError`` no command caught, as one line and its exit: the network's (a connection
     refused or reset, a timeout, a name that does not resolve) exit 3; a path's (no such file,
     permission denied, not a directory) exit 2, naming the path."""
-    import socket
-    import urllib.error
+    from servefleet.remote.retry import reason, transient
 
-    network = (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)
-    if isinstance(exc, network):
-        return f"could not reach it ({getattr(exc, 'reason', None) or exc})", Exit.UNREACHABLE
+    if transient(exc):
+        return f"could not reach it ({reason(exc)})", Exit.UNREACHABLE
     where = exc.filename if exc.filename is not None else ""
     also = f" -> {exc.filename2}" if exc.filename2 is not None else ""
     why = exc.strerror or str(exc)
