@@ -87,17 +87,19 @@ def _echo_json(data: Any, sort_keys: bool = True) -> None:
 def complete_inventory(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
     """Inventory files for INVENTORY: the ``*.py`` files and the directories that start with
     what is typed (``inventories/`` first, as `servefleet init` makes it)."""
+    import glob
+
     from click.shell_completion import CompletionItem
 
-    folder, _, stem = incomplete.rpartition("/")
-    root = Path(folder or ".")
+    folder, sep, stem = incomplete.rpartition("/")
+    root = Path(folder + sep or ".")
     try:
-        found = sorted(root.glob(f"{stem}*"))
+        found = sorted(root.glob(f"{glob.escape(stem)}*"))
     except (OSError, ValueError):
         return []
     out = []
     for path in found:
-        shown = f"{folder}/{path.name}" if folder else path.name
+        shown = f"{folder}{sep}{path.name}"
         if path.is_dir() and not path.name.startswith((".", "__")):
             out.append(CompletionItem(f"{shown}/"))
         elif path.suffix == ".py":

@@ -116,7 +116,8 @@ def _all_py() -> str:
 
 PROD = '''"""The fleet: hosts by group (their group's group_data applies), and a canary rolled out first.
 
-pyinfra inventories/prod.py deploys/serve.py     servefleet rollout inventories/prod.py
+pyinfra inventories/prod.py deploys/serve.py      # a first install, every host at once
+servefleet rollout inventories/prod.py --canary 1  # a change: the first host, then the rest
 """
 
 cr13 = [

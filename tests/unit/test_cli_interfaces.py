@@ -531,6 +531,7 @@ def test_completion_of_inventory_files_recipes_and_limit_hosts(
     (fleet / "inventories" / "notes.txt").write_text("")
     assert complete("servefleet plan inv") == ["inv.py", "inventories/"]
     assert complete("servefleet status inventories/") == ["inventories/prod.py"]
+    assert complete(f"servefleet plan {fleet}/inventories/p") == [f"{fleet}/inventories/prod.py"]
     assert complete("servefleet resolve rbln/") == ["rbln/gpt-oss-120b"]
     assert "vllm/openai/gpt-oss-120b" in complete("servefleet recipes show vllm/openai/")
     assert complete("servefleet plan inv.py --limit ") == [

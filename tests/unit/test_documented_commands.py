@@ -55,7 +55,7 @@ def _python_code(text: str) -> Iterator[str]:
     for line in SPAN.sub("", text).splitlines():
         line = line.strip().lstrip("#").strip().strip('"')
         if line.split(" ", 1)[0] in PROGRAMS:
-            yield line
+            yield re.sub(r"\s#.*", "", line)  # a comment after the command
 
 
 def commands(text: str, python: bool = False) -> list[list[str]]:
