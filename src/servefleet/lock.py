@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import html.parser
 import json
 import os
 import re
@@ -45,9 +44,9 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from servefleet import sdists
+from servefleet import sdists, simpleindex
 from servefleet.download import credentials_for, opener
-from servefleet.errors import ServefleetError, Unreachable
+from servefleet.errors import ServefleetError
 from servefleet.subenv import child_env
 from servefleet.uvbin import last_error
 from servefleet.version import VERSION
@@ -307,20 +306,6 @@ def _resolve_once(st: Stack, env: Mapping[str, str], metadata: list[dict[str, An
     return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
 
 
-class _Links(html.parser.HTMLParser):
-    """The ``<a href>`` of a PEP 503 project page, by file name."""
-
-    def __init__(self, base: str) -> None:
-        super().__init__()
-        self.base, self.found = base, {}  # type: str, dict[str, str]
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
-        if tag == "a" and href:
-            url = urllib.parse.urljoin(self.base, href)
-            self.found[urllib.parse.unquote(url.split("#")[0].rsplit("/", 1)[-1])] = url
-
-
 def sdist_file(
     st: Stack, name: str, version: str, user: str | None, password: str | None
 ) -> tuple[str, str]:
@@ -340,29 +325,22 @@ def sdist_file(
             f"{name}=={version} has dynamic metadata and only an sdist; servefleet reads it from "
             "the public index, and none is set (sdk_public_index)"
         )
-    page = f"{base.rstrip('/')}/{name}/"
     headers = basic_auth(user, password) if index and index["auth"] and user and password else {}
-    request = urllib.request.Request(page, headers={"Accept": "text/html", **credentials_for(
-        page, [base], headers)})  # fmt: skip
     try:
-        with opener().open(request, timeout=60) as response:
-            links = _Links(response.geturl())
-            links.feed(response.read(8 << 20).decode("utf-8", "replace"))
-    except urllib.error.HTTPError as e:
-        raise LockError(f"{page}: HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise Unreachable(f"{page}: not reachable ({e})") from None
-    for filename, url in links.found.items():
+        found = simpleindex.project_files(base, name, headers)
+    except simpleindex.PageError as e:
+        raise LockError(str(e)) from None
+    page = f"{base.rstrip('/')}/{name}/"
+    for filename, (url, digest) in found.items():
         stem = next((filename[: -len(x)] for x in (".tar.gz", ".zip") if filename.endswith(x)), "")
         if (
             "-" in stem
             and canonicalize_name(stem.rsplit("-", 1)[0]) == name
             and stem.rsplit("-", 1)[1] == version
         ):
-            digest = url.partition("#sha256=")[2]
-            if not re.fullmatch(r"[0-9a-f]{64}", digest):
-                raise LockError(f"{url.split('#')[0]}: the index gives no sha256 for it")
-            return url.split("#")[0], digest
+            if digest is None:
+                raise LockError(f"{url}: the index gives no sha256 for it")
+            return url, digest
     raise LockError(f"{page}: no sdist of {name}=={version}")
 
 
@@ -539,6 +517,7 @@ class Lock:
     driver: dict[str, Any]
     models: dict[str, Any]
     files: dict[str, Any] = field(default_factory=dict)  # serve_files: argv path -> sha256, name
+    uv: dict[str, Any] | None = None  # the uv wheel hosts take uv from (uvbin.uv_wheel)
 
     def for_input(self, digest: str) -> Locked | None:
         return next((s for s in self.stacks.values() if s.input == digest), None)
@@ -554,6 +533,7 @@ def write_lock(
     driver: Mapping[str, Any],
     models: Mapping[str, Any],
     files: Mapping[str, Any] | None = None,
+    uv: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a lock directory: one pylock per stack, then servefleet.lock.json (stale pylocks of
     stacks no longer locked are removed).
@@ -564,6 +544,7 @@ def write_lock(
     + models: model id -> {"revision", "url", "sha256"}
     + files: serve_files' path in argv -> {"sha256", "name"} (none: the entry is left out, as in
       a lock written before it existed)
+    + uv: the uv wheel hosts take uv from (none: the deploy sends the controller's)
     """
     path.mkdir(parents=True, exist_ok=True)
     entries = {}
@@ -580,6 +561,8 @@ def write_lock(
            "models": dict(models), "servefleet": VERSION}  # fmt: skip
     if files:
         doc["files"] = dict(files)
+    if uv:
+        doc["uv"] = dict(uv)
     _atomic(path / LOCK_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     keep = {e["pylock"] for e in entries.values()}
     for old in path.glob("pylock.*.toml"):
@@ -639,8 +622,16 @@ def _load(path: str, stamp: tuple[Any, ...]) -> Lock:
         isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in files.values()
     ):
         raise LockError(f"{where / LOCK_FILE}: files: malformed (path -> {{sha256, name}})")
+    uv = doc.get("uv")
+    if uv is not None and not (
+        isinstance(uv, dict)
+        and all(isinstance(uv.get(k), str) for k in ("version", "file", "url", "sha256"))
+        and re.fullmatch(r"uv-[A-Za-z0-9_.+-]+\.whl", uv["file"])
+        and re.fullmatch(r"[0-9a-f]{64}", uv["sha256"])
+    ):
+        raise LockError(f"{where / LOCK_FILE}: uv: malformed (version, file, url, sha256)")
     return Lock(where, stacks, dict(doc.get("driver") or {}), dict(doc.get("models") or {}),
-                dict(files))  # fmt: skip
+                dict(files), uv)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from servefleet.lock import (
 )
 from servefleet.settings import Settings
 from servefleet.spec import ServeSpec
+from servefleet.uvbin import uv_version, uv_wheel
 
 
 @dataclass
@@ -217,7 +218,10 @@ def make_lock(fl: FleetLock, echo: Callable[[str], None] = print) -> None:
             echo(f"model {model}: not pinned (set models_revisions, or use a model store)")
     for argv, entry in sorted(fl.files.items()):
         echo(f"file {argv}: sha256 {entry['sha256']}")
-    write_lock(fl.lock_dir, locked, fl.driver, models, fl.files)
+    publics = sorted({st.inputs["public_index"] for st in fl.stacks if st.inputs["public_index"]})
+    uv = uv_wheel(publics[0]) if publics else None
+    echo(f"uv {uv['version']}: {uv['file']}" if uv else "uv: no public index, the deploy sends it")
+    write_lock(fl.lock_dir, locked, fl.driver, models, fl.files, uv)
     echo(f"wrote {fl.lock_dir}: review its diff, commit it, then roll out")
 
 
@@ -230,4 +234,9 @@ def check_lock(fl: FleetLock) -> list[str]:
         lock: Lock = load_lock(fl.lock_dir)
     except LockError as e:
         return [str(e)]
-    return differences(lock, fl.stacks, fl.driver, fl.models, fl.files)
+    found = differences(lock, fl.stacks, fl.driver, fl.models, fl.files)
+    if lock.uv and lock.uv["version"] != uv_version():
+        found.append(
+            f"lock: uv: locked {lock.uv['version']}, the controller's uv is {uv_version()}"
+        )
+    return found

@@ -19,14 +19,14 @@ from typing import Any
 
 from packaging.version import Version
 
-from servefleet.errors import DataError
+from servefleet.errors import DataError, ServefleetError
 from servefleet.glibc import choose, owners
 from servefleet.kinds import kind_named
 from servefleet.lock import Lock, Stack, file_differences, files_of, load_lock, packages, stack
 from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
 from servefleet.settings import Settings, canonical_name, serve_file
 from servefleet.spec import ServeSpec
-from servefleet.uvbin import host_uv
+from servefleet.uvbin import host_uv, uv_version, uv_wheel
 from servefleet.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
 
 
@@ -105,6 +105,7 @@ class ReleasePlan:
     netrc: str | None = field(default=None)
     installer: str = "pip"  # "uv" or "pip" (the venv's content does not depend on it)
     uv: str | None = None  # the uv binary on the host (installer "uv")
+    uv_wheel: dict[str, Any] | None = None  # where the host takes it from (None: the deploy sends it)
     stack: Stack | None = None  # what the release is locked as (None only in old callers' tests)
     pylock: str | None = None  # its PEP 751 lock from the lock directory; None: unlocked
     built: tuple[dict[str, str], ...] = ()  # wheels built on the controller for sdist-only packages
@@ -136,6 +137,7 @@ class ReleasePlan:
             "marker": MARKER,
             "installer": self.installer,
             "uv": self.uv,
+            "uv_wheel": self.uv_wheel,
             "pylock": self.pylock,
             "locked": [  # the pylock's packages, for the pip installer (no TOML parser there)
                 {
@@ -159,6 +161,31 @@ def _pin(settings: Settings, name: str) -> str:
 
 def _lock_of(settings: Settings) -> Lock | None:
     return load_lock(settings.sdk_lock) if settings.sdk_lock else None
+
+
+def uv_source(settings: Settings) -> dict[str, Any] | None:
+    """Where the hosts take uv from (install_release.py's plan["uv_wheel"]): the lock's uv wheel
+    or, unlocked, the public index's (:func:`servefleet.uvbin.uv_wheel`); the host's wheelhouse
+    copy of it with ``sdk_source`` wheelhouse. None (the deploy sends the controller's uv): not
+    the uv installer, no public index, a lock without uv or of another uv version, or an index
+    that does not answer now.
+
+    + settings: validated data
+    """
+    if settings.sdk_installer != "uv":
+        return None
+    lock = _lock_of(settings)
+    if lock is not None:
+        wheel = lock.uv if lock.uv and lock.uv["version"] == uv_version() else None
+    else:
+        try:
+            wheel = uv_wheel(settings.pip_public_index)
+        except ServefleetError:  # not reachable now: the deploy sends the binary instead
+            wheel = None
+    if wheel and settings.sdk_source == "wheelhouse":
+        path = f"{settings.serve_root}/{HOST_DIR}/{PACKAGES_DIR}/{wheel['file']}"
+        return {**wheel, "path": path}
+    return dict(wheel) if wheel else None
 
 
 def unlocked(settings: Settings) -> Settings:
@@ -257,6 +284,7 @@ def plan_router_release(settings: Settings) -> ReleasePlan:
         imports=["vllm_router"],
         installer=settings.sdk_installer,
         uv=host_uv(settings.serve_root) if settings.sdk_installer == "uv" else None,
+        uv_wheel=uv_source(settings),
         stack=st,
         pylock=pylock,
         offline=offline,
@@ -371,6 +399,7 @@ def plan_release(
         netrc=netrc if any(d.auth for d in downloads) and offline is None else None,
         installer=settings.sdk_installer,
         uv=host_uv(settings.serve_root) if settings.sdk_installer == "uv" else None,
+        uv_wheel=uv_source(settings),
         stack=st,
         pylock=pylock,
         offline=offline,

@@ -133,7 +133,7 @@ class Settings:
     sdk_installer: str = key(
         c.installer,
         "uv",
-        "uv (its binary shipped from the controller) or pip (where uv cannot run)",
+        "uv (each host takes it from uv's wheel, by hash: public index or wheelhouse) or pip",
     )
     sdk_lock: str | None = key(
         _controller_dir(optional=True),

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("host plan", ("servefleet.hostplan", "servefleet.router")),
     ("release", ("servefleet.release", "servefleet.glibc", "servefleet.builds",
                  "servefleet.wheelhouse", "servefleet.lock", "servefleet.prewarm_store",
-                 "servefleet.uvbin", "servefleet.sdists")),
+                 "servefleet.uvbin", "servefleet.sdists", "servefleet.simpleindex")),
     ("render", ("servefleet.render", "servefleet.systemd")),
     ("settings", ("servefleet.settings", "servefleet.checks")),
     ("kinds", ("servefleet.kinds",)),

@@ -4,7 +4,9 @@
 usage: install_release.py PLAN.json
 
 1. a fresh venv at plan["path"] (an incomplete one left by a failed run is removed first);
-2. with uv (plan["installer"] "uv", the binary plan["uv"] the deploy shipped):
+2. with uv (plan["installer"] "uv", the binary plan["uv"]; when it is not there yet, taken
+   from the uv wheel plan["uv_wheel"] names, by its sha256: from the public index or from the
+   host's wheelhouse copy, so the controller sends no uv; without one, the deploy shipped it):
    ``uv pip compile`` resolves everything once, owners' indexes first (uv takes each package
    from the first index that has it, so a same-named package on the public index never wins),
    with a sha256 of every file and the index each came from; an owned package from any other
@@ -26,17 +28,25 @@ checked; a file that differs fails in one line naming the package and both hashe
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import urllib.request
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout  # noqa: E402  (next to this file on the host)
+import retry  # noqa: E402
+
+UV_WHEEL_MAX = 256 << 20  # bytes of a uv wheel read at most (0.13's is about 20 MB)
 
 CHECK = r"""
 import importlib, importlib.metadata as md, json, sys
@@ -211,7 +221,69 @@ def install_locked(uv: str, python: str, plan: dict, release: Path, env: dict, a
         sys.exit(f"servefleet: failed ({done.returncode}): uv pip install -r {locked.name}")
 
 
+def _uv_wheel_bytes(source: dict) -> bytes:
+    """The uv wheel's bytes: the wheelhouse copy's, or downloaded from the public index (again
+    after a transient failure; a refusal ends the install in one line)."""
+    if source.get("path"):
+        with open(source["path"], "rb") as f:
+            return f.read(UV_WHEEL_MAX + 1)
+
+    def once() -> bytes:
+        request = urllib.request.Request(source["url"], headers={"User-Agent": "servefleet"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = response.read(UV_WHEEL_MAX + 1)
+            if len(data) <= UV_WHEEL_MAX:
+                retry.check_whole(response)
+            return data
+
+    try:
+        return retry.attempts(once)
+    except retry.GaveUp as e:
+        print(f"servefleet: {source['url']}: not reachable ({e})", file=sys.stderr)
+        sys.exit(retry.UNREACHABLE_EXIT)
+    except OSError as e:
+        sys.exit(f"servefleet: {source['url']}: {retry.reason(e)}; release not installed")
+
+
+def ensure_uv(plan: dict) -> None:
+    """plan["uv"] in place: when missing, its one file ``uv-<version>.data/scripts/uv`` from the
+    uv wheel plan["uv_wheel"] names, after the wheel's sha256 matched; written beside it (root's
+    lib/, no one else's) and renamed into place, mode 0755. Without a uv_wheel the deploy ships
+    uv itself, so a missing one is an error."""
+    dest, source = plan["uv"], plan.get("uv_wheel")
+    if os.path.isfile(dest) and os.access(dest, os.X_OK):
+        return
+    if not source:
+        sys.exit(f"servefleet: uv is not at {dest} and no uv wheel is named; release not installed")
+    data = _uv_wheel_bytes(source)
+    got = hashlib.sha256(data).hexdigest()
+    where = source.get("path") or source["url"]
+    if got != source["sha256"]:
+        sys.exit(f"servefleet: {where}: sha256:{got}, the plan names sha256:{source['sha256']}; "
+                 "uv not installed")  # fmt: skip
+    member = f"uv-{source['version']}.data/scripts/uv"
+    try:
+        binary = zipfile.ZipFile(io.BytesIO(data)).read(member)
+    except (zipfile.BadZipFile, KeyError) as e:
+        sys.exit(f"servefleet: {where}: no {member} in it ({e}); uv not installed")
+    tmp = f"{dest}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(binary)
+            f.flush()
+            os.fchmod(f.fileno(), 0o755)
+            os.fsync(f.fileno())
+        os.rename(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    print(f"uv {source['version']} taken from {os.path.basename(where)} (sha256 checked)")
+
+
 def install_with_uv(plan: dict, release: Path) -> None:
+    ensure_uv(plan)
     uv, env = plan["uv"], uv_env(plan)
     run([uv, "venv", "--quiet", "--python", plan["python"], str(release)], env=env)
     python = str(release / "bin" / "python")

@@ -1,5 +1,6 @@
-"""serve_root's directories, the host programs (``remote/``) and the uv binary: root-owned,
-never the serve user's. Every other step runs the programs this one uploads."""
+"""serve_root's directories, the host programs (``remote/``) and, only when the host cannot take
+uv from its wheel itself (no public index named, ``servefleet.uvbin``), the uv binary:
+root-owned, never the serve user's. Every other step runs the programs this one uploads."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def upload(plan: HostPlan) -> None:
         ensure.upload(plan, f"Upload {script}", data, f"{plan.lib}/{script}")
     uv = plan.release.uv
     found = plan.paths.get(uv or "") or {}
+    if plan.release.uv_wheel:  # install_release.py takes it from the wheel, by its sha256
+        return
     if uv and (found.get("type"), found.get("mode"), found.get("user")) != ("file", "755", "root"):
         files.put(
             name=f"Upload uv {uv.rsplit('-', 1)[-1]} (the release installer)",

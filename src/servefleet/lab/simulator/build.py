@@ -465,6 +465,33 @@ REAL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 PY310_ONLY = {ROUTER_REQUIREMENT: ("async-timeout", "exceptiongroup"), HUB_REQUIREMENT: ("tomli",)}
 
 
+def host_uv_wheel() -> Path:
+    """The real uv wheel for the lab's hosts (manylinux x86_64) at the controller's uv version,
+    which the hosts take their uv from: from the cache, else fetched once with ``pip download``
+    and the machine's own pip config."""
+    from servefleet.uvbin import uv_version
+
+    cache = WHEEL_CACHE / f"uv-{uv_version()}-host"
+    if not (cache / ".complete").is_file():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".uv-"))
+        try:
+            cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+                   "--platform", "manylinux_2_17_x86_64", "--python-version", "3.11",
+                   "--dest", str(tmp), f"uv=={uv_version()}"]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or len(list(tmp.glob("uv-*.whl"))) != 1:
+                said = [x for x in proc.stderr.splitlines() if x.strip()] or ["no wheel"]
+                raise RuntimeError(f"cannot fetch uv=={uv_version()} for the hosts: {said[-1]}")
+            (tmp / ".complete").write_text("")
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(tmp, cache)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    (wheel,) = cache.glob("uv-*.whl")
+    return wheel
+
+
 def real_wheels(requirement: str) -> list[Path]:
     """The wheel of requirement and its dependencies' wheels, for every Python of REAL_PYTHONS:
     from the cache, else fetched once with ``pip download`` and the machine's own pip config.
@@ -701,8 +728,12 @@ def _sha256(path: Path) -> str:
 def source_key(models: Sequence[str] = ()) -> str:
     """Hash of everything the output depends on: simulator sources, recipes, kernel release, the
     models added to the store."""
+    from servefleet.uvbin import uv_version
+
     added = ",".join(sorted(set(models)))
-    h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()} models={added}".encode())
+    h = hashlib.sha256(
+        f"format={FORMAT} kernel={kernel_release()} models={added} uv={uv_version()}".encode()
+    )
     paths = [p for p in SIMULATOR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     paths += [p for p in RECIPES.rglob("*") if p.is_file()]
     for path in sorted(paths):
@@ -715,7 +746,8 @@ def _build_into(out: Path, key: str, models: Sequence[str]) -> dict[str, Any]:
     build_wheels(index)
     build_sdist(index / "public")
     shutil.copy2(setuptools_wheel(), index / "public")
-    for wheel in [*real_wheels(ROUTER_REQUIREMENT), *real_wheels(HUB_REQUIREMENT)]:
+    for wheel in [*real_wheels(ROUTER_REQUIREMENT), *real_wheels(HUB_REQUIREMENT),
+                  host_uv_wheel()]:  # fmt: skip
         shutil.copy2(wheel, index / "public")
     headers = build_debs(out / "apt")
     files = out / "files"
