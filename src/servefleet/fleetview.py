@@ -298,6 +298,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "devices": len(plan.hardware.devices),
         "release": plan.current,
         "good_release": plan.good_release,
+        "servefleet": plan.good_servefleet,  # the servefleet that last converged the host
         "packages": plan.current_pins or {},
         "instances": instances,
         "stale_units": list(plan.stale_units),
@@ -368,6 +369,7 @@ def missing_status(
         "devices": None,
         "release": None,
         "good_release": None,
+        "servefleet": None,
         "packages": {},
         "instances": [
             {
@@ -522,7 +524,7 @@ PLAN_COLUMNS = (
     "remove",
     "recompile",
 )
-STATUS_COLUMNS = ("host", "driver", "sku", "devices", "release", "instances", "warm")
+STATUS_COLUMNS = ("host", "driver", "sku", "devices", "release", "instances", "warm", "servefleet")
 
 
 def _missing_cell(st: Mapping[str, Any]) -> str | None:
@@ -560,14 +562,15 @@ def status_table(statuses: Mapping[str, Mapping[str, Any]]) -> str:
         missing = _missing_cell(st)
         if missing:
             inst = [f"{i['port']}:{i['health']}" for i in st["instances"]]
-            rows.append([host, missing, None, None, None, inst, None])
+            rows.append([host, missing, None, None, None, inst, None, None])
             continue
         inst = [
             f"{i['port']}:{i['active']}{' drift' if i['drift'] else ''}"
             f"{'' if i['health'] == 'ok' else ' unhealthy'}"
             for i in st["instances"]
         ]
-        rows.append([host, st["driver"], st["sku"], st["devices"], st["release"], inst, st["warm"]])
+        rows.append([host, st["driver"], st["sku"], st["devices"], st["release"], inst, st["warm"],
+                     st.get("servefleet")])  # fmt: skip
     return table(rows, STATUS_COLUMNS)
 
 

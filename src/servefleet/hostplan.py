@@ -124,6 +124,7 @@ class HostPlan:
     reload_needed: bool  # systemd has not loaded some unit file as it is on disk
     good_release: str | None  # the release of the host's last converged state
     good_shas: tuple[str, ...]  # the unit shas of that state, in instance order
+    good_servefleet: str | None  # the servefleet version that converged it (status shows it)
     units: dict[str, dict[str, Any]]  # our units as the probe found them (active, running sha)
     paths: dict[str, dict[str, str] | None]  # watched_paths() as the probe found them
     account: dict[str, Any] | None  # serve_user's passwd entry (uid, shell, home, group)
@@ -262,6 +263,13 @@ class HostPlan:
             "routers": list(self.routers),
             "servefleet": VERSION,  # who converged it (status shows it)
         }
+
+
+def _version_word(value: Any) -> str | None:
+    """A version string from a host's state, or None for anything else (odd probe output)."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9A-Za-z.+!_-]{1,64}", value):
+        return value
+    return None
 
 
 def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
@@ -567,6 +575,7 @@ def plan_host(
         reload_needed=any(st.get("reload") for st in units.values()),
         good_release=probe.get("good"),
         good_shas=tuple(probe.get("good_shas", ())),
+        good_servefleet=_version_word(probe.get("good_servefleet")),
         units=units,
         paths=probe.get("paths", {}),
         account=account,

@@ -17,6 +17,8 @@ from typing import Any
 from faults import REPO, make_change_cold, resolved, run, secrets
 from labhelpers import on_host, servefleet
 
+from servefleet.version import VERSION
+
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 HOSTS = ["lab1", "lab2", "lab3"]
 
@@ -104,6 +106,10 @@ def test_status_names_a_hand_edited_unit_and_a_killed_server(
     assert "servefleet: lab3: servefleet-vllm-1.service (port 8001) unhealthy" in killed.stderr
     inst = json.loads(killed.stdout)["lab3"]["instances"][1]
     assert inst["active"] != "active" and inst["drift"]
+    # which servefleet converged each host (#32 item 6), read back from its good state
+    assert {h: s["servefleet"] for h, s in json.loads(killed.stdout).items()} == dict.fromkeys(
+        HOSTS, VERSION
+    )
     assert run(lab, "--limit", "lab3").returncode == 0
     assert cli(lab, "status", "inventories/lab.py").returncode == 0
 

@@ -113,8 +113,10 @@ def good_state(out: dict[str, Any], root: str) -> None:
     try:
         good = json.loads(read(os.path.join(root, layout.STATE, layout.GOOD)) or "null")
         out["good"], out["good_shas"] = good["release"], [i["sha"] for i in good["instances"]]
-    except (ValueError, TypeError, KeyError):
-        out["good"], out["good_shas"] = None, []
+        by = good.get("servefleet")  # the servefleet that converged it (older states: none)
+        out["good_servefleet"] = by if isinstance(by, str) else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        out["good"], out["good_shas"], out["good_servefleet"] = None, [], None
 
 
 def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict[str, Any]]:
