@@ -45,8 +45,9 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from servefleet import sdists, simpleindex
-from servefleet.download import credentials_for, opener
-from servefleet.errors import ServefleetError
+from servefleet.download import credentials_for, opener, unreachable
+from servefleet.errors import ServefleetError, Unreachable
+from servefleet.remote import retry
 from servefleet.subenv import child_env
 from servefleet.uvbin import last_error
 from servefleet.version import VERSION
@@ -240,6 +241,12 @@ def lock_cache() -> Path:
     return cache
 
 
+# uv's words for a network that failed it (after its own retries), not an index that refused
+_UV_NETWORK = re.compile(
+    r"error sending request|Could not connect|Connection refused|connection reset|"
+    r"operation timed out|dns error|failed to lookup address|Network is unreachable|"
+    r"\b50[234] (?:Bad Gateway|Service Unavailable|Gateway Timeout)"
+)
 _NEEDS_BUILD = re.compile(r"(?:Failed to (?:download and )?build|build) `([^`=@ ]+)==([^`@ ]+)`")
 
 
@@ -300,6 +307,11 @@ def _resolve_once(st: Stack, env: Mapping[str, str], metadata: list[dict[str, An
                 raise LockError(
                     f"stack {st.name}: uv wanted to build an sdist it did not name: "
                     f"{last_error(proc.stderr)}"
+                )
+            if _UV_NETWORK.search(proc.stderr):
+                raise Unreachable(
+                    f"stack {st.name}: uv {cmd[1]} could not reach an index "
+                    f"({last_error(proc.stderr)}); transient: try again later"
                 )
             raise LockError(f"stack {st.name}: uv {cmd[1]} failed: {last_error(proc.stderr)}")
         text = Path(tmp, "pylock.toml").read_text()
@@ -431,9 +443,15 @@ def basic_auth(user: str, password: str) -> dict[str, str]:
 def _get(url: str, auth: tuple[str, str] | None) -> int:
     request = urllib.request.Request(url, headers={"Accept": "text/html", **(
         basic_auth(*auth) if auth else {})})  # fmt: skip
-    try:
+
+    def once() -> int:
         with opener().open(request, timeout=30) as response:
             return int(response.status)
+
+    try:
+        return retry.attempts(once)
+    except retry.GaveUp as e:
+        raise unreachable(url.rsplit("/", 2)[0], e.last) from None
     except urllib.error.HTTPError as e:
         return e.code
     except (urllib.error.URLError, OSError) as e:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servefleet.download import opener
+from servefleet.download import opener, unreachable
 from servefleet.errors import DataError, RecipeError
 from servefleet.inventory import read_inventory
 from servefleet.lock import (
@@ -31,6 +31,7 @@ from servefleet.lock import (
     resolve,
     write_lock,
 )
+from servefleet.remote import retry
 from servefleet.settings import Settings
 from servefleet.spec import ServeSpec
 from servefleet.uvbin import uv_version, uv_wheel
@@ -161,9 +162,18 @@ MAX_MANIFEST = 16 * 1024 * 1024  # bytes of a store's manifest.json the lock rea
 
 def _fetch(url: str, headers: Mapping[str, str]) -> bytes:
     request = urllib.request.Request(url, headers=dict(headers))
-    try:
+
+    def once() -> bytes:
         with opener().open(request, timeout=30) as response:
-            return bytes(response.read(MAX_MANIFEST + 1))[: MAX_MANIFEST + 1]
+            data = bytes(response.read(MAX_MANIFEST + 1))[: MAX_MANIFEST + 1]
+            if len(data) <= MAX_MANIFEST:
+                retry.check_whole(response)
+            return data
+
+    try:
+        return retry.attempts(once)
+    except retry.GaveUp as e:
+        raise unreachable(url, e.last) from None
     except (urllib.error.URLError, OSError) as e:
         raise LockError(f"{url}: not readable ({e})") from None
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from servefleet import sandbox
-from servefleet.download import opener
+from servefleet.download import opener, unreachable
 from servefleet.errors import ServefleetError
+from servefleet.remote import retry
 from servefleet.uvbin import last_error, uv_binary
 
 
@@ -36,9 +37,16 @@ def fetch(url: str, dest: Path, headers: Mapping[str, str]) -> None:
     + headers: the request's headers (credentials chosen by ``url``'s origin)
     """
     request = urllib.request.Request(url, headers=dict(headers))
-    try:
+
+    def once() -> None:
         with opener().open(request, timeout=60) as response, open(dest, "wb") as out:
             shutil.copyfileobj(response, out)
+            retry.check_whole(response)
+
+    try:
+        retry.attempts(once)
+    except retry.GaveUp as e:
+        raise unreachable(url, e.last) from None
     except (urllib.error.URLError, OSError) as e:
         raise SdistError(f"{url}: cannot download ({e})") from None
 

@@ -168,3 +168,15 @@ def test_the_user_namespace_form_for_a_controller_that_is_not_root() -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) < 10
+
+
+def test_an_index_that_cannot_be_reached_is_unreachable_not_bad_data(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """#32 item 4: cron must tell a network problem (exit 3, worth a retry) from bad data."""
+    from servefleet.errors import Unreachable
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    st = lock.stack("x", ["tinydep"], [], [], "http://127.0.0.1:9/simple", ">=3.10", ["127.0.0.1"])
+    with pytest.raises(Unreachable, match=r"stack x: uv lock could not reach an index \("):
+        lock.resolve(st)
