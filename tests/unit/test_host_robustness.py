@@ -71,9 +71,11 @@ def silent_server() -> object:
 
 
 def test_the_runfile_download_times_out_in_one_line(silent_server: str, tmp_path: Path) -> None:
+    """A server that stalls is transient: tried again (here twice in all), then exit 3 ("could
+    not reach", worth a later run) in one line."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import driver; "
-        "driver.fetch(sys.argv[2], sys.argv[3], timeout=1)"
+        "driver.fetch(sys.argv[2], sys.argv[3], timeout=1, tries=2)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(DRIVER.parent), silent_server, str(tmp_path / "r.run")],
@@ -81,6 +83,40 @@ def test_the_runfile_download_times_out_in_one_line(silent_server: str, tmp_path
         text=True,
         timeout=30,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "cannot download the runfile" in lines[0] and "timed out" in lines[0]
+    assert len(lines) == 1 and "could not reach it (timed out (tried 2 times" in lines[0]
+
+
+def test_a_refused_runfile_download_is_asked_once(tmp_path: Path) -> None:
+    """A 404 is a refusal: asked once, one line, exit 1 (pyinfra no longer retries the step)."""
+    import http.server
+
+    asked = []
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            asked.append(self.path)
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/r.run"
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import driver; "
+                "driver.fetch(sys.argv[2], sys.argv[3])")  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(DRIVER.parent), url, str(tmp_path / "r.run")],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 1 and asked == ["/r.run"]
+    assert proc.stderr.strip() == (
+        f"servefleet: {url}: cannot download the runfile (answered 404 Not Found)"
+    )

@@ -9,26 +9,40 @@ usage: driver.py fetch URL DEST     # download the runfile (the step checks its 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import retry  # noqa: E402  (next to this file on the host)
 
 TIMEOUT = 60.0  # seconds a connect or one read of the runfile download may take
 MAX_BYTES = 8 << 30  # a runfile larger than this is not one
 
 
-def fetch(url: str, dest: str, timeout: float = TIMEOUT) -> None:
-    """``url`` into ``dest``; a server that stalls, or sends too much, fails in one line."""
-    size = 0
-    try:
+def fetch(url: str, dest: str, timeout: float = TIMEOUT, tries: int = retry.TRIES) -> None:
+    """``url`` into ``dest``, tried again after a transient failure (``retry``'s rule); a
+    refusal, a server that sends too much, or one that stays unreachable fails in one line
+    (exit 3 for "could not reach")."""
+
+    def once() -> None:
+        size = 0
         with urllib.request.urlopen(url, timeout=timeout) as r, open(dest, "wb") as out:
             for chunk in iter(lambda: r.read(1 << 20), b""):
                 size += len(chunk)
                 if size > MAX_BYTES:
                     sys.exit(f"servefleet: {url}: larger than {MAX_BYTES} bytes; not a runfile")
                 out.write(chunk)
-    except (OSError, ValueError) as e:  # URLError, timeouts and resets are OSErrors
-        sys.exit(f"servefleet: {url}: cannot download the runfile ({e})")
+            retry.check_whole(r)
+
+    try:
+        retry.attempts(once, tries)
+    except retry.GaveUp as e:
+        print(f"servefleet: {url}: could not reach it ({e}); try again later", file=sys.stderr)
+        sys.exit(retry.UNREACHABLE_EXIT)
+    except (OSError, ValueError) as e:  # a refusal (HTTP 4xx), a certificate, a local error
+        sys.exit(f"servefleet: {url}: cannot download the runfile ({retry.reason(e)})")
 
 
 def check(version: str) -> None:

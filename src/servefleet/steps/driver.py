@@ -82,9 +82,7 @@ def install(plan: HostPlan) -> OperationMeta | None:
     server.shell(
         name=f"{'Take' if copy else 'Fetch'} the driver {version} runfile"
         f"{' from the wheelhouse' if copy else ''} and check its sha256",
-        commands=[fetch],
-        _retries=2,
-        _retry_delay=3,
+        commands=[fetch],  # driver.py retries what is transient itself, never a refusal
     )
     if plan.active_units:
         server.shell(
