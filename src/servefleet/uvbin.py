@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet import simpleindex
+from servefleet.once import once
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,7 +61,7 @@ def _glibc(tags: str) -> tuple[int, int] | None:
     return min(found) if found else None
 
 
-@functools.lru_cache(maxsize=8)
+@once
 def uv_wheel(index: str | None, version: str | None = None) -> dict[str, Any] | None:
     """The uv wheel hosts take uv from: ``{"version", "file", "url", "sha256"}`` of uv
     ``version`` (default: the controller's) for manylinux x86_64 with the lowest glibc, on the

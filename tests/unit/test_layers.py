@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("spec", ("servefleet.spec",)),
     ("base", ("servefleet.errors", "servefleet.exitcodes", "servefleet.shipped",
               "servefleet.vllm_args", "servefleet.flags", "servefleet.download",
-              "servefleet.subenv", "servefleet.sandbox", "servefleet.version",
+              "servefleet.subenv", "servefleet.sandbox", "servefleet.version", "servefleet.once",
               "servefleet.remote")),
 ]  # fmt: skip
 

@@ -26,6 +26,7 @@ from servefleet.steps import (
     models as models_step,
     preflight,
     prewarm,
+    pyinfra_cost,
     release,
     router as router_step,
     units,
@@ -34,6 +35,8 @@ from servefleet.steps import (
 from servefleet.steps.errors import refused
 from servefleet.steps.plan import host_plan, host_settings
 from servefleet.steps.report import report
+
+pyinfra_cost.install()  # the same operation order, without reading source for each operation
 
 __all__ = ["driver", "host_plan", "host_settings", "report", "models", "rollback", "serve", "stack"]
 

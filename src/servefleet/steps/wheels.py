@@ -5,7 +5,6 @@ uploaded with the release (``servefleet.builds``)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,13 @@ from servefleet.builds import build, sdist_only
 from servefleet.errors import ServefleetError
 from servefleet.hostplan import HostPlan
 from servefleet.lock import LockError, Stack, changed_on_index, resolve
+from servefleet.once import once
 
 
-@functools.lru_cache(maxsize=16)
+@once
 def resolved(st: Stack, user: str | None, password: str | None) -> str:
-    """The stack resolved on the controller (a pylock), once a run for every host."""
+    """The stack resolved on the controller (a pylock), once a run for every host (hosts are
+    planned at the same time: the others wait for the first, never resolve it again)."""
     return resolve(st, user, password)
 
 
