@@ -70,9 +70,9 @@ def main() -> int:
     from servefleet.lab import httpbase, index, layout
     from servefleet.lab.fleet import ssh_command
     from servefleet.lab.state import load_state
-    from servefleet.settings import load_defaults
+    from servefleet.release.uvbin import uv_version
+    from servefleet.settings.table import load_defaults
     from servefleet.steps import connection
-    from servefleet.uvbin import uv_version
 
     groups: list[tuple[str, list[tuple[str, tuple[float, float]]]]] = []
     try:

@@ -78,7 +78,7 @@ def canonical(name: str) -> str:
 
 def pins(version: str) -> list[str]:
     """The default pins with every 0.12.x SDK package at ``version`` (the rest unchanged)."""
-    from servefleet.settings import load_defaults
+    from servefleet.settings.table import load_defaults
 
     return [p.replace(f"=={OLD}", f"=={version}") for p in load_defaults()["sdk_pins"]]
 

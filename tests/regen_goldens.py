@@ -21,9 +21,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from servefleet.cli import main
+from servefleet.base.shipped import FILES
+from servefleet.entry.cli import main
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
-from servefleet.shipped import FILES
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "golden"

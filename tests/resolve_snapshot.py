@@ -20,7 +20,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from servefleet.cli import main as cli
+from servefleet.entry.cli import main as cli
 
 FORMATS = ("json", "shell", "unit")
 REPO = Path.cwd()  # the checkout whose code runs (run from its root)

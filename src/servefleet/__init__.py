@@ -4,7 +4,7 @@ The core (``recipes``, ``resolve``, ``systemd``) is pure Python with no pyinfra 
 pyinfra layer (``servefleet.deploys``) only moves a resolved :class:`ServeSpec` onto hosts.
 """
 
-from servefleet.errors import RecipeError, ServefleetError
+from servefleet.base.errors import RecipeError, ServefleetError
 from servefleet.spec import Requirements, Server, ServeSpec
 
 __all__ = ["RecipeError", "Requirements", "ServeSpec", "Server", "ServefleetError"]

@@ -1,3 +1,3 @@
-from servefleet.cli import main
+from servefleet.entry.cli import main
 
 main()

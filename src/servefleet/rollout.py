@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servefleet.fleetview import LOST, failure
-from servefleet.inventory import limit_pattern
+from servefleet.fleet.fleetview import LOST, failure
+from servefleet.fleet.inventory import limit_pattern
 
 TICK = 15.0  # seconds between the live lines of a running batch
 

@@ -1,7 +1,7 @@
 """What one recipe selection resolves to: the exact argv and env of each server, and what it needs.
 
 A ServeSpec is the only thing the pyinfra layer receives from the core. It is plain data:
-``argv`` stays a list of tokens until one escaping step (``servefleet.systemd``) renders it.
+``argv`` stays a list of tokens until one escaping step (``servefleet.render.systemd``) renders it.
 
 Every spec is checked when it is built, whoever builds it (each kind's resolver, a host's
 binding of placeholders, the data's extra arguments), so no printer has to: each argv word and
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 
 _ENV_ALLOWED = "[A-Za-z_][A-Za-z0-9_]*"
 ENV_NAME = re.compile(_ENV_ALLOWED + r"\Z")

@@ -365,7 +365,7 @@ def test_sdk_upgrade_restarts_one_by_one_without_recompiling(
     old = on_host(lab, "lab1", "readlink /opt/servefleet/current").stdout.strip()
     before = {h: compiles(lab, h) for h in HOSTS}
     starts = {h: unit_starts(lab, h) for h in HOSTS}
-    from servefleet.settings import load_defaults
+    from servefleet.settings.table import load_defaults
 
     pins = [p.replace("==0.12.0", "==0.12.1") for p in load_defaults()["sdk_pins"]]
     gd = f"sdk_pins = {pins!r}\n"

@@ -45,8 +45,8 @@ from faults import (
 )
 from labhelpers import on_host
 
+from servefleet.base.shipped import FILES
 from servefleet.lab.chat import chat_once
-from servefleet.shipped import FILES
 
 TWO = ["lab1", "lab2"]
 LIMIT = ["--limit", "lab1", "--limit", "lab2"]

@@ -52,8 +52,14 @@ def test_a_relative_chat_template_is_refused_until_shipped(
 
     local = tmp_path / "tool_chat_template_x.jinja"
     local.write_text(TEXT)
-    shipped = run(lab, *extra, "--data", f"serve_files={json.dumps({TEMPLATE: str(local)})}",
-                  "--data", f"serve_files_root={tmp_path}")  # the file lives outside the repo
+    shipped = run(
+        lab,
+        *extra,
+        "--data",
+        f"serve_files={json.dumps({TEMPLATE: str(local)})}",
+        "--data",
+        f"serve_files_root={tmp_path}",
+    )  # the file lives outside the repo
     assert shipped.returncode == 0, (shipped.stdout + shipped.stderr)[-4000:]
     pid = "$(systemctl show -p MainPID --value servefleet-vllm-0.service)"
     argv = on_host(lab, "lab1", f"cat /proc/{pid}/cmdline").stdout.split("\0")

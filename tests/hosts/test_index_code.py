@@ -21,9 +21,9 @@ import pytest
 from faults import REPO, run, secrets
 from hostile_sdist import hostile_sdist, report_dir, reports
 
-from servefleet import sandbox
+from servefleet.base import sandbox
 from servefleet.lab import layout
-from servefleet.lock import packages
+from servefleet.release.lock import packages
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 SUFFIX = ("--data", "serve_selection=spec_decode=suffix")

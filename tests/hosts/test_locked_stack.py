@@ -19,8 +19,8 @@ from packaging.markers import Marker
 
 from servefleet.lab.chat import chat_once
 from servefleet.lab.index import normalize
-from servefleet.lock import packages
-from servefleet.settings import load_defaults
+from servefleet.release.lock import packages
+from servefleet.settings.table import load_defaults
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 TWO = ["--limit", "lab1", "--limit", "lab2"]

@@ -17,7 +17,7 @@ from typing import Any
 from faults import REPO, make_change_cold, resolved, run, secrets
 from labhelpers import on_host, servefleet
 
-from servefleet.version import VERSION
+from servefleet.base.version import VERSION
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 HOSTS = ["lab1", "lab2", "lab3"]
@@ -57,7 +57,7 @@ def test_plan_on_a_converged_fleet_reports_no_change(lab: dict[str, Any]) -> Non
 
 
 def test_plan_shows_an_upgrade_and_a_recompile(lab: dict[str, Any]) -> None:
-    from servefleet.settings import load_defaults
+    from servefleet.settings.table import load_defaults
 
     # the default data converged, no other release or compile cache kept (earlier tests' are)
     assert run(lab).returncode == 0

@@ -18,7 +18,7 @@ from typing import Any
 from faults import REPO, run, secrets
 from labhelpers import on_host
 
-from servefleet.uvbin import uv_version
+from servefleet.release.uvbin import uv_version
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 UV = f"/opt/servefleet/lib/uv-{uv_version()}"

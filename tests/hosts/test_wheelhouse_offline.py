@@ -23,7 +23,7 @@ from faults import REPO, changed_ops, run, secrets, totals
 from labhelpers import on_host, servefleet
 
 from servefleet.lab.chat import chat_once
-from servefleet.lock import load_lock
+from servefleet.release.lock import load_lock
 
 HOST = "lab3"
 MODEL = "openai/gpt-oss-120b"

@@ -121,7 +121,11 @@ def build() -> Path:
 def _relocate(work: Path, dest: Path) -> None:
     """Rewrite the temporary directory's path to ``dest`` in the venvs' text files."""
     old, new = str(work).encode(), str(dest).encode()
-    for path in [*work.glob("*/bin/*"), *work.glob("*/pyvenv.cfg"), *work.rglob("servefleet-*.pth")]:
+    for path in [
+        *work.glob("*/bin/*"),
+        *work.glob("*/pyvenv.cfg"),
+        *work.rglob("servefleet-*.pth"),
+    ]:
         if path.is_symlink() or not path.is_file():
             continue
         data = path.read_bytes()

@@ -37,7 +37,7 @@ def python(platform: str) -> str:
 def resolve(*args: str) -> dict[str, Any]:
     from click.testing import CliRunner
 
-    from servefleet.cli import main as cli
+    from servefleet.entry.cli import main as cli
 
     result = CliRunner().invoke(cli, ["resolve", *args, "--format=json"])
     assert result.exit_code == 0, result.output

@@ -188,7 +188,7 @@ def test_servefleet_calls_real_routes(upstream: dict[str, Any]) -> None:
     real = _real_routes(upstream)
     health = (SERVEFLEET / "remote" / "health.py").read_text()
     assert '"/health"' in health and '"/v1/chat/completions"' in health
-    assert '"--health-check-endpoint", "/health"' in (SERVEFLEET / "router.py").read_text()
+    assert '"--health-check-endpoint", "/health"' in (SERVEFLEET / "hostplan" / "router.py").read_text()
     assert "GET" in real["/health"] and "POST" in real["/v1/chat/completions"]
 
 
@@ -272,7 +272,7 @@ def test_nixl_side_channel_defaults(upstream: dict[str, Any], sim: Any) -> None:
     assert defaults["VLLM_NIXL_SIDE_CHANNEL_HOST"] == kv.DEFAULT_HOST
     assert defaults["VLLM_NIXL_SIDE_CHANNEL_PORT"] == kv.DEFAULT_PORT
     sys.path.insert(0, str(REPO / "src"))
-    from servefleet import hostplan
+    from servefleet.hostplan import plan as hostplan
 
     assert hostplan.SIDE_CHANNEL_PORT == "VLLM_NIXL_SIDE_CHANNEL_PORT"
     assert hostplan.SIDE_CHANNEL_DEFAULT == defaults["VLLM_NIXL_SIDE_CHANNEL_PORT"]
@@ -312,7 +312,7 @@ def test_shutdown_timeout_and_signals(upstream: dict[str, Any], rbln: dict[str, 
     sys.path.insert(0, str(REPO / "src"))
     import dataclasses
 
-    from servefleet import settings
+    from servefleet.settings import table as settings
 
     field = next(
         f for f in dataclasses.fields(settings.Settings) if f.name == "serve_shutdown_timeout"

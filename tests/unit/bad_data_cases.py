@@ -10,7 +10,7 @@ Misspelled keys are refused only when the deploy passes the host's keys to ``set
 
 from __future__ import annotations
 
-from servefleet.settings import KEYS
+from servefleet.settings.table import KEYS
 
 LAB_HTTP = "http://10.213.0.1:8080"  # the lab's file server (pip_trusted_hosts there)
 UNTRUSTED = "http://10.9.9.9:8080"

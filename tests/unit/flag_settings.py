@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from servefleet import flags
-from servefleet.shipped import VLLM_FLAGS_DIR
+from servefleet.base import flags
+from servefleet.base.shipped import VLLM_FLAGS_DIR
 
 
 def dump(name: str) -> Any:

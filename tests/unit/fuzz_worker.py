@@ -32,8 +32,8 @@ from typing import Any
 
 import click
 
-from servefleet.cli import main as cli
-from servefleet.errors import ServefleetError
+from servefleet.base.errors import ServefleetError
+from servefleet.entry.cli import main as cli
 
 
 def mapped_bytes() -> int:

@@ -6,8 +6,8 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
+from servefleet.base.shipped import FILES
 from servefleet.kinds.rbln.card import Card, load_card
-from servefleet.shipped import FILES
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = FILES / "recipes" / "rbln" / "gpt-oss-120b.json"

@@ -1,4 +1,4 @@
-"""Wheels built on the controller from sdist-only packages (src/servefleet/builds.py), with the
+"""Wheels built on the controller from sdist-only packages (src/servefleet/release/builds.py), with the
 lab's real arctic-inference sdist (it imports torch and compiles a C++20 extension) served by a
 local index: built once, checked against the lock, refused clearly without a build tool."""
 
@@ -16,11 +16,12 @@ import pytest
 from fake_host import serving
 from lab_sim_support import REPO, SIMULATOR, load
 
-from servefleet import builds, sandbox, sdists
-from servefleet.builds import BuildError, build, sdist_only
+from servefleet.base import sandbox
 from servefleet.lab.index import Config, make_server
-from servefleet.lock import packages, resolve, stack
-from servefleet.uvbin import uv_binary
+from servefleet.release import builds, sdists
+from servefleet.release.builds import BuildError, build, sdist_only
+from servefleet.release.lock import packages, resolve, stack
+from servefleet.release.uvbin import uv_binary
 
 lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 PYTHON = "{}.{}".format(*sys.version_info[:2])
@@ -113,7 +114,7 @@ def test_a_host_gets_the_built_wheel_in_place_of_the_sdist_and_never_builds(
     (entry,) = packages(rewritten)
     assert "sdist" not in entry
     assert entry["wheels"] == [{"path": str(wheel.path), "hashes": {"sha256": wheel.sha256}}]
-    from servefleet.uvbin import uv_binary
+    from servefleet.release.uvbin import uv_binary
 
     uv = str(uv_binary())
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(tmp_path / "v")], check=True)
@@ -145,9 +146,9 @@ def test_an_offline_install_takes_the_built_wheel_in_place_of_the_sdist(
     installer swaps in the built wheel's and finds it next to the copy, with no index at all."""
     import json
 
-    from servefleet.release import Download, ReleasePlan
-    from servefleet.uvbin import uv_binary
-    from servefleet.wheelhouse import offline_requirements
+    from servefleet.release.plan import Download, ReleasePlan
+    from servefleet.release.uvbin import uv_binary
+    from servefleet.release.wheelhouse import offline_requirements
 
     (package,) = sdist_only(locked)
     wheel = build(package, PYTHON, arctic_stack(public), tmp_path / "cache")

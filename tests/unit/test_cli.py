@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, DATA, TINY, combinations, seed
 from systemd_parse import parse_unit
 
-from servefleet.cli import main
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.entry.cli import main
 from servefleet.spec import Requirements, Server, ServeSpec
 
 GOLDEN = DATA / "golden" / "rbln"
@@ -272,11 +272,13 @@ def test_help_works_on_every_command(path: tuple[str, ...], group: bool, flag: s
 
 
 def test_the_exit_code_table_is_the_one_in_the_docs() -> None:
-    from servefleet.exitcodes import BEGIN, END, exit_code_table
+    from servefleet.base.exitcodes import BEGIN, END, exit_code_table
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md").read_text()
     table = doc.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
-    assert table == exit_code_table(), "docs/exit-codes.md is stale: python -m servefleet.exitcodes"
+    assert table == exit_code_table(), (
+        "docs/exit-codes.md is stale: python -m servefleet.base.exitcodes"
+    )
 
 
 def test_every_exit_status_of_the_cli_is_from_the_table() -> None:
@@ -288,7 +290,7 @@ def test_every_exit_status_of_the_cli_is_from_the_table() -> None:
 
     root = Path(servefleet.__file__).resolve().parent
     literal = []
-    for path in [root / "cli.py", *sorted((root / "lab").glob("*.py"))]:
+    for path in [root / "entry" / "cli.py", *sorted((root / "lab").glob("*.py"))]:
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)

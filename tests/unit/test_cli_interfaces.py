@@ -25,13 +25,13 @@ from test_fleet_cli import INVENTORY, OUTPUT, FakePyinfra, fleet, healthy
 from test_fleetview import converged_probe
 from test_host_state import _units
 
-from servefleet import cli
-from servefleet.download import transient, unreachable
-from servefleet.errors import DataError
-from servefleet.fleetview import ReportRequest, plan_diffs, plan_summary, unit_diffs
-from servefleet.hostplan import plan_host
+from servefleet.base.download import transient, unreachable
+from servefleet.base.errors import DataError
+from servefleet.entry import cli
+from servefleet.fleet.fleetview import ReportRequest, plan_diffs, plan_summary, unit_diffs
+from servefleet.hostplan.plan import plan_host
 from servefleet.remote import retry
-from servefleet.settings import DEFAULTS, KEYS
+from servefleet.settings.table import DEFAULTS, KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 __all__ = ["fleet"]  # the fixture: inv.py in an empty working directory, credentials set
@@ -101,7 +101,7 @@ def test_what_could_not_be_reached_exits_3_and_a_refusal_2(
 ) -> None:
     """#32 (4): Unreachable anywhere under a command is one line and exit 3 (transient, worth a
     retry); a refusal from the same place stays 2."""
-    import servefleet.lockfleet as lockfleet
+    import servefleet.fleet.lockfleet as lockfleet
 
     refused = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
@@ -133,7 +133,7 @@ def test_an_os_error_no_command_caught_is_one_line_2_for_a_path_3_for_the_networ
     result = invoke("wheelhouse", str(afile / "wh"), "--lock-dir", str(REPO / "locks" / "lab"))
     assert result.exit_code == 2
     assert one_line(result) == f"servefleet: error: {afile}/wh: Not a directory"
-    import servefleet.lockfleet as lockfleet
+    import servefleet.fleet.lockfleet as lockfleet
 
     def reset(*_a: Any, **_k: Any) -> Any:
         raise ConnectionResetError(104, "Connection reset by peer")
@@ -289,7 +289,7 @@ class _FleetLock:
 
 
 def test_lock_json_is_what_the_lock_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import servefleet.lockfleet as lockfleet
+    import servefleet.fleet.lockfleet as lockfleet
 
     lock = tmp_path / "locks" / "lab"
     shutil.copytree(REPO / "locks" / "lab", lock)
@@ -315,7 +315,7 @@ def test_lock_json_is_what_the_lock_holds(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_wheelhouse_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import servefleet.wheelhouse as wheelhouse
+    import servefleet.release.wheelhouse as wheelhouse
 
     def fill(directory: str, files: Any, creds: Any, echo: Any, progress: Any = None) -> Any:
         echo("packages/a.whl: 3 bytes, sha256 ... checked")

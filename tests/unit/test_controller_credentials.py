@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from servefleet import builds, lock, lockfleet, sdists
-from servefleet.download import credentials_for, origin
-from servefleet.lock import basic_auth, stack
-from servefleet.subenv import child_env
+from servefleet.base.download import credentials_for, origin
+from servefleet.base.subenv import child_env
+from servefleet.fleet import lockfleet
+from servefleet.release import builds, lock, sdists
+from servefleet.release.lock import basic_auth, stack
 
 SECRET_ENV = {
     "HF_TOKEN": "hf_secret",
@@ -133,7 +134,7 @@ def _netrc_py310(text: str) -> dict[str, tuple[str, str]]:
 
 
 def _data(password: str) -> tuple[Any, dict[str, str]]:
-    from servefleet.settings import load_defaults
+    from servefleet.settings.table import load_defaults
 
     data = load_defaults()
     env = {"RBLN_INDEX_USER": "lab-u1", "RBLN_INDEX_PASSWORD": password}
@@ -146,7 +147,7 @@ def test_the_netrc_holds_bare_tokens_every_netrc_lexer_reads_alike(
 ) -> None:
     import netrc
 
-    from servefleet.settings import settings_from
+    from servefleet.settings.table import settings_from
     from servefleet.steps.credentials import netrc as netrc_text
 
     data, env = _data(password)
@@ -167,8 +168,8 @@ def test_the_netrc_holds_bare_tokens_every_netrc_lexer_reads_alike(
 def test_a_credential_a_bare_netrc_token_cannot_carry_is_refused_in_one_line(
     password: str,
 ) -> None:
-    from servefleet.errors import DataError
-    from servefleet.settings import settings_from
+    from servefleet.base.errors import DataError
+    from servefleet.settings.table import settings_from
 
     data, env = _data(password)
     with pytest.raises(DataError) as e:

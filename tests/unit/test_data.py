@@ -1,4 +1,4 @@
-"""Deploy data (servefleet.settings): every key is refused for a wrong type, a wrong value and a
+"""Deploy data (servefleet.settings.table): every key is refused for a wrong type, a wrong value and a
 misspelling, with one line that starts with the key; the defaults and the lab's data validate.
 
 The cases pyinfra's ``--data key=value`` can express live in bad_data_cases.py (a lab test
@@ -16,10 +16,10 @@ import pytest
 from bad_data_cases import BAD_DATA_CASES, MISSPELLED, WRONG_TYPE, WRONG_VALUE
 from pyinfra_cli.util import parse_cli_arg
 
-from servefleet.checks import SYSTEM_DIRS, parse_pins
-from servefleet.errors import DataError
+from servefleet.base.errors import DataError
 from servefleet.lab import groupdata, layout
-from servefleet.settings import KEYS, load_defaults, settings_from
+from servefleet.settings.checks import SYSTEM_DIRS, parse_pins
+from servefleet.settings.table import KEYS, load_defaults, settings_from
 
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
 SHA = "0123456789abcdef" * 4
@@ -360,7 +360,7 @@ def test_unknown_keys_with_our_prefixes_are_refused_with_did_you_mean() -> None:
     )
     assert refused(keys=True, models_revision={}).endswith("did you mean models_revisions?")
     assert refused(keys=True, serve_frobnicate_quux=1) == (
-        "serve_frobnicate_quux: unknown data key; allowed: the keys of servefleet/settings.py"
+        "serve_frobnicate_quux: unknown data key; allowed: the keys of servefleet/settings/table.py"
     )
     validate(keys=True, ssh_user="root", _sudo=True, app_port=1, servers=[])  # not ours
     validate(serve_targte="Throughput")  # keys not given: not checked
@@ -452,8 +452,8 @@ def test_a_serve_files_link_moved_out_after_the_data_was_checked_is_not_read(
     """The release reads each file again when it ships it: a link inside serve_files_root that
     pointed at a file in it when the data was checked, and at ``/etc/hostname`` by then, is
     refused where it is read, not shipped."""
-    from servefleet.errors import DataError
-    from servefleet.release import shipped_files
+    from servefleet.base.errors import DataError
+    from servefleet.release.plan import shipped_files
 
     fleet = tmp_path / "fleet"
     fleet.mkdir()

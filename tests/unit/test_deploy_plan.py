@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 from systemd_parse import parse_unit
 
-from servefleet.cli import main
-from servefleet.datadoc import BEGIN, END, data_table
-from servefleet.errors import DataError
-from servefleet.hostplan import plan_host, resolve_for, watched_paths
+from servefleet.base.errors import DataError
+from servefleet.entry.cli import main
+from servefleet.fleet.datadoc import BEGIN, END, data_table
+from servefleet.hostplan.plan import plan_host, resolve_for, watched_paths
 from servefleet.kinds.rbln.kind import hardware_from_probe
-from servefleet.release import plan_release
-from servefleet.settings import load_defaults, settings_from
+from servefleet.release.plan import plan_release
+from servefleet.settings.table import load_defaults, settings_from
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
@@ -273,7 +273,7 @@ def test_docs_data_table_matches_the_key_table() -> None:
     doc = (REPO / "docs" / "data.md").read_text()
     assert BEGIN in doc and END in doc, "docs/data.md lacks the data-table markers"
     table = doc.split(BEGIN, 1)[1].split(END, 1)[0].strip() + "\n"
-    assert table == data_table(), "docs/data.md is stale: run python -m servefleet.datadoc"
+    assert table == data_table(), "docs/data.md is stale: run python -m servefleet.fleet.datadoc"
 
 
 @pytest.mark.parametrize("kernel", ["6.1.0-18-amd64; rm -rf /", "6.1 0", "", "-x"])
@@ -288,7 +288,7 @@ def test_the_preflight_checks_what_the_units_run_and_runs_once_per_release_and_a
     covers the release and every command line, and a key that passed on the host (the probe's
     ``preflight`` list) is not checked again."""
     plan = plan_host(settings(), probe())
-    from servefleet.systemd import environment_line, exec_line
+    from servefleet.render.systemd import environment_line, exec_line
 
     first = plan.instances[0]
     assert f"\nExecStart={exec_line(first.argv)}\n" in first.text and "--port" in first.argv
@@ -309,7 +309,7 @@ def test_serve_files_ship_with_the_release_and_the_argv_names_the_shipped_copy(
     """#22: a file a command names (a chat template) ships into the release: its sha256 enters
     the release id, the argv names the shipped copy, and the probe watches it; a relative path
     neither serve_files nor the vllm wheel provides is refused at plan time in one line."""
-    from servefleet.errors import DataError
+    from servefleet.base.errors import DataError
 
     template = tmp_path / "tool_chat_template_x.jinja"
     template.write_text("{{ messages }}\n")

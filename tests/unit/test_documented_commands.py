@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 from pyinfra_cli.main import cli as pyinfra_cli
 
-from servefleet.cli import main
-from servefleet.scaffold import files as scaffold_files
+from servefleet.entry.cli import main
+from servefleet.fleet.scaffold import files as scaffold_files
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = {"README.md": (REPO / "README.md").read_text(),

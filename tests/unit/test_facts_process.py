@@ -22,7 +22,7 @@ from fake_host import FakeSystemd, Stub, running
 from lab_sim_support import SIMULATOR
 from preflight_cases import PREFLIGHT, fixture_command
 
-from servefleet.errors import ProbeError
+from servefleet.base.errors import ProbeError
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.remote import layout
 from servefleet.steps.facts import (

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, combinations, seed
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.rbln.fingerprint import (
     ADDED_AT_DEFAULT_OMITTED,
     COMPILE_INPUTS,

@@ -1,7 +1,7 @@
 """The compile fingerprint's property over vLLM's whole flag table (issue #37): a flag changes
 the product's fingerprint exactly when it changes the lab simulator's compile cache key (the
 simulated vllm-rbln's, written apart from the fingerprint), for every flag of the table the two
-parse with (``flags.py``'s dump of vllm-rbln 0.12.0's parser) and two settings of each, both
+parse with (``base/flags.py``'s dump of vllm-rbln 0.12.0's parser) and two settings of each, both
 made from what the table says the flag takes (its choices, its type, and for a JSON config
 flag a field of its config class from the configs dump). Nothing here lists flags by hand.
 
@@ -26,7 +26,7 @@ from flag_settings import FLAGS, dump, settings, spelling
 from lab_sim_support import load_sim
 from rbln_cases import COMPILER
 
-from servefleet import flags
+from servefleet.base import flags
 from servefleet.kinds.rbln import fingerprint as fpm
 
 BASE = ["vllm", "serve", "m/x"]

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from test_deploy_plan import CREDS, settings
 from test_fleetview import converged_probe, whole_reads
 
-from servefleet import cli
-from servefleet.fleetview import ReportRequest, status_summary
-from servefleet.hostplan import plan_host
+from servefleet.entry import cli
+from servefleet.fleet.fleetview import ReportRequest, status_summary
+from servefleet.hostplan.plan import plan_host
 
 INVENTORY = """
 cr13 = [
@@ -173,7 +173,7 @@ def test_a_real_pyinfra_run_against_a_refusing_port_names_the_host(fleet: Path) 
 def test_plan_shows_every_host_and_exits_1_for_one_it_could_not_plan(
     fleet: Path, fake: FakePyinfra
 ) -> None:
-    from servefleet.fleetview import plan_summary
+    from servefleet.fleet.fleetview import plan_summary
 
     fake.summaries = {"h1": plan_summary(plan_host(settings(), converged_probe()))}
     result = invoke("plan", "inv.py", "--json")

@@ -12,7 +12,7 @@ import pytest
 from test_deploy_plan import probe, settings
 from test_host_state import _units
 
-from servefleet.fleetview import (
+from servefleet.fleet.fleetview import (
     plan_summary,
     plan_table,
     prometheus_targets,
@@ -20,7 +20,7 @@ from servefleet.fleetview import (
     status_summary,
     status_table,
 )
-from servefleet.hostplan import plan_host
+from servefleet.hostplan.plan import plan_host
 
 SMI = {"KMD_version": "3.5.1", "devices": [{"npu": n, "name": "RBLN-CR13"} for n in range(4)]}
 
@@ -65,7 +65,7 @@ def test_converged_host_plans_nothing_and_status_is_clean() -> None:
 
 
 def test_upgrade_shows_package_versions() -> None:
-    from servefleet.settings import load_defaults
+    from servefleet.settings.table import load_defaults
 
     pins = [x.replace("==0.12.0", "==0.12.1") for x in load_defaults()["sdk_pins"]]
     p = plan_summary(plan_host(settings(sdk_pins=pins), converged_probe()))
@@ -114,7 +114,7 @@ HOSTS = ["lab1", "lab10", "lab2.example.internal", "lab3", "lab4", "lab5", "lab6
 
 
 def test_pyinfra_connection_errors_are_read_per_host() -> None:
-    from servefleet.fleetview import connection_errors
+    from servefleet.fleet.fleetview import connection_errors
 
     assert connection_errors(RECORDED, HOSTS) == {
         "lab10": "Could not connect ([Errno None] Unable to connect to port 22 on 10.0.0.10)",
@@ -131,7 +131,7 @@ def test_pyinfra_connection_errors_are_read_per_host() -> None:
 
 
 def test_hosts_without_a_summary_are_unreachable_or_failed_with_why() -> None:
-    from servefleet.fleetview import missing_hosts
+    from servefleet.fleet.fleetview import missing_hosts
 
     found = {"lab4": {}}  # lab4 wrote one (a later connection worked): not missing
     assert missing_hosts(HOSTS, found, RECORDED) == {
@@ -148,7 +148,7 @@ def test_hosts_without_a_summary_are_unreachable_or_failed_with_why() -> None:
 
 
 def test_pyinfra_refusing_to_start_is_its_own_line() -> None:
-    from servefleet.fleetview import pyinfra_refusal
+    from servefleet.fleet.fleetview import pyinfra_refusal
 
     refused = "Usage: pyinfra [OPTIONS] INVENTORY OPERATIONS...\nError: No such option: --bogus\n"
     assert pyinfra_refusal(refused, 2) == "Error: No such option: --bogus"
@@ -159,7 +159,7 @@ def test_pyinfra_refusing_to_start_is_its_own_line() -> None:
 
 
 def test_an_unreachable_host_keeps_its_instances_with_the_unreachable_label() -> None:
-    from servefleet.fleetview import missing_status, planned_instances
+    from servefleet.fleet.fleetview import missing_status, planned_instances
 
     plan = plan_host(settings(), converged_probe())
     ok = status_summary(plan, {str(8000 + i): "ok" for i in range(4)}, "10.0.0.5")
@@ -192,7 +192,7 @@ def test_an_unreachable_host_keeps_its_instances_with_the_unreachable_label() ->
 
 
 def test_the_ports_last_seen_come_from_the_previous_file(tmp_path: Path) -> None:
-    from servefleet.fleetview import dumps, missing_status, seen_ports, write_atomic
+    from servefleet.fleet.fleetview import dumps, missing_status, seen_ports, write_atomic
 
     path = tmp_path / "targets.json"
     assert seen_ports(path) == {}
@@ -215,7 +215,7 @@ def test_the_prometheus_file_is_replaced_whole(
     A plain write_text would leave the file truncated at that moment: this test would fail."""
     import os
 
-    from servefleet.fleetview import write_atomic
+    from servefleet.fleet.fleetview import write_atomic
 
     path = tmp_path / "targets.json"
     old = json.dumps([{"targets": ["a:1"], "labels": {}}])
@@ -265,7 +265,7 @@ def whole_reads(path: Path, rewrite: Callable[[], None]) -> list[bool]:
 
 def test_a_reader_polling_the_file_never_sees_a_partial_one(tmp_path: Path) -> None:
     """(A plain write_text here gives the reader thousands of partial files.)"""
-    from servefleet.fleetview import write_atomic
+    from servefleet.fleet.fleetview import write_atomic
 
     path = tmp_path / "targets.json"
     versions = [

@@ -18,15 +18,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from servefleet.cli import main
-from servefleet.errors import RecipeError, ServefleetError
+from servefleet.base.errors import RecipeError, ServefleetError
+from servefleet.base.shipped import FILES
+from servefleet.entry.cli import main
 from servefleet.kinds import find
 from servefleet.kinds.loader import load_json, load_yaml
 from servefleet.kinds.rbln.card import card_from_dict
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.kind import KIND as VLLM
-from servefleet.shipped import FILES
 
 CARD = json.loads((FILES / "recipes" / "rbln" / "gpt-oss-120b.json").read_text())
 VLLM_ROOT = FILES / "recipes" / "vllm"

@@ -17,14 +17,14 @@ from lab_sim_support import SIMULATOR, load
 from test_deploy_plan import probe, settings
 from test_host_state import CR13, run_probe
 
-from servefleet.glibc import choose, glibc_refusal, host_glibc, levels
-from servefleet.hostplan import plan_host, probe_args, resolve_for
+from servefleet.fleet.lockfleet import alternatives
+from servefleet.hostplan.plan import plan_host, probe_args, resolve_for
 from servefleet.lab.base import base_note, base_paths, ensure_base
 from servefleet.lab.fleet import plan_hosts
 from servefleet.lab.state import LabError
-from servefleet.lockfleet import alternatives
-from servefleet.settings import load_defaults
-from servefleet.uvbin import uv_binary
+from servefleet.release.glibc import choose, glibc_refusal, host_glibc, levels
+from servefleet.release.uvbin import uv_binary
+from servefleet.settings.table import load_defaults
 
 VLLM = {"url": "https://wheels.example/cpu", "packages": ["vllm"], "glibc": "2.39"}
 ASSETS = {"url": "https://assets.example/simple", "packages": ["vllm"], "glibc": "2.35"}
@@ -242,7 +242,7 @@ def test_each_base_has_its_own_cache_the_default_keeps_its_layout(tmp_path: Path
 def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None:
     from test_lock import pylock
 
-    from servefleet.lock import release_id, write_lock
+    from servefleet.release.lock import release_id, write_lock
 
     torch = {**TWO["torch"], "glibc": "2.38"}  # 2.35 hosts are refused, that stack not locked
     s = settings(pip_indexes={**TWO, "torch": torch})
@@ -264,7 +264,7 @@ def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None
 def test_a_host_whose_choice_is_not_locked_is_refused_not_failed(tmp_path: Path) -> None:
     from test_lock import pylock
 
-    from servefleet.lock import write_lock
+    from servefleet.release.lock import write_lock
 
     torch = {"url": "https://torch.example/a", "packages": ["torch"], "glibc": "2.40"}
     old_torch = {"url": "https://torch.example/b", "packages": ["torch"], "glibc": "2.37"}

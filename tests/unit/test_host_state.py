@@ -16,9 +16,9 @@ import pytest
 from lab_sim_support import SIMULATOR
 from test_deploy_plan import CREDS, probe, settings
 
-from servefleet.errors import DataError
-from servefleet.hostplan import plan_host, probe_args, resolve_for
-from servefleet.settings import load_defaults, settings_from
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import plan_host, probe_args, resolve_for
+from servefleet.settings.table import load_defaults, settings_from
 from servefleet.steps.facts import PROBE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def test_unknown_key_with_our_prefix_is_refused() -> None:
 
 
 def test_the_gate_asks_for_the_served_model_name() -> None:
-    from servefleet.hostplan import served_name
+    from servefleet.hostplan.plan import served_name
 
     assert served_name(["vllm", "serve", "m", "--served-model-name", "a b", "c"], "m") == "a b"
     assert served_name(["vllm", "serve", "m", "--served_model_name=x"], "m") == "x"
@@ -176,7 +176,7 @@ def test_the_gate_asks_for_the_served_model_name() -> None:
 
 
 def test_the_desired_state_records_the_servefleet_that_converges_the_host() -> None:
-    from servefleet.version import VERSION
+    from servefleet.base.version import VERSION
 
     plan = plan_host(settings(serve_recipe=str(TINY)), probe())
     assert plan.desired_state()["servefleet"] == VERSION

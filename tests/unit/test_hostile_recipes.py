@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from servefleet.cli import main
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import FILES
+from servefleet.entry.cli import main
 from servefleet.kinds.loader import MAX_DEPTH, load_json, load_yaml
 from servefleet.kinds.rbln.card import card_from_dict, decode_card_text
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe
-from servefleet.shipped import FILES
 
 SEED = FILES / "recipes" / "rbln" / "gpt-oss-120b.json"
 ALIAS_BOMB = "\n".join(

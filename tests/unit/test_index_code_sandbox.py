@@ -26,8 +26,9 @@ from fake_host import serving
 from hostile_sdist import hostile_sdist, report_dir, reports
 from lab_sim_support import SIMULATOR, load
 
-from servefleet import builds, lock, sandbox, wheelhouse
+from servefleet.base import sandbox
 from servefleet.lab.index import Config, make_server
+from servefleet.release import builds, lock, wheelhouse
 
 lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 
@@ -174,7 +175,7 @@ def test_an_index_that_cannot_be_reached_is_unreachable_not_bad_data(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """#32 item 4: cron must tell a network problem (exit 3, worth a retry) from bad data."""
-    from servefleet.errors import Unreachable
+    from servefleet.base.errors import Unreachable
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     st = lock.stack("x", ["tinydep"], [], [], "http://127.0.0.1:9/simple", ">=3.10", ["127.0.0.1"])

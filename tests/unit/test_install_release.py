@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lab_sim_support import PIP_ENV, REPO, load
 
-from servefleet.release import MARKER, Download, ReleasePlan
+from servefleet.release.plan import MARKER, Download, ReleasePlan
 
 CHECK_PREFIX = "servefleet: release check: "
 INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
@@ -142,7 +142,7 @@ def test_a_failed_import_is_refused(index: dict[str, str], tmp_path: Path) -> No
 
 
 def with_uv(plan: ReleasePlan) -> ReleasePlan:
-    from servefleet.uvbin import uv_binary
+    from servefleet.release.uvbin import uv_binary
 
     return replace(plan, installer="uv", uv=str(uv_binary()))
 

@@ -24,7 +24,7 @@ from fake_host import serving
 from lab_sim_support import PIP_ENV, SIMULATOR, load
 from packaging.version import Version
 
-from servefleet.cli import main as cli_main
+from servefleet.entry.cli import main as cli_main
 from servefleet.lab import layout
 from servefleet.lab.artifacts import serving_copy
 from servefleet.lab.index import Config, fetch, make_server

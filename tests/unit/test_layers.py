@@ -17,26 +17,16 @@ import servefleet
 
 SRC = Path(servefleet.__file__).resolve().parent
 
-# Top first: a module may import its own layer and the ones after it, never one before it.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("entry", ("servefleet", "servefleet.__main__", "servefleet.cli", "servefleet.deploys",
-               "servefleet.steps")),
-    ("fleet", ("servefleet.rollout", "servefleet.fleetview", "servefleet.lockfleet",
-               "servefleet.datadoc", "servefleet.inventory", "servefleet.lab",
-               "servefleet.scaffold")),
-    ("host plan", ("servefleet.hostplan", "servefleet.router")),
-    ("release", ("servefleet.release", "servefleet.glibc", "servefleet.builds",
-                 "servefleet.wheelhouse", "servefleet.lock", "servefleet.prewarm_store",
-                 "servefleet.uvbin", "servefleet.sdists", "servefleet.simpleindex")),
-    ("render", ("servefleet.render", "servefleet.systemd")),
-    ("settings", ("servefleet.settings", "servefleet.checks")),
-    ("kinds", ("servefleet.kinds",)),
-    ("spec", ("servefleet.spec",)),
-    ("base", ("servefleet.errors", "servefleet.exitcodes", "servefleet.shipped",
-              "servefleet.vllm_args", "servefleet.flags", "servefleet.download",
-              "servefleet.subenv", "servefleet.sandbox", "servefleet.version", "servefleet.once",
-              "servefleet.remote")),
-]  # fmt: skip
+# Top first: a module may import its own layer and the ones after it, never one before it. A
+# layer is a package of the same name (``servefleet/<layer>/``; ``spec`` is one module), so a
+# module's layer is its package: a new module cannot sit outside one. PLACED names the packages
+# that keep a name of their own inside a layer.
+LAYERS = ["entry", "fleet", "hostplan", "release", "render", "settings", "kinds", "spec", "base"]
+PLACED = {
+    "servefleet.deploys": "entry", "servefleet.steps": "entry", "servefleet.lab": "fleet",
+    "servefleet.rollout": "fleet", "servefleet.remote": "base",
+}  # fmt: skip
+ROOT = {"servefleet", "servefleet.__main__"}  # the package's own face: entry
 
 
 def modules() -> dict[str, Path]:
@@ -53,16 +43,15 @@ def modules() -> dict[str, Path]:
 
 
 def layer_of(module: str) -> int:
-    """The index of the layer a module belongs to: the longest prefix that names it."""
-    best, found = -1, None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            # the package itself ("servefleet", its __init__) names only itself
-            inside = module.startswith(prefix + ".") and prefix != "servefleet"
-            if (module == prefix or inside) and len(prefix) > best:
-                best, found = len(prefix), i
-    assert found is not None, f"{module} is in no layer of LAYERS"
-    return found
+    """The index of the layer a module belongs to: its package under ``servefleet``."""
+    if module in ROOT:
+        return 0
+    for prefix, layer in PLACED.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return LAYERS.index(layer)
+    top = module.split(".")[1]
+    assert top in LAYERS, f"{module} sits in no layer's package ({', '.join(LAYERS)})"
+    return LAYERS.index(top)
 
 
 def imports(path: Path, known: dict[str, Path]) -> set[str]:
@@ -98,7 +87,7 @@ def test_every_module_is_in_a_layer() -> None:
 
 def test_no_module_imports_a_higher_layer() -> None:
     upward = [
-        f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+        f"{m} ({LAYERS[layer_of(m)]}) imports {t} ({LAYERS[layer_of(t)]})"
         for m, targets in sorted(graph().items())
         for t in sorted(targets)
         if layer_of(t) < layer_of(m)
@@ -130,3 +119,38 @@ def test_host_programs_import_no_controller_module() -> None:
     for module, targets in graph().items():
         if module.startswith("servefleet.remote"):
             assert all(t.startswith("servefleet.remote") for t in targets), (module, targets)
+
+
+def tree_of(layer: str) -> list[str]:
+    """What sits in a layer, as docs/design.md's table names it: the layer package's modules and
+    packages (``release/lock.py``, ``kinds/rbln/``) and the packages PLACED in it (``steps/``)."""
+    found: set[str] = set()
+    for module in modules():
+        if module in ROOT or LAYERS[layer_of(module)] != layer:
+            continue
+        parts = module.split(".")[1:]
+        placed = next((p for p in PLACED if module == p or module.startswith(p + ".")), None)
+        if placed is not None:
+            name = placed.split(".")[1]
+            found.add(f"{name}.py" if (SRC / f"{name}.py").is_file() else f"{name}/")
+        elif len(parts) == 1:  # the layer package itself, or a one-module layer
+            found.add(f"{parts[0]}.py" if (SRC / f"{parts[0]}.py").is_file() else f"{parts[0]}/")
+        else:
+            child = parts[1]
+            is_pkg = (SRC / parts[0] / child).is_dir()
+            found.add(f"{parts[0]}/{child}/" if is_pkg else f"{parts[0]}/{child}.py")
+    found.discard(f"{layer}/")
+    return sorted(found)
+
+
+def test_the_design_table_is_the_tree() -> None:
+    """docs/design.md's layer table lists what each layer holds, exactly as the tree has it."""
+    text = (SRC.parents[1] / "docs" / "design.md").read_text()
+    rows = {}
+    for line in text.split("| layer (top first) |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = sorted(c.strip(" `") for c in cells[1].split(","))
+    want = {layer: tree_of(layer) for layer in LAYERS}
+    assert rows == want, "\n".join(
+        f"| {layer} | {', '.join(f'`{m}`' for m in mods)} |" for layer, mods in want.items()
+    )

@@ -1,4 +1,4 @@
-"""Locks (src/servefleet/lock.py): resolving a stack with the real uv against local indexes,
+"""Locks (src/servefleet/release/lock.py): resolving a stack with the real uv against local indexes,
 installing it with every hash checked, and the lock directory's format, checks and use.
 
 The indexes are test_install_release's: ``owner`` (HTTP Basic auth) owns ``sfowned 1.0``;
@@ -20,9 +20,10 @@ from local_indexes import OWNER_LOGIN
 from test_deploy_plan import probe
 from test_install_release import install, release_plan, with_uv
 
-from servefleet.errors import DataError
-from servefleet.hostplan import plan_host, resolve_for
-from servefleet.lock import (
+from servefleet.base.errors import DataError
+from servefleet.fleet.lockfleet import FleetLock, locked_models, make_lock
+from servefleet.hostplan.plan import plan_host, resolve_for
+from servefleet.release.lock import (
     LOCK_FILE,
     LockError,
     Stack,
@@ -36,9 +37,8 @@ from servefleet.lock import (
     stack,
     write_lock,
 )
-from servefleet.lockfleet import FleetLock, locked_models, make_lock
-from servefleet.release import MARKER, plan_release, with_locked_models
-from servefleet.settings import settings_from
+from servefleet.release.plan import MARKER, plan_release, with_locked_models
+from servefleet.settings.table import settings_from
 
 if sys.version_info >= (3, 11):
     import tomllib

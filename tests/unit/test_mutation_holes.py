@@ -28,8 +28,8 @@ import pytest
 from flag_settings import FLAGS, settings, spelling
 from rbln_cases import COMPILER, TINY
 
-from servefleet import flags
-from servefleet.errors import RecipeError
+from servefleet.base import flags
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.rbln import fingerprint as fpm
 from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from servefleet.errors import ProbeError, ServefleetError
+from servefleet.base.errors import ProbeError, ServefleetError
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.kinds.vllm.kind import KIND as VLLM
 

@@ -1,4 +1,4 @@
-"""servefleet.once: one computation per argument tuple, however many callers ask at once (the
+"""servefleet.base.once: one computation per argument tuple, however many callers ask at once (the
 deploy plans its hosts at the same time; an lru_cache let an 8-host deploy run uv lock 8 times)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from servefleet.once import once
+from servefleet.base.once import once
 
 
 def test_callers_at_the_same_time_share_one_computation() -> None:

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from wheel_venv import clean_env, run, wheel_venv
 
-from servefleet.cli import main
-from servefleet.datadoc import data_table
+from servefleet.entry.cli import main
+from servefleet.fleet.datadoc import data_table
 from servefleet.kinds import list_recipes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from servefleet import deploys
-from servefleet.settings import DEFAULTS
+from servefleet.settings.table import DEFAULTS
 
 
 @deploy("Show the data", data_defaults=DEFAULTS)
@@ -92,7 +92,7 @@ def test_installed_cli_finds_the_shipped_recipes_and_template(venv: Path, tmp_pa
     assert installed(venv, tmp_path, "servefleet", *shell) == here(*shell)
     unit = ["resolve", *SEED, "--format", "unit"]
     assert installed(venv, tmp_path, "servefleet", *unit) == here(*unit)
-    assert installed(venv, tmp_path, "python", "-m", "servefleet.datadoc") == data_table()
+    assert installed(venv, tmp_path, "python", "-m", "servefleet.fleet.datadoc") == data_table()
 
 
 def test_installed_defaults_reach_a_deploy(venv: Path, tmp_path: Path) -> None:

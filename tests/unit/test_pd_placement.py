@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from test_deploy_plan import CREDS, probe, settings
 
-from servefleet.errors import DataError
-from servefleet.hostplan import plan_host
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import plan_host
 from servefleet.kinds.roles import placeholders
 from servefleet.kinds.vllm import defaults as vllm_defaults
-from servefleet.settings import load_defaults, settings_from
+from servefleet.settings.table import load_defaults, settings_from
 
 PD_CARD = Path(__file__).resolve().parents[1] / "data" / "rbln" / "gpt-oss-120b-pd.json"
 
@@ -104,7 +104,7 @@ H200 = {"gpus": [f"{i}, NVIDIA H200, 143771, 570.86" for i in range(8)], "pci": 
 
 
 def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() -> None:
-    from servefleet.release import plan_release
+    from servefleet.release.plan import plan_release
 
     s = settings(**GLM)
     routers = ["http://10.0.0.3:8080"]
@@ -130,7 +130,7 @@ def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() 
 
 
 def test_a_fleet_router_routes_prefill_and_decode_in_pd_mode() -> None:
-    from servefleet.router import fleet_order
+    from servefleet.hostplan.router import fleet_order
 
     s = settings(**GLM)
     host = plan_host(s, probe(), router_host=True)

@@ -23,15 +23,15 @@ import pytest
 from click.testing import CliRunner
 from test_vllm_site_parity import EXPECTED, SITE, _argv_units
 
-from servefleet.cli import main
-from servefleet.errors import RecipeError
-from servefleet.hostplan import resolve_for
+from servefleet.base.errors import RecipeError
+from servefleet.entry.cli import main
+from servefleet.hostplan.plan import resolve_for
 from servefleet.kinds.rbln.card import card_from_dict, load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.roles import bind, placeholders, serving_roles, shell_word
 from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.pd import pool_modes
-from servefleet.settings import load_defaults, settings_from
+from servefleet.settings.table import load_defaults, settings_from
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

@@ -23,7 +23,7 @@ from pyinfra.api.connect import connect_all
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_cli.util import load_deploy_file
 
-from servefleet.fleetview import (
+from servefleet.fleet.fleetview import (
     REPORT_DIR_ENV,
     REPORT_ENV,
     ReportRequest,
@@ -32,9 +32,9 @@ from servefleet.fleetview import (
     status_problems,
     status_table,
 )
-from servefleet.hostplan import plan_host
+from servefleet.hostplan.plan import plan_host
 from servefleet.kinds.rbln.kind import KIND as RBLN
-from servefleet.settings import load_defaults, settings_from
+from servefleet.settings.table import load_defaults, settings_from
 
 DEPLOYS = Path(__file__).resolve().parents[2] / "deploys"
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
@@ -134,7 +134,7 @@ def test_a_host_whose_plan_fails_fails_alone_in_one_line() -> None:
     )
     bug = failure_line(state, "bug")
     assert bug.startswith(
-        "servefleet: @fake/bug: unexpected TypeError at servefleet/hostplan.py:"
+        "servefleet: @fake/bug: unexpected TypeError at servefleet/hostplan/plan.py:"
     ), bug
     assert "in plan_host (a bug in servefleet; please report it): " in bug
     assert "Traceback" not in bug
@@ -170,7 +170,7 @@ def test_plan_and_status_report_a_failed_host_per_host(
     assert refusals["@fake/good"] is None
     assert refusals["@fake/odd-smi"].startswith(ODD_SMI)
     assert refusals["@fake/garbled"].startswith("host probe: unexpected output")
-    assert refusals["@fake/bug"].startswith("unexpected TypeError at servefleet/hostplan.py:")
+    assert refusals["@fake/bug"].startswith("unexpected TypeError at servefleet/hostplan/plan.py:")
     if kind == "plan":
         text = plan_table(fleet_plan(found))
         for host in ("odd-smi", "garbled", "bug"):

@@ -12,11 +12,11 @@ import pytest
 from systemd_parse import parse_unit
 from test_deploy_plan import probe
 
-from servefleet.errors import DataError
-from servefleet.hostplan import plan_host
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import plan_host
 from servefleet.kinds import find, kind_of as platform_for
 from servefleet.kinds.vllm.kind import _nvidia, torch_backend
-from servefleet.settings import load_defaults, settings_from
+from servefleet.settings.table import load_defaults, settings_from
 
 RECIPE = "vllm/openai/gpt-oss-120b"
 H200 = [f"{i}, NVIDIA H200, 143771, 570.133.20" for i in range(8)]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from servefleet.fleetview import fleet_plan
-from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.fleet.fleetview import fleet_plan
+from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
 
 REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
 sys.path.insert(0, str(REMOTE))

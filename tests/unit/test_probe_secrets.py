@@ -15,7 +15,7 @@ from pathlib import Path
 
 from test_deploy_plan import probe, settings
 
-from servefleet.hostplan import plan_host
+from servefleet.hostplan.plan import plan_host
 from servefleet.remote import REMOTE
 from servefleet.remote.layout import HF_TOKEN_FILE
 

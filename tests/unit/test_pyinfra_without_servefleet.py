@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from servefleet.scaffold import INSTALL_BOTH, files
+from servefleet.fleet.scaffold import INSTALL_BOTH, files
 
 # pyinfra's CLI in a Python where servefleet cannot be imported (a finder ahead of every other)
 BARE_PYINFRA = """

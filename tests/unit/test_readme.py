@@ -14,8 +14,8 @@ import click
 import pytest
 from wheel_venv import INSTALL, quick_start, readme_install
 
-from servefleet.cli import main
-from servefleet.scaffold import files as scaffold_files
+from servefleet.entry.cli import main
+from servefleet.fleet.scaffold import files as scaffold_files
 
 if sys.version_info >= (3, 11):
     import tomllib

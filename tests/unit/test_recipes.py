@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from rbln_cases import BROKEN, SEED, SEED_PAGE, TINY, seed
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import FILES
 from servefleet.kinds import detect_kind, find_recipe, list_recipes, load_rbln
 from servefleet.kinds.rbln.card import (
     decode_card_text,
@@ -16,7 +17,6 @@ from servefleet.kinds.rbln.card import (
     parse_arg_fragment,
     parse_env_fragment,
 )
-from servefleet.shipped import FILES
 
 RECIPES = FILES / "recipes"
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, TINY, combinations, seed
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from test_fetch_model import Stub, in_turn, respond
 
-from servefleet.errors import Unreachable
+from servefleet.base.errors import Unreachable
+from servefleet.release.wheelhouse import Credentials, File, fill
 from servefleet.remote import retry
-from servefleet.wheelhouse import Credentials, File, fill
 
 DATA = b"a wheel's bytes\n" * 1000
 SHA = hashlib.sha256(DATA).hexdigest()

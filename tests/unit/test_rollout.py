@@ -1,5 +1,5 @@
 """Rollout planning (pure): inventory order, --limit, canary and batches; the inventory read by
-pyinfra's own loader (servefleet.inventory), with pyinfra's group and --limit semantics."""
+pyinfra's own loader (servefleet.fleet.inventory), with pyinfra's group and --limit semantics."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from servefleet.errors import ServefleetError
-from servefleet.inventory import FleetArgs, limit_pattern, read_inventory
+from servefleet.base.errors import ServefleetError
+from servefleet.fleet.inventory import FleetArgs, limit_pattern, read_inventory
 from servefleet.rollout import batches
 
 INVENTORY = """
@@ -111,7 +111,7 @@ def test_an_inventory_that_exits_gives_one_line(tmp_path: Path) -> None:
 def test_an_inventory_that_raises_gives_one_line_to_rollout_and_lock(
     tmp_path: Path, body: str
 ) -> None:
-    from servefleet.lockfleet import fleet_lock
+    from servefleet.fleet.lockfleet import fleet_lock
 
     path = tmp_path / "inv.py"
     path.write_text(body)

@@ -10,9 +10,9 @@ import pytest
 from systemd_parse import parse_unit
 from test_deploy_plan import probe, settings
 
-from servefleet.errors import DataError
-from servefleet.hostplan import plan_host, probe_args, watched_paths
-from servefleet.release import plan_release, plan_router_release
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import plan_host, probe_args, watched_paths
+from servefleet.release.plan import plan_release, plan_router_release
 from servefleet.remote.layout import ROUTER_UNIT
 
 
@@ -161,7 +161,7 @@ def test_router_port_on_an_instance_port_is_refused() -> None:
 
 
 def test_status_shows_the_router_and_its_workers_as_it_sees_them() -> None:
-    from servefleet.fleetview import prometheus_targets, status_problems, status_summary
+    from servefleet.fleet.fleetview import prometheus_targets, status_problems, status_summary
 
     s = routed()
     r = plan_host(s, probe()).router
@@ -201,7 +201,7 @@ def test_status_shows_the_router_and_its_workers_as_it_sees_them() -> None:
 def test_a_locked_router_release_is_the_locks(tmp_path: Any) -> None:
     from dataclasses import replace
 
-    from servefleet.lock import write_lock
+    from servefleet.release.lock import write_lock
 
     s = routed()
     unlocked = plan_router_release(s)

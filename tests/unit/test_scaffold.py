@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 from test_deploy_plan import CREDS
 
-from servefleet.cli import main
-from servefleet.errors import DataError
-from servefleet.scaffold import DEPLOYS, LAB_INVENTORY, SITE_KEYS, deploy_file, files, init
-from servefleet.settings import DEFAULTS, KEYS
+from servefleet.base.errors import DataError
+from servefleet.entry.cli import main
+from servefleet.fleet.scaffold import DEPLOYS, LAB_INVENTORY, SITE_KEYS, deploy_file, files, init
+from servefleet.settings.table import DEFAULTS, KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,8 +65,8 @@ def test_group_data_all_sets_every_key_of_the_table_to_its_default_when_uncommen
     """#32 (2): every key of the key table is in group_data/all.py, commented, with its type,
     allowed values and meaning; uncommented, each sets the key's default (the kinds' own
     defaults: the RBLN stack's), so the data validates to the default settings."""
-    from servefleet.datadoc import key_docs
-    from servefleet.settings import settings_from
+    from servefleet.fleet.datadoc import key_docs
+    from servefleet.settings.table import settings_from
 
     all_py = files()["group_data/all.py"]
     ast.parse(all_py)

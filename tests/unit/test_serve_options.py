@@ -19,11 +19,11 @@ from systemd_parse import parse_unit
 from test_deploy_plan import CREDS, probe
 from test_platform_gpu import GPU_DATA, gpu_probe
 
-from servefleet import flags
-from servefleet.errors import DataError
-from servefleet.hostplan import HostPlan, api_key_file, plan_host, watched_paths
+from servefleet.base import flags
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import HostPlan, api_key_file, plan_host, watched_paths
 from servefleet.remote.layout import API_KEY_FILE, UNIT_SHA_VAR
-from servefleet.settings import Settings, load_defaults, settings_from
+from servefleet.settings.table import Settings, load_defaults, settings_from
 from servefleet.steps import credentials, ensure
 
 SIM = load_sim("servefleet_lab_vllm_sim_serve_options")

@@ -18,7 +18,8 @@ from hypothesis import event, given, settings, strategies as st
 from lab_sim_support import REPO, SIMULATOR, load_sim
 from rbln_cases import COMPILER, combinations, seed
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import FILES
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import (
     load_vllm_recipe,
@@ -26,7 +27,6 @@ from servefleet.kinds.vllm import (
     resolve_vllm,
     single_node_strategies,
 )
-from servefleet.shipped import FILES
 
 SIM = load_sim("servefleet_lab_vllm_sim_flags")
 FLAGS = SIMULATOR / "packages" / "vllm" / "flags"

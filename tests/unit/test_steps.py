@@ -15,8 +15,8 @@ from typing import Any
 from fake_host import FakeSystemd, Stub, running, stub_process
 from lab_sim_support import REPO
 
-from servefleet.hostplan import REMOTE_SCRIPTS
-from servefleet.prewarm_store import WarmEntry, prewarm_roles
+from servefleet.hostplan.plan import REMOTE_SCRIPTS
+from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
 from servefleet.remote import REMOTE, layout
 from servefleet.steps.facts import STATUS
 from servefleet.steps.fleet import FleetPrewarm

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from rbln_cases import COMPILER, TINY, combinations, seed
 from systemd_parse import ParseError, parse_environment, parse_exec, parse_unit
 
-from servefleet.errors import ServefleetError
+from servefleet.base.errors import ServefleetError
 from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
-from servefleet.systemd import environment_line, exec_arg, exec_line, unit_text
+from servefleet.render.systemd import environment_line, exec_arg, exec_line, unit_text
 
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
 needs_analyze = pytest.mark.skipif(not Path(ANALYZE).exists(), reason="systemd-analyze missing")

@@ -12,9 +12,9 @@ from rbln_cases import COMPILER, combinations, seed
 from systemd_parse import parse_unit
 from test_systemd import _verify, needs_analyze
 
-from servefleet.errors import RecipeError, ServefleetError
+from servefleet.base.errors import RecipeError, ServefleetError
 from servefleet.kinds.rbln.resolve import resolve_rbln
-from servefleet.render import render_unit
+from servefleet.render.units import render_unit
 
 
 def _unit(argv: list[str], env: dict[str, str], **over: object) -> str:

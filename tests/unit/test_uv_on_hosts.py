@@ -18,10 +18,10 @@ import pytest
 from fake_host import serving
 from lab_sim_support import REPO, load
 
-from servefleet import simpleindex, uvbin
 from servefleet.lab.index import Config, make_server
-from servefleet.lock import LOCK_FILE, LockError, load_lock, stack, write_lock
-from servefleet.wheelhouse import lock_files
+from servefleet.release import simpleindex, uvbin
+from servefleet.release.lock import LOCK_FILE, LockError, load_lock, stack, write_lock
+from servefleet.release.wheelhouse import lock_files
 
 INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
 installer = load(INSTALLER, "servefleet_remote_install_release_uv")
@@ -66,7 +66,7 @@ def test_the_hosts_wheel_is_the_version_for_manylinux_x86_64_with_the_lowest_gli
 
 
 def test_an_index_that_does_not_answer_is_unreachable_not_bad_data() -> None:
-    from servefleet.errors import Unreachable
+    from servefleet.base.errors import Unreachable
     from servefleet.remote import retry
 
     uvbin.uv_wheel.cache_clear()

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servefleet.lock import LOCK_FILE, stack, write_lock
-from servefleet.version import VERSION
+from servefleet.base.version import VERSION
+from servefleet.release.lock import LOCK_FILE, stack, write_lock
 
 
 def test_the_version_is_the_installed_distributions() -> None:
@@ -46,7 +46,7 @@ def test_the_probe_reads_who_converged_the_host_and_status_shows_it(tmp_path: Pa
 
 
 def test_an_odd_version_in_a_hosts_state_is_not_shown() -> None:
-    from servefleet.hostplan import _version_word
+    from servefleet.hostplan.plan import _version_word
 
     assert _version_word("0.1.0") == "0.1.0"
     assert _version_word("1.0\x1b[2J") is None and _version_word(7) is None
@@ -54,7 +54,7 @@ def test_an_odd_version_in_a_hosts_state_is_not_shown() -> None:
 
 
 def test_the_status_table_has_a_servefleet_column() -> None:
-    from servefleet.fleetview import STATUS_COLUMNS, status_table
+    from servefleet.fleet.fleetview import STATUS_COLUMNS, status_table
 
     assert STATUS_COLUMNS[-1] == "servefleet"
     row = {"driver": "3.5.1", "sku": "RBLN-CR13", "devices": 8, "release": "r1",

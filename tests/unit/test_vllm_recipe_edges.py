@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import FILES
+from servefleet.base.vllm_args import dedupe_args, flag_name, is_flag
 from servefleet.kinds.vllm import (
     VllmRecipe,
     describe_vllm,
@@ -29,9 +31,7 @@ from servefleet.kinds.vllm import (
 from servefleet.kinds.vllm.hardware import _keys, _variant_runs, fits_one_node, is_cpu
 from servefleet.kinds.vllm.pd import is_pd
 from servefleet.kinds.vllm.words import items, words
-from servefleet.shipped import FILES
 from servefleet.spec import ServeSpec
-from servefleet.vllm_args import dedupe_args, flag_name, is_flag
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = FILES / "recipes" / "vllm"

@@ -15,7 +15,9 @@ import yaml
 from hypothesis import given, strategies as st
 from regen_goldens import vllm_expected
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import FILES
+from servefleet.base.vllm_args import dedupe_args, flag_name, is_flag
 from servefleet.kinds.vllm import (
     VllmRecipe,
     describe_vllm,
@@ -26,8 +28,6 @@ from servefleet.kinds.vllm import (
     single_node_strategies,
 )
 from servefleet.kinds.vllm.hardware import fits_one_node, is_cpu
-from servefleet.shipped import FILES
-from servefleet.vllm_args import dedupe_args, flag_name, is_flag
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM = FILES / "recipes" / "vllm"
@@ -476,7 +476,7 @@ def test_describe_vllm() -> None:
 
 def _cli_has_resolve() -> bool:
     try:
-        from servefleet.cli import main
+        from servefleet.entry.cli import main
     except ImportError:
         return False
     return "resolve" in getattr(main, "commands", {})
@@ -486,7 +486,7 @@ def _cli_has_resolve() -> bool:
 def test_cli_resolve_json() -> None:
     from click.testing import CliRunner
 
-    from servefleet.cli import main
+    from servefleet.entry.cli import main
 
     result = CliRunner().invoke(
         main, ["resolve", "vllm/openai/gpt-oss-120b", "--hardware", "h200", "--format", "json"]
@@ -504,7 +504,7 @@ def test_cli_resolve_json() -> None:
 def test_cli_resolve_error_is_one_line() -> None:
     from click.testing import CliRunner
 
-    from servefleet.cli import main
+    from servefleet.entry.cli import main
 
     result = CliRunner().invoke(main, ["resolve", "vllm/openai/gpt-oss-120b", "--hardware", "x"])
     assert result.exit_code == 2

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from servefleet.cli import main
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.vllm_args import flag_name, is_flag
+from servefleet.entry.cli import main
 from servefleet.kinds.vllm import describe_vllm, list_vllm_recipes, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.resolve import ARG_ORDER, ENV_ORDER
-from servefleet.vllm_args import flag_name, is_flag
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

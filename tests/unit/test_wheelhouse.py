@@ -1,4 +1,4 @@
-"""The offline wheelhouse (src/servefleet/wheelhouse.py, ``servefleet wheelhouse``): every file
+"""The offline wheelhouse (src/servefleet/release/wheelhouse.py, ``servefleet wheelhouse``): every file
 of a lock downloaded from stub servers on 127.0.0.x and checked against the lock, credentials
 only where they belong, a tampered file refused, a re-run that downloads nothing; what a host
 needs from it; and the release installed from such a copy with no index at all.
@@ -28,13 +28,11 @@ from test_fetch_model import REV, TOKEN, Stub, hf_layout, respond, tgz
 from test_install_release import install, release_plan, with_uv
 from test_lock import ENV, defaults
 
-from servefleet.errors import DataError
-from servefleet.hostplan import resolve_for
-from servefleet.lock import load_lock, release_id, stack, write_lock
-from servefleet.release import MARKER, plan_release
-from servefleet.settings import settings_from
-from servefleet.steps.facts import HOST_CHECK
-from servefleet.wheelhouse import (
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import resolve_for
+from servefleet.release.lock import load_lock, release_id, stack, write_lock
+from servefleet.release.plan import MARKER, plan_release
+from servefleet.release.wheelhouse import (
     MANIFEST,
     Credentials,
     WheelhouseError,
@@ -43,6 +41,8 @@ from servefleet.wheelhouse import (
     lock_files,
     offline_requirements,
 )
+from servefleet.settings.table import settings_from
+from servefleet.steps.facts import HOST_CHECK
 
 CREDS = Credentials(*OWNER_LOGIN, hf_token=TOKEN)
 BASIC = "Basic " + base64.b64encode("{}:{}".format(*OWNER_LOGIN).encode()).decode()
@@ -178,7 +178,7 @@ def test_a_progress_bar_counts_the_files_as_they_arrive(
 ) -> None:
     from click.testing import CliRunner
 
-    from servefleet.cli import main
+    from servefleet.entry.cli import main
 
     lock = make_lock(tmp_path, servers, wheels)
     files, _ = lock_files(load_lock(lock))
@@ -189,7 +189,7 @@ def test_a_progress_bar_counts_the_files_as_they_arrive(
     fill(tmp_path / "wh", files, CREDS, echo=lambda _: None, progress=again)
     assert again.length is None  # nothing to download: no bar
     # the command shows click's bar on stderr when that is a terminal
-    monkeypatch.setattr("servefleet.cli._shows_progress", lambda: True)
+    monkeypatch.setattr("servefleet.entry.cli._shows_progress", lambda: True)
     for name, value in zip(("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD"), OWNER_LOGIN, strict=True):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
@@ -387,7 +387,7 @@ def test_the_wheelhouse_source_needs_a_lock_and_hosts_get_no_index_credentials(
 
 LOCK_DATA = r"""
 import json, sys
-from servefleet.lockfleet import fleet_lock, lock_settings
+from servefleet.fleet.lockfleet import fleet_lock, lock_settings
 inventory, data = sys.argv[1], json.loads(sys.argv[2])
 fl = fleet_lock(inventory, data)
 where, s = lock_settings(inventory, data)

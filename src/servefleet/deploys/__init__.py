@@ -17,8 +17,8 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.api.operation import OperationMeta
 
-from servefleet.hostplan import HostPlan
-from servefleet.settings import DEFAULTS, Settings
+from servefleet.hostplan.plan import HostPlan
+from servefleet.settings.table import DEFAULTS, Settings
 from servefleet.steps import (
     credentials,
     driver as driver_step,

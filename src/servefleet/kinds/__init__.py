@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import RECIPES_DIR
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.loader import read_recipe_text
 from servefleet.kinds.rbln.card import Card, load_card
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.kinds.vllm.kind import KIND as VLLM
-from servefleet.shipped import RECIPES_DIR
 
 # In the order files are tried: a card first, then a vLLM recipe (YAML or the site's JSON)
 KINDS: tuple[Kind, ...] = (RBLN, VLLM)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from servefleet.errors import RecipeError
-from servefleet.shipped import RECIPES_DIR
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import RECIPES_DIR
 from servefleet.spec import ServeSpec
 
 # A Hugging Face model id as every recipe names one and the host's fetcher takes it: ORG/NAME of
@@ -87,7 +87,7 @@ def draft_model(config: Any, paths: bool = False) -> str | None:
 
 
 class Wants(Protocol):
-    """What a kind reads of a host's validated settings (:class:`servefleet.settings.Settings`).
+    """What a kind reads of a host's validated settings (:class:`servefleet.settings.table.Settings`).
 
     + serve_*: the selection; sdk_pins: name -> version; the timeouts and instance count
     """

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 
 MAX_DEPTH = 32  # nesting of lists and mappings a recipe may have
 MAX_DIGITS = 18  # digits of one number (no count a recipe names needs more)

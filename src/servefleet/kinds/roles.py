@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import replace
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.spec import Server, ServeSpec
 
 MAIN = "main"

@@ -8,8 +8,8 @@ import urllib.request
 
 import click
 
-from servefleet.errors import ServefleetError
-from servefleet.exitcodes import Exit
+from servefleet.base.errors import ServefleetError
+from servefleet.base.exitcodes import Exit
 from servefleet.lab.state import load_state
 
 

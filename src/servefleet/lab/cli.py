@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from servefleet.errors import ServefleetError
-from servefleet.exitcodes import Exit
+from servefleet.base.errors import ServefleetError
+from servefleet.base.exitcodes import Exit
 from servefleet.lab import layout
 from servefleet.lab.base import DEFAULT_SUITE, SUITES, base_note
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servefleet.errors import ServefleetError
+from servefleet.base.errors import ServefleetError
 from servefleet.lab import layout
 from servefleet.lab.state import load_state
 
@@ -28,7 +28,7 @@ INDEX_GLIBC = {"vllm": "2.39", "assets": "2.35"}
 
 
 def lab_group_data() -> dict[str, Any]:
-    """Data keys pointing a deploy at the lab's own package sources (see servefleet/settings.py)."""
+    """Data keys pointing a deploy at the lab's own package sources (see servefleet/settings/table.py)."""
     try:
         state = load_state()
     except ServefleetError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servefleet.errors import ServefleetError
+from servefleet.base.errors import ServefleetError
 from servefleet.lab.state import load_state
 
 GROUPS = ("cr13", "h200", "h100")  # always there (empty when the lab has no such host)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servefleet.errors import ServefleetError
+from servefleet.base.errors import ServefleetError
 from servefleet.lab import layout
 
 

@@ -1,5 +1,5 @@
 """The pyinfra layer: deploy steps as modules, each adding the operations of one part of a
-host's plan (:class:`servefleet.hostplan.HostPlan`, made in :mod:`.plan` before any operation
+host's plan (:class:`servefleet.hostplan.plan.HostPlan`, made in :mod:`.plan` before any operation
 is added). :mod:`servefleet.deploys` composes them, in this order on each host:
 
 - :mod:`.errors`: a host that must not serve the recipe fails before any change

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from servefleet.hostplan import HostPlan, api_key_file
+from servefleet.hostplan.plan import HostPlan, api_key_file
 from servefleet.remote.layout import API_KEY_FILE, ROUTER_ADMIN_KEY, SECRETS_DIR
-from servefleet.settings import Settings
+from servefleet.settings.table import Settings
 from servefleet.steps import ensure
 
 

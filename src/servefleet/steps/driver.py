@@ -13,8 +13,8 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
-from servefleet.errors import ServefleetError
-from servefleet.hostplan import HostPlan
+from servefleet.base.errors import ServefleetError
+from servefleet.hostplan.plan import HostPlan
 from servefleet.remote.layout import RUNFILE_DIR, UNIT_GLOB
 from servefleet.steps.lib import command
 

@@ -15,8 +15,8 @@ from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import server
 
-from servefleet.errors import ProbeError, RecipeError, ServefleetError
-from servefleet.hostplan import HostPlan
+from servefleet.base.errors import ProbeError, RecipeError, ServefleetError
+from servefleet.hostplan.plan import HostPlan
 
 _OURS = Path(__file__).resolve().parents[1]  # the servefleet package: "our code"
 

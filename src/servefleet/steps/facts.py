@@ -9,8 +9,8 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from servefleet.errors import ProbeError
-from servefleet.hostplan import HostPlan
+from servefleet.base.errors import ProbeError
+from servefleet.hostplan.plan import HostPlan
 from servefleet.remote import inline
 
 PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one round trip

@@ -3,7 +3,7 @@ part, and each one's role (who compiles, who gives its cache, who gets the copy)
 
 Deploy code runs for every host before any operation runs, so hosts join while planning, and
 each pre-warm operation asks for its host's role when it runs (``_if``), once every host is
-known: see :func:`servefleet.prewarm_store.prewarm_roles`.
+known: see :func:`servefleet.release.prewarm_store.prewarm_roles`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from pyinfra import host
 
-from servefleet.hostplan import HostPlan
-from servefleet.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.hostplan.plan import HostPlan
+from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
 from servefleet.steps.lib import per_run
 
 

@@ -1,5 +1,5 @@
 """serve_root's directories, the host programs (``remote/``) and, only when the host cannot take
-uv from its wheel itself (no public index named, ``servefleet.uvbin``), the uv binary:
+uv from its wheel itself (no public index named, ``servefleet.release.uvbin``), the uv binary:
 root-owned, never the serve user's. Every other step runs the programs this one uploads."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 
 from pyinfra.operations import files
 
-from servefleet.hostplan import REMOTE_SCRIPTS, HostPlan
+from servefleet.hostplan.plan import REMOTE_SCRIPTS, HostPlan
+from servefleet.release.uvbin import uv_binary
 from servefleet.remote import REMOTE
 from servefleet.remote.layout import LIB, PLANS, RELEASES
 from servefleet.steps import ensure
-from servefleet.uvbin import uv_binary
 
 
 def command(root: str, program: str, *args: str) -> str:

@@ -19,9 +19,9 @@ from pyinfra.api import (
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.facts.files import File
 
-from servefleet.prewarm_store import Store
-from servefleet.version import VERSION
-from servefleet.wheelhouse import Copy
+from servefleet.base.version import VERSION
+from servefleet.release.prewarm_store import Store
+from servefleet.release.wheelhouse import Copy
 
 
 @operation(is_idempotent=False)

@@ -1,5 +1,5 @@
 """Each host's plan, made before any operation is added: its data validated, its recipe
-resolved, one probe of the host, the planner (:func:`servefleet.hostplan.plan_host`), then what
+resolved, one probe of the host, the planner (:func:`servefleet.hostplan.plan.plan_host`), then what
 the controller adds (the wheels it builds, the wheelhouse files the host lacks). Bad data or
 recipe stops the whole run here, in one line, and no host changes. Probe output the host's kind
 cannot read, and any error servefleet did not expect (a bug), fail that host alone, in one line:
@@ -12,10 +12,10 @@ import secrets
 from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
 
-from servefleet.errors import ProbeError
-from servefleet.hostplan import HostPlan, plan_host, probe_args, resolve_for
-from servefleet.release import with_locked_models
-from servefleet.settings import Settings, settings_from
+from servefleet.base.errors import ProbeError
+from servefleet.hostplan.plan import HostPlan, plan_host, probe_args, resolve_for
+from servefleet.release.plan import with_locked_models
+from servefleet.settings.table import Settings, settings_from
 from servefleet.steps import connection, driver, router
 from servefleet.steps.errors import fail_host, one_line, unexpected
 from servefleet.steps.facts import HostProbe

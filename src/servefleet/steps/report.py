@@ -1,5 +1,5 @@
 """``servefleet plan`` / ``status``: this host's summary from the deploy's own plan, written on
-the controller where the CLI asked (:class:`servefleet.fleetview.ReportRequest`). Adds no
+the controller where the CLI asked (:class:`servefleet.fleet.fleetview.ReportRequest`). Adds no
 operation: changes nothing. A host whose plan fails (probe output it cannot read, a bug) is
 reported as refused with that one line, so ``plan`` shows it and ``status`` names it."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from pyinfra import host
 
-from servefleet.fleetview import ReportRequest, plan_summary, status_summary
-from servefleet.hostplan import HostPlan
+from servefleet.fleet.fleetview import ReportRequest, plan_summary, status_summary
+from servefleet.hostplan.plan import HostPlan
 from servefleet.steps.facts import InstanceHealth, PreflightRefusal, preflight_command
 from servefleet.steps.fleet import warm_entry
 from servefleet.steps.plan import plan_or_failure

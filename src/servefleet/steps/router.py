@@ -16,9 +16,9 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import apt, server
 
-from servefleet.checks import API_KEY_ALLOWED
-from servefleet.errors import DataError
-from servefleet.hostplan import NOLOGIN, HostPlan
+from servefleet.base.errors import DataError
+from servefleet.hostplan.plan import NOLOGIN, HostPlan
+from servefleet.hostplan.router import RouterPlan, admin_url, fleet_order
 from servefleet.remote.layout import (
     PLANS,
     PROXY_CONF,
@@ -27,8 +27,8 @@ from servefleet.remote.layout import (
     SECRETS_DIR,
     UNIT_DIR,
 )
-from servefleet.router import RouterPlan, admin_url, fleet_order
-from servefleet.settings import Settings, settings_from
+from servefleet.settings.checks import API_KEY_ALLOWED
+from servefleet.settings.table import Settings, settings_from
 from servefleet.steps import ensure
 from servefleet.steps.lib import command, per_run
 from servefleet.steps.operations import release, run_with_doc
@@ -84,7 +84,7 @@ class FleetRouting:
         return per_run(state, cls, cls)
 
     def every(self) -> tuple[list[str], list[str]]:
-        """Every worker, in the fleet router's order (:func:`servefleet.router.fleet_order`),
+        """Every worker, in the fleet router's order (:func:`servefleet.hostplan.router.fleet_order`),
         and their roles (none when every one serves whole requests)."""
         role_of = {w: r for name in self.order for w, r in self.workers.get(name, ())}
         workers = fleet_order(list(role_of))

@@ -11,9 +11,9 @@ from io import StringIO
 
 from pyinfra.operations import files, server
 
-from servefleet.hostplan import HostPlan
+from servefleet.hostplan.plan import HostPlan
 from servefleet.remote.layout import DESIRED, STATE
-from servefleet.settings import Settings
+from servefleet.settings.table import Settings
 from servefleet.steps.lib import command
 
 

@@ -1,5 +1,5 @@
 """``sdk_source = "wheelhouse"``: which wheelhouse files this run's steps need and the host
-lacks (one more read of the host), and their copy (``servefleet.wheelhouse``)."""
+lacks (one more read of the host), and their copy (``servefleet.release.wheelhouse``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from pyinfra import host
 
-from servefleet.hostplan import HostPlan, wheelhouse_copies
+from servefleet.hostplan.plan import HostPlan, wheelhouse_copies
 from servefleet.remote.layout import WHEELHOUSE
 from servefleet.steps.facts import WheelhouseFiles
 from servefleet.steps.operations import wheelhouse_copy

@@ -1,6 +1,6 @@
 """Controller-side resolution and builds for a host's release: hosts never build, so the wheel
 of a package the indexes hold only as an sdist is built here, once per Python version, and
-uploaded with the release (``servefleet.builds``)."""
+uploaded with the release (``servefleet.release.builds``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from servefleet.builds import build, sdist_only
-from servefleet.errors import ServefleetError
-from servefleet.hostplan import HostPlan
-from servefleet.lock import LockError, Stack, changed_on_index, resolve
-from servefleet.once import once
+from servefleet.base.errors import ServefleetError
+from servefleet.base.once import once
+from servefleet.hostplan.plan import HostPlan
+from servefleet.release.builds import build, sdist_only
+from servefleet.release.lock import LockError, Stack, changed_on_index, resolve
 
 
 @once

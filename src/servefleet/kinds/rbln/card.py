@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.base import MODEL_ID, launcher_problem
 from servefleet.kinds.loader import load_json, read_recipe_text
 from servefleet.kinds.roles import PD_ROLES, ROUTER_POLICIES

@@ -1,5 +1,5 @@
 """The RBLN kind's data defaults: the RBLN SDK 0.12.0 stack and the indexes that own its packages
-(rbln.md §0). The key table (:mod:`servefleet.settings`) takes them as the defaults of
+(rbln.md §0). The key table (:mod:`servefleet.settings.table`) takes them as the defaults of
 ``sdk_pins``, ``sdk_extra_packages`` and ``pip_indexes``."""
 
 # mypy: disable-error-code="var-annotated"

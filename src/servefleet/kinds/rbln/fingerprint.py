@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servefleet import flags as vllm_flags
-from servefleet.errors import RecipeError
+from servefleet.base import flags as vllm_flags
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.loader import load_json_text
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servefleet.errors import ProbeError, RecipeError
+from servefleet.base.errors import ProbeError, RecipeError
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.loader import load_json, load_yaml
 from servefleet.kinds.rbln.card import Card, load_card

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.base import draft_model
 from servefleet.kinds.rbln.card import Card, Grid, Option, Strategy
 from servefleet.kinds.rbln.defaults import default_compiler_version as pinned

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.vllm.hardware import _variant_runs, offered_hardware, single_node_strategies
 from servefleet.kinds.vllm.pd import is_pd, pool_modes
 from servefleet.kinds.vllm.recipe import VllmRecipe

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.vllm_args import env_map
 from servefleet.kinds.vllm.hardware import _generation, _keys
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.words import Item, items
-from servefleet.vllm_args import env_map
 
 
 def _parse_features(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.vllm.recipe import VllmRecipe
 
 # Most nodes the site offers for one deployment (its MAX_NODES).

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servefleet.errors import ProbeError
+from servefleet.base.errors import ProbeError
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.roles import deployable
 from servefleet.kinds.vllm import defaults as vllm_defaults

@@ -7,11 +7,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.shipped import RECIPES_DIR
 from servefleet.kinds.loader import parse_recipe
 from servefleet.kinds.vllm import schema
 from servefleet.kinds.vllm.recipe import VllmRecipe
-from servefleet.shipped import RECIPES_DIR
 
 
 def _parse(path: Path, text: str) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
 from servefleet.kinds.roles import ROUTER_POLICIES, dp_rpc_port, node
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.words import Item

@@ -37,7 +37,8 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.vllm_args import dedupe_args, env_map, flag_name, is_flag
 from servefleet.kinds.base import draft_model
 from servefleet.kinds.loader import load_json_text
 from servefleet.kinds.roles import PD_ROLES, pd_router
@@ -62,7 +63,6 @@ from servefleet.kinds.vllm.hardware import (
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.words import Item, items, words
 from servefleet.spec import Requirements, Server, ServeSpec
-from servefleet.vllm_args import dedupe_args, env_map, flag_name, is_flag
 
 # Flags whose values multiply into the GPUs one server takes (aliases as vLLM spells them).
 _PARALLEL = {

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from servefleet.errors import RecipeError
+from servefleet.base.errors import RecipeError
+from servefleet.base.vllm_args import env_map
 from servefleet.kinds.base import launcher_problem, model_problem
 from servefleet.kinds.loader import NOT_A_NAME
 from servefleet.kinds.vllm import words
-from servefleet.vllm_args import env_map
 
 DEPLOY_TYPES = ("single_node", "multi_node", "pd_cluster", "kv_store_lb")
 ORIENTATIONS = ("latency", "balanced", "throughput", "production")

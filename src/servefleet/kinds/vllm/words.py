@@ -13,8 +13,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from servefleet.errors import RecipeError
-from servefleet.vllm_args import token
+from servefleet.base.errors import RecipeError
+from servefleet.base.vllm_args import token
 
 # One argument item of the recipe and where it comes from (for error messages).
 Item = tuple[str, str]

@@ -469,7 +469,7 @@ def host_uv_wheel() -> Path:
     """The real uv wheel for the lab's hosts (manylinux x86_64) at the controller's uv version,
     which the hosts take their uv from: from the cache, else fetched once with ``pip download``
     and the machine's own pip config."""
-    from servefleet.uvbin import uv_version
+    from servefleet.release.uvbin import uv_version
 
     cache = WHEEL_CACHE / f"uv-{uv_version()}-host"
     if not (cache / ".complete").is_file():
@@ -728,7 +728,7 @@ def _sha256(path: Path) -> str:
 def source_key(models: Sequence[str] = ()) -> str:
     """Hash of everything the output depends on: simulator sources, recipes, kernel release, the
     models added to the store."""
-    from servefleet.uvbin import uv_version
+    from servefleet.release.uvbin import uv_version
 
     added = ",".join(sorted(set(models)))
     h = hashlib.sha256(

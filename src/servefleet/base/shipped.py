@@ -1,0 +1,20 @@
+"""What the package ships besides code, found with importlib.resources so that an installed
+servefleet reads its own copy: ``_files/recipes`` and ``_files/templates`` (the unit template),
+and the dumps of vLLM's real ``vllm serve`` parser that the lab's simulator parses with (the one
+flag table, :mod:`servefleet.base.flags`).
+
+``SERVEFLEET_RECIPES`` / ``SERVEFLEET_TEMPLATES`` point at other directories instead.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+FILES = Path(str(files("servefleet") / "_files"))
+RECIPES_DIR = Path(os.environ.get("SERVEFLEET_RECIPES") or FILES / "recipes")
+TEMPLATES_DIR = Path(os.environ.get("SERVEFLEET_TEMPLATES") or FILES / "templates")
+VLLM_FLAGS_DIR = Path(
+    str(files("servefleet") / "lab" / "simulator" / "packages" / "vllm" / "flags")
+)

@@ -1,0 +1,307 @@
+"""Reading an operator's inventory on the controller, with pyinfra's own loader
+(``pyinfra_cli.inventory.make_inventory``): an inventory file with its group data, ``h1,h2``,
+``@connector`` names, a module attribute. Every fleet command (``plan``, ``status``,
+``rollout``, ``rollback``, ``lock``, ``wheelhouse``) reads it here, and picks hosts with
+pyinfra's ``--limit`` / ``--exclude`` semantics (a group name, else a glob of host names).
+
+Whatever the file raises (a NameError, ``SystemExit('the lab is not up')``, a syntax error)
+becomes one line naming the file, never a traceback.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servefleet.base.errors import DataError, ServefleetError
+from servefleet.settings.table import Settings, settings_from
+
+# pyinfra's options whose values pick hosts (the rollout takes them out of what it passes on)
+_PICK_OPTIONS = ("--limit", "--exclude")
+# pyinfra's options that are data overrides, as pyinfra's CLI turns them into data
+_SSH_OPTIONS = ("ssh_user", "ssh_key", "ssh_key_password", "ssh_port", "ssh_password")
+
+
+def inventory_error(path: str, e: BaseException) -> ServefleetError:
+    """One line for an exception an inventory file raised while it was read.
+
+    + path: the inventory file
+    + e: what reading it raised (pyinfra wraps the file's own exception)
+    """
+    if isinstance(e, SystemExit):
+        return ServefleetError(str(e.code))
+    inner: Any = getattr(e, "exception", None) or e  # pyinfra's UnexpectedExternalError
+    try:
+        said = str(inner)
+    except Exception:  # noqa: BLE001 (an exception whose str() fails: name its type)
+        said = ""
+    said = " ".join(said.split()) or type(inner).__name__
+    return ServefleetError(f"{path}: cannot read the inventory: {type(inner).__name__}: {said}")
+
+
+def pyinfra_cli() -> Any:
+    """The ``pyinfra_cli`` package, imported without the gevent patching of the standard
+    library its ``__init__`` does: this process only reads inventories with it and runs pyinfra
+    as processes of their own, and its threads (the rollout's ticker) and subprocesses stay the
+    standard library's. Its logger gets a handler that drops its warnings (this process says
+    what is wrong itself, in one line); a handler the process has already set still sees them."""
+    if "pyinfra_cli" not in sys.modules:
+        from gevent import monkey
+
+        patch = monkey.patch_all
+        monkey.patch_all = lambda *args, **kwargs: None  # type: ignore[assignment]
+        try:
+            import pyinfra_cli  # noqa: F401 (its __init__ would patch the standard library)
+        finally:
+            monkey.patch_all = patch  # type: ignore[assignment]
+    import pyinfra_cli.cli  # noqa: F401 (the submodules are reached as attributes)
+    import pyinfra_cli.inventory  # noqa: F401
+    import pyinfra_cli.util  # noqa: F401
+
+    logger = logging.getLogger("pyinfra")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    return sys.modules["pyinfra_cli"]
+
+
+def data_overrides(
+    items: Sequence[str], option: str = "--data", parse: bool = True
+) -> dict[str, Any]:
+    """``KEY=VALUE`` options as a dict, each value as pyinfra reads ``--data`` (``true``,
+    numbers, JSON lists and objects), or as the string given (``parse=False``).
+
+    + items: the options' values
+    + option: the option's name, for the error
+    + parse: read values as pyinfra does
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key:
+            raise ServefleetError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key] = pyinfra_cli().util.parse_cli_arg(value) if parse else value
+    return out
+
+
+@dataclass(frozen=True)
+class PyinfraOptions:
+    """What pyinfra's own command line parser reads from arguments passed on to pyinfra (after
+    ``--``) that decides which hosts run and with which data.
+
+    + limit, exclude: host, group or glob patterns (repeatable, as pyinfra's)
+    + data: ``--data KEY=VALUE`` and pyinfra's ``--ssh-*`` options, as pyinfra makes them data
+    + group_data: ``--group-data`` directories
+    + rest: the arguments without their ``--limit`` and ``--exclude`` options
+    """
+
+    limit: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+    group_data: tuple[str, ...] = ()
+    rest: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, args: Sequence[str]) -> PyinfraOptions:
+        """+ args: arguments for pyinfra (options only: no inventory, no operations)"""
+        cli = pyinfra_cli().cli.cli
+        try:
+            ctx = cli.make_context(
+                "pyinfra", [*args, "INVENTORY", "DEPLOY"], resilient_parsing=True
+            )
+        except Exception as e:  # noqa: BLE001 (click's own parse errors: one line)
+            raise ServefleetError(f"pyinfra arguments {' '.join(args)}: {e}") from None
+        params = ctx.params
+        data = data_overrides(params.get("data") or ())
+        data.update({k: params[k] for k in _SSH_OPTIONS if params.get(k)})
+        return cls(
+            limit=tuple(params.get("limit") or ()),
+            exclude=tuple(params.get("exclude") or ()),
+            data=data,
+            group_data=tuple(params.get("group_data") or ()),
+            rest=tuple(_without_picks(args)),
+        )
+
+
+def _without_picks(args: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _PICK_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in _PICK_OPTIONS)):
+            out.append(arg)
+    return out
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """One host as pyinfra reads it.
+
+    + name: its inventory name
+    + data: its whole data (override, host, groups, all), as ``host.data`` gives it
+    """
+
+    name: str
+    data: Mapping[str, Any]
+
+    @property
+    def address(self) -> str:
+        """Where it is reached from outside (``ssh_hostname``, else its name)."""
+        return str(self.data.get("ssh_hostname") or self.name)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """An inventory read by pyinfra's loader.
+
+    + hosts: every host, in pyinfra's order (first appearance in the groups)
+    + groups: each group's host names in that order (pyinfra's groups: the file's own, the
+      group named after the file, and any a group data file names)
+    """
+
+    hosts: tuple[InventoryHost, ...]
+    groups: Mapping[str, tuple[str, ...]]
+
+    @property
+    def order(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    def host(self, name: str) -> InventoryHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def settings(self, names: Sequence[str] | None = None) -> dict[str, Settings]:
+        """Each host's data validated as the deploys validate it, before any pyinfra run: bad
+        data is one line naming the host and the key, and no host is contacted.
+
+        + names: these hosts (default: all)
+        """
+        out = {}
+        for host in self.hosts if names is None else [self.host(n) for n in names]:
+            try:
+                out[host.name] = settings_from(host.data.get, keys=host.data.keys())
+            except ServefleetError as e:
+                raise DataError(f"{host.name}: {e}") from None
+        return out
+
+    def matching(self, pattern: str) -> list[str]:
+        """pyinfra's ``--limit``/``--exclude`` pattern: a group's hosts, else the hosts whose
+        name the glob matches."""
+        if pattern in self.groups:
+            return list(self.groups[pattern])
+        return [h for h in self.order if fnmatch.fnmatch(h, pattern)]
+
+    def select(
+        self, limit: Sequence[str] = (), exclude: Sequence[str] = (), warn: Any = None
+    ) -> list[str]:
+        """The hosts pyinfra runs with these ``--limit`` and ``--exclude`` patterns, in
+        inventory order. A pattern that matches nothing is said through ``warn`` (as pyinfra
+        warns); no host at all is an error.
+
+        + limit: patterns (none: every host)
+        + exclude: patterns
+        + warn: called with a line for each pattern that matches no host
+        """
+        chosen: set[str] = set() if limit else set(self.order)
+        unmatched = []
+        for option, patterns in (("--limit", limit), ("--exclude", exclude)):
+            for pattern in patterns:
+                found = self.matching(pattern)
+                if not found:
+                    unmatched.append(f"{option} {pattern} matches no host of the inventory")
+                chosen = chosen | set(found) if option == "--limit" else chosen - set(found)
+        picked = [h for h in self.order if h in chosen]
+        if limit and not picked and not any(self.matching(p) for p in limit):
+            raise ServefleetError(f"--limit {' '.join(limit)} matches no host of the inventory")
+        if not picked:
+            raise ServefleetError(f"--exclude {' '.join(exclude)} leaves no host of the inventory")
+        for line in unmatched if warn is not None else ():
+            warn(line)
+        return picked
+
+
+def limit_pattern(host: str) -> str:
+    """A ``--limit`` pattern that matches this host name only (glob characters escaped)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in host)
+
+
+def read_inventory(
+    inventory: str,
+    overrides: Mapping[str, Any] | None = None,
+    group_data: Sequence[str] = (),
+) -> Fleet:
+    """Read an inventory as pyinfra does (no host is contacted): the hosts, their groups and
+    their data with ``group_data/`` of the working directory and of the inventory's.
+
+    + inventory: anything pyinfra takes as INVENTORY (a file, ``h1,h2``, ``@local``, ...)
+    + overrides: data over everything (as ``pyinfra --data``)
+    + group_data: more group data directories (as ``pyinfra --group-data``)
+    """
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+
+    loader = pyinfra_cli().inventory
+    try:
+        with ctx_state.use(State(check_for_changes=False)):
+            inv = loader.make_inventory(
+                inventory,
+                override_data=dict(overrides or {}),
+                cwd=os.getcwd(),
+                group_data_directories=list(group_data) or None,
+            )
+            hosts = tuple(InventoryHost(h.name, h.data.dict()) for h in inv)
+            groups = {name: tuple(h.name for h in members) for name, members in inv.groups.items()}
+    except (Exception, SystemExit) as e:  # noqa: BLE001 (the operator's file: any error is one line)
+        raise inventory_error(inventory, e) from None
+    if not hosts:
+        raise ServefleetError(
+            f"{inventory}: no hosts (an inventory is a file, a comma-separated list of hosts, "
+            "@connector names, a host name that resolves, or a module.attribute, as pyinfra reads it)"
+        )
+    return Fleet(hosts, groups)
+
+
+@dataclass(frozen=True)
+class FleetArgs:
+    """A fleet command's hosts and what it passes on to pyinfra.
+
+    + fleet: the inventory as pyinfra reads it (with the data of ``--data``)
+    + hosts: the hosts the command runs on, inventory order (``--limit`` given to the command
+      and in the arguments for pyinfra, minus their ``--exclude``)
+    + limit: the command's own ``--limit`` patterns
+    + pyinfra: the arguments for pyinfra as given
+    + options: what pyinfra reads from them
+    """
+
+    fleet: Fleet
+    hosts: list[str]
+    limit: tuple[str, ...]
+    pyinfra: tuple[str, ...]
+    options: PyinfraOptions
+
+    @classmethod
+    def read(
+        cls, inventory: str, limit: Sequence[str], pyinfra_args: Sequence[str], warn: Any = None
+    ) -> FleetArgs:
+        """+ inventory: as pyinfra takes it
+        + limit: the command's ``--limit`` patterns
+        + pyinfra_args: arguments passed on to pyinfra (after ``--``)
+        + warn: called with a line for a pattern that matches no host"""
+        options = PyinfraOptions.parse(pyinfra_args)
+        fleet = read_inventory(inventory, options.data, options.group_data)
+        hosts = fleet.select((*limit, *options.limit), options.exclude, warn)
+        return cls(fleet, hosts, tuple(limit), tuple(pyinfra_args), options)
+
+    def settings(self) -> dict[str, Settings]:
+        """Each of its hosts' data validated (:meth:`Fleet.settings`)."""
+        return self.fleet.settings(self.hosts)
+
+    def limit_args(self) -> list[str]:
+        """The command's ``--limit`` options, for a pyinfra run over its hosts."""
+        return [a for pattern in self.limit for a in ("--limit", pattern)]
