@@ -27,7 +27,7 @@ from test_host_state import _units
 
 from servefleet.base.download import transient, unreachable
 from servefleet.base.errors import DataError
-from servefleet.entry import cli
+from servefleet.entry import cli, cmd_fleet, cmd_recipes, common, pyinfra_run
 from servefleet.fleet.fleetview import ReportRequest, plan_diffs, plan_summary, unit_diffs
 from servefleet.hostplan.plan import plan_host
 from servefleet.remote import retry
@@ -148,7 +148,7 @@ def test_status_refuses_a_prometheus_file_it_cannot_write_before_asking_any_host
     fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakePyinfra({"h1": healthy()}, OUTPUT)
-    monkeypatch.setattr(cli, "_run_pyinfra", fake)
+    monkeypatch.setattr(pyinfra_run, "run_pyinfra", fake)
     result = invoke("status", "inv.py", "--prometheus", str(fleet / "no" / "t.json"))
     assert result.exit_code == 2 and fake.runs == []
     assert one_line(result) == (
@@ -274,7 +274,7 @@ def test_recipes_show_reads_as_text_and_json_stays_available() -> None:
 
 def test_outline_of_nested_values() -> None:
     shown = {"a": 1, "b": ["x", "y"], "c": {"d": None, "e": True}, "f": [{"g": 1}, {"g": 2}]}
-    assert cli.outline(shown) == [
+    assert cmd_recipes.outline(shown) == [
         "a: 1", "b: x, y", "c:", "  d: -", "  e: true", "f:", "  - g: 1", "  - g: 2",
     ]  # fmt: skip
 
@@ -363,7 +363,7 @@ def test_rollback_json_names_each_hosts_result(
         ran.append(cmd)
         return 1, {"failed_hosts": ["h2", "h3"]}, ROLLBACK_ERR
 
-    monkeypatch.setattr(cli, "_run_json", run_json)
+    monkeypatch.setattr(pyinfra_run, "run_json", run_json)
     result = invoke("rollback", "inv.py", "--json")
     assert result.exit_code == 1
     assert ran[0][1] == "--json" and ran[0][-1].endswith("rollback.py")
@@ -375,8 +375,9 @@ def test_rollback_json_names_each_hosts_result(
                "why": "h3: no previous state to roll back to"},
     }  # fmt: skip
     # pyinfra printed no results: every host failed, unless it exited 0
-    assert {r["result"] for r in cli.rollback_results(["h1"], 1, None, "").values()} == {"failed"}
-    assert cli.rollback_results(["h1"], 0, None, "")["h1"]["result"] == "ok"
+    results = cmd_fleet.rollback_results(["h1"], 1, None, "")
+    assert {r["result"] for r in results.values()} == {"failed"}
+    assert cmd_fleet.rollback_results(["h1"], 0, None, "")["h1"]["result"] == "ok"
 
 
 def test_run_json_passes_stderr_on_and_reads_the_results(capfd: pytest.CaptureFixture) -> None:
@@ -384,7 +385,7 @@ def test_run_json_passes_stderr_on_and_reads_the_results(capfd: pytest.CaptureFi
         "import json, sys; print('[h1] working', file=sys.stderr); "
         "print(json.dumps({'results': {'failed_hosts': ['h1']}})); sys.exit(1)"
     )
-    code, results, err = cli._run_json([sys.executable, "-c", script])
+    code, results, err = pyinfra_run.run_json([sys.executable, "-c", script])
     assert (code, results, err) == (1, {"failed_hosts": ["h1"]}, "[h1] working\n")
     assert "[h1] working" in capfd.readouterr().err
 
@@ -437,7 +438,7 @@ def test_plan_diff_shows_each_units_diff_and_json_carries_them_only_with_diff(
 ) -> None:
     plan, _ = drifted()
     summary = plan_summary(plan)
-    monkeypatch.setattr(cli, "_run_pyinfra", FakePyinfra({"h1": summary}, OUTPUT))
+    monkeypatch.setattr(pyinfra_run, "run_pyinfra", FakePyinfra({"h1": summary}, OUTPUT))
     result = invoke("plan", "inv.py", "--diff")
     assert result.exit_code == 1  # h2 unreachable, h3 failed
     assert plan_diffs({"h1": summary}) in result.stdout
@@ -446,7 +447,7 @@ def test_plan_diff_shows_each_units_diff_and_json_carries_them_only_with_diff(
     assert "diffs" not in json.loads(invoke("plan", "inv.py", "--json").stdout)["h1"]
     with_diff = json.loads(invoke("plan", "inv.py", "--json", "--diff").stdout)
     assert with_diff["h1"]["diffs"] == summary["diffs"]
-    monkeypatch.setattr(cli, "_run_pyinfra", FakePyinfra({"h1": plan_summary(
+    monkeypatch.setattr(pyinfra_run, "run_pyinfra", FakePyinfra({"h1": plan_summary(
         plan_host(settings(), converged_probe()))}, OUTPUT))  # fmt: skip
     assert "no unit changes" in invoke("plan", "inv.py", "--diff").stdout
 
@@ -457,7 +458,7 @@ def test_plan_diff_shows_each_units_diff_and_json_carries_them_only_with_diff(
 
 def test_progress_counts_written_summaries_and_failed_connections(tmp_path: Path) -> None:
     shown: list[str] = []
-    progress = cli.Progress("status", ["h1", "h2", "h3"], str(tmp_path), shown.append)
+    progress = pyinfra_run.Progress("status", ["h1", "h2", "h3"], str(tmp_path), shown.append)
     with progress:
         (tmp_path / "a.json").write_text("{}")
         progress.output.append("--> Connecting to hosts...\n    [h2] Could not connect (x)\n")
@@ -468,13 +469,15 @@ def test_progress_counts_written_summaries_and_failed_connections(tmp_path: Path
 
 def test_run_watched_hands_each_line_to_the_progress(tmp_path: Path) -> None:
     shown: list[str] = []
-    progress = cli.Progress("plan", ["h1", "h2"], str(tmp_path), shown.append)
+    progress = pyinfra_run.Progress("plan", ["h1", "h2"], str(tmp_path), shown.append)
     script = (
         f"import pathlib; pathlib.Path({str(tmp_path)!r}, 'x.json').write_text('{{}}'); "
         "print('--> Connecting to hosts...'); print('    [h2] Could not connect (refused)')"
     )
     with progress:
-        code, output = cli._run_watched([sys.executable, "-c", script], dict(os.environ), progress)
+        code, output = pyinfra_run.run_watched(
+            [sys.executable, "-c", script], dict(os.environ), progress
+        )
     assert code == 0 and "[h2] Could not connect (refused)" in output
     assert shown[-2:] == ["\rplan: 2/2 hosts", "\n"]
 
@@ -495,10 +498,10 @@ def test_plan_and_status_show_progress_on_a_terminal_only(
         progress.output.append(OUTPUT)
         return fake(cmd, env)
 
-    monkeypatch.setattr(cli, "_run_pyinfra", fake)
-    monkeypatch.setattr(cli, "_run_watched", watched)
+    monkeypatch.setattr(pyinfra_run, "run_pyinfra", fake)
+    monkeypatch.setattr(pyinfra_run, "run_watched", watched)
     assert "hosts" not in invoke("status", "inv.py").stderr  # not a terminal
-    monkeypatch.setattr(cli, "_shows_progress", lambda: True)
+    monkeypatch.setattr(common, "shows_progress", lambda: True)
     for command in ("status", "plan"):
         err = invoke(command, "inv.py").stderr
         assert err.startswith(f"\r{command}: 0/3 hosts"), err

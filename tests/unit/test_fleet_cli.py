@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from test_deploy_plan import CREDS, settings
 from test_fleetview import converged_probe, whole_reads
 
-from servefleet.entry import cli
+from servefleet.entry import cli, cmd_fleet, pyinfra_run
 from servefleet.fleet.fleetview import ReportRequest, status_summary
 from servefleet.hostplan.plan import plan_host
 
@@ -81,7 +81,7 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePyinfra]:
     runner = FakePyinfra({"h1": healthy()}, OUTPUT)
-    monkeypatch.setattr(cli, "_run_pyinfra", runner)
+    monkeypatch.setattr(pyinfra_run, "run_pyinfra", runner)
     yield runner
 
 
@@ -225,7 +225,7 @@ def test_rollout_and_rollback_take_the_same_limit(
     # one pyinfra run for the batch, limited to its own hosts; --exclude applied, not passed on
     assert batch[batch.index("--json") + 1 :] == [
         "--limit", "h1", "--limit", "h3", "--data", "serve_target=Throughput", "inv.py",
-        cli.deploy_path("serve.py"),
+        pyinfra_run.deploy_path("serve.py"),
     ]  # fmt: skip
     assert len(runs.runs) == 1
     back = invoke("rollback", "inv.py", "--limit", "canary", "--limit", "h3")
@@ -261,7 +261,7 @@ def test_rollout_without_yes_needs_a_terminal(
     )
     assert result.stdout == "" and fake.runs == [] and runs.runs == []
     # at a terminal it asks (on stderr with --json: stdout stays JSON); "n" starts nothing
-    monkeypatch.setattr(cli, "_interactive", lambda: True)
+    monkeypatch.setattr(cmd_fleet, "_interactive", lambda: True)
     asked = invoke("rollout", "inv.py", *as_json, stdin="n\n")
     assert asked.exit_code == 1 and "Aborted!" in asked.stderr
     where = asked.stderr if as_json else asked.stdout
@@ -303,6 +303,6 @@ def test_rollout_reads_pyinfra_inventory_forms(
         "h1": "ok",
         "h9": "ok",
     }
-    assert [r[-2:] for r in runs.runs] == [["h1,h9", cli.deploy_path("serve.py")]] * 2
+    assert [r[-2:] for r in runs.runs] == [["h1,h9", pyinfra_run.deploy_path("serve.py")]] * 2
     assert [r[r.index("--limit") + 1] for r in runs.runs] == ["h1", "h9"]
     assert fake.runs[0][-2] == "h1,h9"  # its status at the start, over the same inventory

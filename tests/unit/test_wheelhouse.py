@@ -189,7 +189,7 @@ def test_a_progress_bar_counts_the_files_as_they_arrive(
     fill(tmp_path / "wh", files, CREDS, echo=lambda _: None, progress=again)
     assert again.length is None  # nothing to download: no bar
     # the command shows click's bar on stderr when that is a terminal
-    monkeypatch.setattr("servefleet.entry.cli._shows_progress", lambda: True)
+    monkeypatch.setattr("servefleet.entry.common.shows_progress", lambda: True)
     for name, value in zip(("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD"), OWNER_LOGIN, strict=True):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HF_TOKEN", TOKEN)

@@ -1,0 +1,279 @@
+"""The fleet commands: ``plan`` and ``status`` (deploys/report.py over the hosts, as tables or
+JSON), ``rollout`` (batch by batch, a canary first) and ``rollback``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from servefleet.base.errors import ServefleetError
+from servefleet.base.exitcodes import Exit
+from servefleet.entry import common, pyinfra_run as runs
+
+_FLEET = {"ignore_unknown_options": True}
+_LIMIT = click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only these hosts: a group name, else a glob of host names (repeatable, as pyinfra's "
+    "--limit; a --limit after -- counts too).",
+    shell_complete=common.complete_limit,
+)
+_PYINFRA_ARGS = click.argument("pyinfra_args", nargs=-1, type=click.UNPROCESSED)
+
+
+@click.command("rollback", context_settings=_FLEET)
+@click.argument("inventory", shell_complete=common.complete_inventory)
+@_LIMIT
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="Per host on stdout: result (ok, failed), the release it rolled back to, why it "
+    "failed (pyinfra's output goes to stderr).",
+)  # fmt: skip
+@_PYINFRA_ARGS
+def rollback_cmd(
+    inventory: str, limits: tuple[str, ...], as_json: bool, pyinfra_args: tuple[str, ...]
+) -> None:
+    """Roll hosts back to the state before their last good deploy (units, release, servers),
+    through the health gate. Arguments after ``--`` go to pyinfra as they are; the exit status
+    is pyinfra's."""
+    import subprocess
+
+    fleet = runs.fleet_args(inventory, limits, pyinfra_args)
+    cmd = [runs.pyinfra_bin(), "-y", *fleet.limit_args(), *pyinfra_args, inventory]
+    if not as_json:
+        sys.exit(subprocess.run([*cmd, runs.deploy_path("rollback.py")]).returncode)
+    code, results, output = runs.run_json(
+        [cmd[0], "--json", *cmd[1:], runs.deploy_path("rollback.py")]
+    )
+    common.echo_json(rollback_results(fleet.hosts, code, results, output))
+    sys.exit(code)
+
+
+def rollback_results(
+    hosts: Sequence[str], code: int, results: dict[str, Any] | None, output: str
+) -> dict[str, dict[str, Any]]:
+    """Each host of a rollback: ``ok`` or ``failed`` (pyinfra's failed hosts; all of them when
+    it printed no results), the release its servers were rolled back to (the deploy's
+    ``rolled back to`` line; None: not said), why it failed and whether it was unreachable.
+
+    + hosts: the hosts of the run
+    + code: pyinfra's exit status
+    + results: pyinfra's ``--json`` results
+    + output: its stderr
+    """
+    import re
+
+    from servefleet.fleet.fleetview import failure
+
+    failed = set(hosts) if results is None else set(results.get("failed_hosts") or ())
+    if results is None and code == 0:
+        failed = set()
+    out = {}
+    for host in hosts:
+        said = re.search(rf"\[{re.escape(host)}\].*rolled back to (\S+)", output)
+        unreachable, why = failure(output, host) if host in failed else (False, "")
+        out[host] = {
+            "result": "failed" if host in failed else "ok",
+            "release": said.group(1) if said else None,
+            "unreachable": unreachable,
+            "why": why,
+        }
+    return out
+
+
+@click.command("plan", context_settings=_FLEET)
+@click.argument("inventory", shell_complete=common.complete_inventory)
+@_LIMIT
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option(
+    "--diff", "diff", is_flag=True,
+    help="Also each unit's diff: its file on the host to the one the deploy would write "
+    "(unified; a unit to remove, to /dev/null). With --json: each host's \"diffs\".",
+)  # fmt: skip
+@_PYINFRA_ARGS
+def plan_cmd(
+    inventory: str,
+    limits: tuple[str, ...],
+    as_json: bool,
+    diff: bool,
+    pyinfra_args: tuple[str, ...],
+) -> None:
+    """What a deploy would change on each host (driver, release and packages, models, restarts,
+    recompiles; with --diff each unit file's diff). Changes nothing. Every host is shown; one
+    that could not be planned (unreachable, with pyinfra's reason) is named on stderr and the
+    exit status is 1. On a terminal, stderr counts the hosts done. Arguments after ``--`` go to
+    pyinfra (``--data``)."""
+    from servefleet.fleet.fleetview import dumps, fleet_plan, plan_diffs, plan_table
+
+    fleet = runs.fleet_args(inventory, limits, pyinfra_args)
+    fleet.settings()
+    found, missing = runs.report("plan", inventory, fleet.hosts,
+                             (*fleet.limit_args(), *pyinfra_args), common.shows_progress())  # fmt: skip
+    plans = {**fleet_plan(found), **missing}
+    if not diff:
+        plans = {h: {k: v for k, v in p.items() if k != "diffs"} for h, p in plans.items()}
+    if as_json:
+        click.echo(dumps(plans))
+    else:
+        click.echo(plan_table(plans))
+        if diff:
+            click.echo("\n" + (plan_diffs(plans) or "no unit changes"))
+    runs.say_missing(missing)
+    sys.exit(Exit.FAILED if missing else Exit.OK)
+
+
+@click.command("status", context_settings=_FLEET)
+@click.argument("inventory", shell_complete=common.complete_inventory)
+@_LIMIT
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option(
+    "--prometheus",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write file_sd targets to this file (atomically): every instance of every host, "
+    'unreachable="1" on a host status could not reach.',
+)
+@_PYINFRA_ARGS
+def status_cmd(
+    inventory: str,
+    limits: tuple[str, ...],
+    as_json: bool,
+    prometheus: Path | None,
+    pyinfra_args: tuple[str, ...],
+) -> None:
+    """How each host runs against its data: driver, SKU, release and packages, each instance's
+    running vs desired unit and health. Every host is shown: one that cannot be reached as
+    unreachable, with pyinfra's reason. Exits 1 naming every host that is unreachable, drifts
+    or is unhealthy. On a terminal, stderr counts the hosts done."""
+    from servefleet.fleet.fleetview import (
+        dumps,
+        missing_status,
+        planned_instances,
+        prometheus_targets,
+        seen_ports,
+        status_problems,
+        status_table,
+        write_atomic,
+    )
+
+    if prometheus and not prometheus.parent.is_dir():  # before any host is asked
+        raise click.BadParameter(
+            f"{prometheus}: its directory {prometheus.parent} does not exist",
+            param_hint="'--prometheus'",
+        )
+    fleet = runs.fleet_args(inventory, limits, pyinfra_args)
+    settings = fleet.settings()
+    found, missing = runs.report("status", inventory, fleet.hosts,
+                             (*fleet.limit_args(), *pyinfra_args), common.shows_progress())  # fmt: skip
+    seen = seen_ports(prometheus) if prometheus else {}
+    statuses = dict(found)
+    for host, why in missing.items():
+        instances = planned_instances(settings[host], seen.get(host, ()))
+        statuses[host] = missing_status(why, fleet.fleet.host(host).address, instances)
+    click.echo(dumps(statuses) if as_json else status_table(statuses))
+    if prometheus:
+        try:
+            write_atomic(prometheus, dumps(prometheus_targets(statuses)) + "\n")
+        except OSError as e:
+            raise ServefleetError(
+                f"--prometheus {prometheus}: not written ({e.strerror})"
+            ) from None
+    problems = [line for h, st in sorted(statuses.items()) for line in status_problems(h, st)]
+    for line in problems:
+        click.echo(f"servefleet: {line}", err=True)
+    sys.exit(Exit.FAILED if problems else Exit.OK)
+
+
+def _interactive() -> bool:
+    """Whether a prompt can be answered: stdin is a terminal."""
+    return sys.stdin.isatty()
+
+
+@click.command("rollout", context_settings=_FLEET)
+@click.argument("inventory", shell_complete=common.complete_inventory)
+@click.argument("deploy", required=False, shell_complete=common.complete_inventory)
+@click.option("--canary", type=click.IntRange(min=0), default=0, help="The first K hosts alone.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Hosts a batch.")
+@click.option(
+    "--batch-percent", type=click.FloatRange(0, 100, min_open=True), default=None,
+    help="Hosts a batch, as a percentage of the hosts.",
+)  # fmt: skip
+@click.option(
+    "--max-failures", type=click.IntRange(min=0), default=0, show_default=True,
+    help="Failed hosts the rollout tolerates, over all batches so far; one more stops it (the "
+    "failed hosts back on what they served, the rest untouched) and it exits 1.",
+)  # fmt: skip
+@_LIMIT
+@click.option("--json", "as_json", is_flag=True, help="Per host: releases, result, rolled back.")
+@click.option(
+    "--yes", is_flag=True, help="Do not ask before starting (needed when stdin is no terminal)."
+)
+@_PYINFRA_ARGS
+def rollout_cmd(
+    inventory: str,
+    deploy: str | None,
+    canary: int,
+    batch_size: int | None,
+    batch_percent: float | None,
+    max_failures: int,
+    limits: tuple[str, ...],
+    as_json: bool,
+    yes: bool,
+    pyinfra_args: tuple[str, ...],
+) -> None:
+    """Deploy batch by batch in inventory order, a canary first; stop (exit 1) when a batch
+    fails more hosts than --max-failures: failed hosts are back on what they served, hosts not
+    reached are untouched. Arguments after ``--`` go to pyinfra (e.g. ``--data k=v``)."""
+    from servefleet.fleet.fleetview import dumps, table
+    from servefleet.rollout import Rollout, batches, summary_rows
+
+    if batch_size and batch_percent:
+        raise click.UsageError("--batch-size and --batch-percent: give one of them")
+    if not yes and not _interactive():
+        raise click.UsageError(
+            "rollout asks before it starts and stdin is not a terminal: pass --yes"
+        )
+    if deploy and deploy.startswith("-"):
+        pyinfra_args, deploy = (deploy, *pyinfra_args), None
+    fleet = runs.fleet_args(inventory, limits, pyinfra_args)
+    fleet.settings()
+    hosts = fleet.hosts
+    passed_on = list(fleet.options.rest)  # each batch is limited to its own hosts
+    plan = batches(hosts, canary, batch_size, batch_percent)
+    echo = (lambda _m: None) if as_json else click.echo
+    line = (f"rollout of {len(hosts)} host(s) in {len(plan)} batch(es): "
+            + " | ".join(", ".join(b) for b in plan))  # fmt: skip
+    echo(line)
+    if not yes:
+        if as_json:
+            click.echo(line, err=True)
+        click.confirm("Start?", abort=True, err=as_json)
+
+    def report(kind: str, some: list[str]) -> dict[str, Any]:
+        from servefleet.fleet.inventory import limit_pattern
+
+        limit = [a for h in some for a in ("--limit", limit_pattern(h))]
+        try:
+            return runs.report(kind, inventory, some, (*limit, *passed_on))[0]
+        except ServefleetError:
+            return {}
+
+    rollout = Rollout(
+        inventory=inventory,
+        deploy=deploy or runs.deploy_path("serve.py"),
+        pyinfra_args=passed_on,
+        report=report,
+        echo=lambda m: echo(m),
+    )
+    ok = rollout.run(plan, max_failures)
+    if as_json:
+        click.echo(dumps({h: vars(r) for h, r in rollout.results.items()}))
+    else:
+        header = ("host", "before", "after", "result", "rolled back", "why")
+        click.echo(table(summary_rows(rollout.results), header))
+    sys.exit(Exit.OK if ok else Exit.FAILED)

@@ -1,0 +1,174 @@
+"""``lock`` (every stack the data selects, resolved into the lock directory, or checked against
+it) and ``wheelhouse`` (every file of a lock downloaded into a directory, for offline hosts)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from servefleet.base.exitcodes import Exit
+from servefleet.entry import common
+
+
+@click.command("lock")
+@click.argument("inventory", shell_complete=common.complete_inventory)
+@click.option("--check", is_flag=True, help="Only compare the lock with the data (offline).")
+@click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
+@click.option(
+    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
+)
+@click.option(
+    "--selection", "selection", multiple=True, metavar="AXIS=VALUE",
+    help="Lock this selection on every host (over the data's serve_selection).",
+)  # fmt: skip
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="On stdout: the lock directory, each stack's release and packages, the models, the "
+    "files (with --check: whether it matches, and what differs).",
+)  # fmt: skip
+def lock_cmd(
+    inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...],
+    selection: tuple[str, ...], as_json: bool,
+) -> None:  # fmt: skip
+    """Resolve every stack the inventory's data selects (every package with its version, index
+    and file sha256s; the driver runfile; the models' revisions) into the lock directory.
+    With --check, exit 1 naming what no longer matches the data.
+
+    Example:
+
+        servefleet lock inventories/prod.py && git diff locks/
+    """
+    from servefleet.fleet.lockfleet import check_lock, fleet_lock, make_lock
+
+    overrides = _overrides(data)
+    if selection:
+        chosen = _overrides(selection, "--selection", parse=False)
+        overrides["serve_selection"] = {**(overrides.get("serve_selection") or {}), **chosen}
+    fl = fleet_lock(inventory, overrides, lock_dir)
+    if not check:
+        make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo)
+        if as_json:
+            common.echo_json(lock_summary(fl.lock_dir))
+        return
+    problems = check_lock(fl)
+    for line in problems:
+        click.echo(f"servefleet: lock: {line}", err=True)
+    if as_json:
+        common.echo_json({"lock_dir": str(fl.lock_dir), "matches": not problems,
+                    "stacks": len(fl.stacks), "differences": problems})  # fmt: skip
+    if problems:
+        sys.exit(Exit.FAILED)
+    if not as_json:
+        click.echo(f"{fl.lock_dir}: matches the data ({len(fl.stacks)} stack(s))")
+
+
+def lock_summary(lock_dir: str | Path) -> dict[str, Any]:
+    """What ``lock --json`` prints of a lock directory just written: each stack's release id,
+    pylock file and packages (name -> version), the driver runfiles, the models and the files.
+
+    + lock_dir: the lock directory
+    """
+    from servefleet.release.lock import load_lock
+    from servefleet.release.pylock import packages
+
+    lock = load_lock(lock_dir)
+    stacks = {
+        name: {
+            "release": st.release,
+            "pylock": st.pylock_file,
+            "packages": {p["name"]: p["version"] for p in packages(st.pylock)},
+        }
+        for name, st in sorted(lock.stacks.items())
+    }
+    return {"lock_dir": str(lock.path), "stacks": stacks, "driver": lock.driver,
+            "models": lock.models, "files": lock.files}  # fmt: skip
+
+
+def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True) -> dict[str, Any]:
+    """``KEY=VALUE`` options as a dict: ``--data`` values as pyinfra reads them (``parse``),
+    ``--selection`` values as strings."""
+    from servefleet.fleet.inventory import data_overrides
+
+    return data_overrides(data, option, parse)
+
+
+@click.command("wheelhouse")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option(
+    "--inventory",
+    default=None,
+    help="Take sdk_lock and the credentials' variable names from this inventory's data.",
+    shell_complete=common.complete_inventory,
+)
+@click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
+@click.option(
+    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="On stdout: the files downloaded, already there and failed, the bytes, the models "
+    "left out.",
+)  # fmt: skip
+def wheelhouse_cmd(
+    directory: str,
+    inventory: str | None,
+    lock_dir: str | None,
+    data: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Download every file of a lock into DIRECTORY: each stack's wheels and sdists, the driver
+    runfiles, the model archives, each checked against the lock's sha256 (a file that differs
+    is named with both hashes and not kept; exit 1). Files already there with the right sha256
+    are not downloaded again; on a terminal a progress bar counts the files as they arrive.
+    Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY.
+
+    Credentials come from the variables the data's creds_*_env name (the defaults' without
+    --inventory), the index's only to an index that needs them, the token only to the store.
+
+    Example:
+
+        servefleet wheelhouse /srv/wheelhouse --inventory inventories/prod.py
+    """
+    from servefleet.release.lock import load_lock
+    from servefleet.release.wheelhouse import Credentials, fill, lock_files
+    from servefleet.settings.table import DEFAULTS
+
+    if inventory:
+        from servefleet.fleet.lockfleet import lock_settings
+
+        where, s = lock_settings(inventory, _overrides(data), lock_dir)
+        creds = Credentials(s.index_user, s.index_password, s.hf_token)
+    elif lock_dir:
+        where = Path(lock_dir)
+        keys = ("creds_index_user_env", "creds_index_password_env", "creds_hf_token_env")
+        creds = Credentials(*(os.environ.get(str(DEFAULTS[k])) or None for k in keys))
+    else:
+        raise click.UsageError("give --inventory (its data's sdk_lock) or --lock-dir")
+    files, hub = lock_files(load_lock(where))
+    say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
+    for model in hub:
+        say(f"model {model}: from the hub in the lock (no store archive); not included")
+
+    def bar(count: int) -> Any:
+        return click.progressbar(
+            length=count, label=f"downloading {count} file(s)", file=sys.stderr
+        )
+
+    done = fill(directory, files, creds, say, progress=bar if common.shows_progress() else None)
+    for line in done.failed:
+        click.echo(f"servefleet: wheelhouse: {line}", err=True)
+    if as_json:
+        common.echo_json({"directory": directory, "downloaded": done.downloaded,
+                    "present": done.present, "failed": done.failed, "bytes": done.bytes,
+                    "not_included": list(hub)})  # fmt: skip
+    else:
+        click.echo(
+            f"{directory}: {len(done.downloaded)} downloaded ({done.bytes} bytes), "
+            f"{len(done.present)} already there, {len(done.failed)} failed"
+        )
+    if done.failed:
+        sys.exit(Exit.FAILED)
