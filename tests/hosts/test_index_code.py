@@ -23,7 +23,7 @@ from hostile_sdist import hostile_sdist, report_dir, reports
 
 from servefleet.base import sandbox
 from servefleet.lab import layout
-from servefleet.release.lock import packages
+from servefleet.release.pylock import packages
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 SUFFIX = ("--data", "serve_selection=spec_decode=suffix")

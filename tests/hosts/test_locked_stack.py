@@ -19,7 +19,7 @@ from packaging.markers import Marker
 
 from servefleet.lab.chat import chat_once
 from servefleet.lab.index import normalize
-from servefleet.release.lock import packages
+from servefleet.release.pylock import packages
 from servefleet.settings.table import load_defaults
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")

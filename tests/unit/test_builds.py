@@ -20,7 +20,9 @@ from servefleet.base import sandbox
 from servefleet.lab.index import Config, make_server
 from servefleet.release import builds, sdists
 from servefleet.release.builds import BuildError, build, sdist_only
-from servefleet.release.lock import packages, resolve, stack
+from servefleet.release.pylock import packages
+from servefleet.release.resolve import resolve
+from servefleet.release.stack import stack
 from servefleet.release.uvbin import uv_binary
 
 lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")

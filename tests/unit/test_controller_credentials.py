@@ -16,8 +16,8 @@ import pytest
 from servefleet.base.download import credentials_for, origin
 from servefleet.base.subenv import child_env
 from servefleet.fleet import lockfleet
-from servefleet.release import builds, lock, sdists
-from servefleet.release.lock import basic_auth, stack
+from servefleet.release import builds, owners, sdists
+from servefleet.release.stack import basic_auth, stack
 
 SECRET_ENV = {
     "HF_TOKEN": "hf_secret",
@@ -78,7 +78,7 @@ def test_the_lock_owner_check_drops_basic_auth_on_a_redirect_to_another_origin(
     two_origins: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, seen = two_origins
-    assert lock._get(url, ("u", "index-secret")) == 200
+    assert owners._get(url, ("u", "index-secret")) == 200
     assert seen and all("Authorization" not in h for h in seen)
 
 

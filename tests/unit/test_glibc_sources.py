@@ -20,8 +20,8 @@ from test_host_state import CR13, run_probe
 from servefleet.fleet.lockfleet import alternatives
 from servefleet.hostplan.plan import plan_host, probe_args, resolve_for
 from servefleet.lab.base import base_note, base_paths, ensure_base
-from servefleet.lab.fleet import plan_hosts
 from servefleet.lab.state import LabError
+from servefleet.lab.topology import plan_hosts
 from servefleet.release.glibc import choose, glibc_refusal, host_glibc, levels
 from servefleet.release.uvbin import uv_binary
 from servefleet.settings.table import load_defaults
@@ -242,7 +242,8 @@ def test_each_base_has_its_own_cache_the_default_keeps_its_layout(tmp_path: Path
 def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None:
     from test_lock import pylock
 
-    from servefleet.release.lock import release_id, write_lock
+    from servefleet.release.lock import write_lock
+    from servefleet.release.pylock import release_id
 
     torch = {**TWO["torch"], "glibc": "2.38"}  # 2.35 hosts are refused, that stack not locked
     s = settings(pip_indexes={**TWO, "torch": torch})

@@ -3,7 +3,7 @@
 A hostile sdist (``evil-0.1``, ``Dynamic: Requires-Dist``, an in-tree build backend that looks for
 secrets everywhere a same-uid process can: its environment, every ``/proc/<pid>/environ`` and
 ``cmdline`` it can read, a root-only file) is served by a public index beside a private index
-with HTTP Basic auth. Then ``lock.resolve`` (uv must learn evil's dependencies by building it),
+with HTTP Basic auth. Then ``resolving.resolve`` (uv must learn evil's dependencies by building it),
 ``builds.build`` (evil has only an sdist, so the controller builds its wheel) and the wheelhouse
 (which builds nothing) run with the index password in their arguments and in this process's
 environment, as the deploy and ``servefleet lock`` do. The backend runs (its report is there)
@@ -28,7 +28,7 @@ from lab_sim_support import SIMULATOR, load
 
 from servefleet.base import sandbox
 from servefleet.lab.index import Config, make_server
-from servefleet.release import builds, lock, wheelhouse
+from servefleet.release import builds, pylock, resolve as resolving, stack as stacks, wheelhouse
 
 lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 
@@ -63,7 +63,7 @@ def indexes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[st
             make_server(Config("simple", private, basic=("u", SECRET)), "127.0.0.1", 0)
         ) as priv,
     ):
-        st = lock.stack(
+        st = stacks.stack(
             "evil",
             ["evil", "rblnthing"],
             [],
@@ -91,31 +91,31 @@ def test_lock_builds_an_sdist_for_its_metadata_where_no_credential_is(
     indexes: dict[str, Any],
 ) -> None:
     st = indexes["stack"]
-    text = lock.resolve(st, "u", SECRET)
+    text = resolving.resolve(st, "u", SECRET)
     found = reports(indexes["report"])
     assert_found_nothing(found)
     assert {r["hook"] for r in found} >= {"build_wheel"}
-    locked = {p["name"]: p for p in lock.packages(text)}
+    locked = {p["name"]: p for p in pylock.packages(text)}
     # evil's dynamic dependency came back from its sandboxed build: uv locked it
     assert set(locked) == {"evil", "tinydep", "rblnthing"}
     assert "sdist" in locked["evil"] and locked["rblnthing"]["index"].endswith("/simple")
     # the metadata is kept by the sdist's sha256: a second lock builds nothing
     for p in indexes["report"].glob("*.json"):
         p.unlink()
-    assert lock.resolve(st, "u", SECRET) == text
+    assert resolving.resolve(st, "u", SECRET) == text
     assert reports(indexes["report"]) == []
 
 
 def test_the_uv_that_holds_credentials_cannot_start_a_build(indexes: dict[str, Any]) -> None:
     st = indexes["stack"]
-    env = {**lock.credentials_env(st, "u", SECRET), "UV_CACHE_DIR": str(lock.lock_cache())}
+    env = {**stacks.credentials_env(st, "u", SECRET), "UV_CACHE_DIR": str(resolving.lock_cache())}
     env["PATH"] = os.environ["PATH"]
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "pyproject.toml").write_text(lock.project_toml(st))
-        proc = subprocess.run([lock._uv(), "lock", "--directory", tmp], env=env,
+        Path(tmp, "pyproject.toml").write_text(stacks.project_toml(st))
+        proc = subprocess.run([resolving._uv(), "lock", "--directory", tmp], env=env,
                               capture_output=True, text=True)  # fmt: skip
     assert proc.returncode != 0
-    assert "`evil==0.1`" in proc.stderr and lock.NO_BUILD in proc.stderr
+    assert "`evil==0.1`" in proc.stderr and resolving.NO_BUILD in proc.stderr
     assert reports(indexes["report"]) == []  # no backend ran
 
 
@@ -123,7 +123,9 @@ def test_the_controller_build_of_an_sdist_runs_where_no_credential_is(
     indexes: dict[str, Any],
 ) -> None:
     st = indexes["stack"]
-    (evil,) = [p for p in lock.packages(lock.resolve(st, "u", SECRET)) if p["name"] == "evil"]
+    (evil,) = [
+        p for p in pylock.packages(resolving.resolve(st, "u", SECRET)) if p["name"] == "evil"
+    ]
     for p in indexes["report"].glob("*.json"):
         p.unlink()
     python = "{}.{}".format(*os.sys.version_info[:2])  # type: ignore[attr-defined]
@@ -134,7 +136,7 @@ def test_the_controller_build_of_an_sdist_runs_where_no_credential_is(
 
 def test_the_wheelhouse_runs_no_index_code(indexes: dict[str, Any]) -> None:
     st = indexes["stack"]
-    text = lock.resolve(st, "u", SECRET)
+    text = resolving.resolve(st, "u", SECRET)
     for p in indexes["report"].glob("*.json"):
         p.unlink()
     files = wheelhouse.package_files(text, [i["url"] for i in st.inputs["indexes"]])
@@ -178,6 +180,8 @@ def test_an_index_that_cannot_be_reached_is_unreachable_not_bad_data(
     from servefleet.base.errors import Unreachable
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    st = lock.stack("x", ["tinydep"], [], [], "http://127.0.0.1:9/simple", ">=3.10", ["127.0.0.1"])
+    st = stacks.stack(
+        "x", ["tinydep"], [], [], "http://127.0.0.1:9/simple", ">=3.10", ["127.0.0.1"]
+    )
     with pytest.raises(Unreachable, match=r"stack x: uv lock could not reach an index \("):
-        lock.resolve(st)
+        resolving.resolve(st)

@@ -23,21 +23,12 @@ from test_install_release import install, release_plan, with_uv
 from servefleet.base.errors import DataError
 from servefleet.fleet.lockfleet import FleetLock, locked_models, make_lock
 from servefleet.hostplan.plan import plan_host, resolve_for
-from servefleet.release.lock import (
-    LOCK_FILE,
-    LockError,
-    Stack,
-    check_owners,
-    differences,
-    load_lock,
-    packages,
-    project_toml,
-    release_id,
-    resolve,
-    stack,
-    write_lock,
-)
+from servefleet.release.lock import LOCK_FILE, differences, load_lock, write_lock
+from servefleet.release.owners import check_owners
 from servefleet.release.plan import MARKER, plan_release, with_locked_models
+from servefleet.release.pylock import packages, release_id
+from servefleet.release.resolve import resolve
+from servefleet.release.stack import LockError, Stack, project_toml, stack
 from servefleet.settings.table import settings_from
 
 if sys.version_info >= (3, 11):

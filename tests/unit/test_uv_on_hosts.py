@@ -20,7 +20,8 @@ from lab_sim_support import REPO, load
 
 from servefleet.lab.index import Config, make_server
 from servefleet.release import simpleindex, uvbin
-from servefleet.release.lock import LOCK_FILE, LockError, load_lock, stack, write_lock
+from servefleet.release.lock import LOCK_FILE, load_lock, write_lock
+from servefleet.release.stack import LockError, stack
 from servefleet.release.wheelhouse import lock_files
 
 INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"

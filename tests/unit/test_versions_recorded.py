@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from servefleet.base.version import VERSION
-from servefleet.release.lock import LOCK_FILE, stack, write_lock
+from servefleet.release.lock import LOCK_FILE, write_lock
+from servefleet.release.stack import stack
 
 
 def test_the_version_is_the_installed_distributions() -> None:

@@ -30,8 +30,10 @@ from test_lock import ENV, defaults
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import resolve_for
-from servefleet.release.lock import load_lock, release_id, stack, write_lock
+from servefleet.release.lock import load_lock, write_lock
 from servefleet.release.plan import MARKER, plan_release
+from servefleet.release.pylock import release_id
+from servefleet.release.stack import stack
 from servefleet.release.wheelhouse import (
     MANIFEST,
     Credentials,

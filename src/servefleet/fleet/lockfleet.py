@@ -19,18 +19,11 @@ from typing import Any
 from servefleet.base.download import opener, unreachable
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.fleet.inventory import read_inventory
-from servefleet.release.lock import (
-    Lock,
-    LockError,
-    Stack,
-    check_owners,
-    differences,
-    load_lock,
-    packages,
-    release_id,
-    resolve,
-    write_lock,
-)
+from servefleet.release.lock import Lock, differences, load_lock, write_lock
+from servefleet.release.owners import check_owners
+from servefleet.release.pylock import packages, release_id
+from servefleet.release.resolve import resolve
+from servefleet.release.stack import LockError, Stack
 from servefleet.release.uvbin import uv_version, uv_wheel
 from servefleet.remote import retry
 from servefleet.settings.table import Settings

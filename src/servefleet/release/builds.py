@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.base.download import credentials_for
-from servefleet.release.lock import Stack, basic_auth, packages
-from servefleet.release.prewarm_store import sha256_of
+from servefleet.base.files import sha256_of
+from servefleet.release.pylock import packages
 from servefleet.release.sdists import SdistError, build_wheel, fetch
+from servefleet.release.stack import Stack, basic_auth
 
 BUILT = "built.json"
 

@@ -22,15 +22,9 @@ from packaging.version import Version
 from servefleet.base.errors import DataError, ServefleetError
 from servefleet.kinds import kind_named
 from servefleet.release.glibc import choose, owners
-from servefleet.release.lock import (
-    Lock,
-    Stack,
-    file_differences,
-    files_of,
-    load_lock,
-    packages,
-    stack,
-)
+from servefleet.release.lock import Lock, file_differences, load_lock
+from servefleet.release.pylock import files_of, packages
+from servefleet.release.stack import Stack, stack
 from servefleet.release.uvbin import host_uv, uv_version, uv_wheel
 from servefleet.release.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
 from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES

@@ -9,7 +9,6 @@ host it goes to checks it all again before using it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -17,16 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servefleet.base.files import sha256_of
+
 _FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
 COMPILE_ONLY = "compile only"  # remote/layout.py's COMPILE_ONLY: a copy's one origin
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Store:

@@ -2,7 +2,7 @@
 (``servefleet.base.sandbox``), with no credential in its process tree. Used for the wheels hosts
 install in place of an sdist (``servefleet.release.builds``) and for the metadata of an sdist whose
 dependencies are dynamic, which ``uv lock`` would otherwise build in a process that holds the
-index credentials (``servefleet.release.lock``, #31 finding 2).
+index credentials (``servefleet.release.resolve``, #31 finding 2).
 
 Controller-side; imports no pyinfra.
 """

@@ -1,7 +1,7 @@
 """A package index's project page (PEP 503 "simple" HTML), read on the controller: the files of
 one project, each with its URL and the sha256 the page gives. Used where servefleet needs a file
 no resolver picks for it: an sdist uv must not build where credentials are
-(``servefleet.release.lock``), and the uv wheel hosts install releases with (``servefleet.release.uvbin``).
+(``servefleet.release.resolve``), and the uv wheel hosts install releases with (``servefleet.release.uvbin``).
 
 Controller-side; imports no pyinfra.
 """

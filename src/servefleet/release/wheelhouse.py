@@ -46,8 +46,10 @@ from urllib.parse import unquote, urlsplit
 
 from servefleet.base.download import opener, origin as _origin
 from servefleet.base.errors import ServefleetError, Unreachable
-from servefleet.release.lock import Lock, basic_auth, files_of, packages
-from servefleet.release.prewarm_store import sha256_of as file_sha256
+from servefleet.base.files import sha256_of as file_sha256
+from servefleet.release.lock import Lock
+from servefleet.release.pylock import files_of, packages
+from servefleet.release.stack import basic_auth
 from servefleet.remote import retry
 from servefleet.remote.layout import WHEELHOUSE
 

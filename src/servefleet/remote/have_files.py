@@ -10,20 +10,21 @@ Prints the JSON list of the paths that hold their sha256, sorted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 
+if __package__:  # the controller imports this module (servefleet.remote.have_files)
+    from servefleet.remote import layout
+else:  # inline on the host: layout is carried along (servefleet.remote.inline)
+    import layout  # type: ignore[no-redef]
+
 
 def sha256_of(path: str) -> str | None:
-    digest = hashlib.sha256()
+    """The file's sha256 (layout's rule), None when it cannot be read."""
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
+        return layout.sha256_of(path)
     except OSError:
         return None
-    return digest.hexdigest()
 
 
 def have(files: dict[str, str]) -> list[str]:

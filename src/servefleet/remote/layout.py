@@ -1,12 +1,16 @@
 """The host contract: where servefleet keeps things on a host, and what it calls them.
 
-Stdlib only, and nothing but names. Both sides import it: the controller as
+Stdlib only: names, and the few rules both sides apply (a file's sha256, at the end). Both
+sides import it: the controller as
 ``servefleet.remote.layout``, the host programs as ``layout`` (the deploy uploads it with them to
 ``<serve_root>/lib``; a program sent inline carries it, see :func:`servefleet.remote.inline`).
 Every name a deploy and a host program must agree on is written here, once.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
 
 # Under serve_root.
 LIB = "lib"  # the host programs (this file among them) and the uv binary
@@ -88,3 +92,19 @@ API_KEY_VAR = "VLLM_API_KEY"  # its one line: VLLM_API_KEY=<key>
 
 # The RBLN driver.
 RUNFILE_DIR = "/var/cache/servefleet/driver"  # runfiles and installer logs
+
+
+# Rules both sides apply, written once.
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file, read in 1 MiB blocks (OSError when it cannot be read).
+
+    + path: the file
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+

@@ -14,7 +14,9 @@ from servefleet.base.errors import ServefleetError
 from servefleet.base.once import once
 from servefleet.hostplan.plan import HostPlan
 from servefleet.release.builds import build, sdist_only
-from servefleet.release.lock import LockError, Stack, changed_on_index, resolve
+from servefleet.release.owners import changed_on_index
+from servefleet.release.resolve import resolve
+from servefleet.release.stack import LockError, Stack
 
 
 @once
