@@ -96,7 +96,7 @@ def stream_once(address: str, port: int, tokens: int, auth: dict[str, str],
 
 
 def units(state: dict[str, Any], host: dict[str, Any]) -> list[dict[str, Any]]:
-    from servefleet.lab.fleet import ssh_command
+    from servefleet.lab.hosts import ssh_command
 
     proc = subprocess.run(ssh_command(state, host["name"], ["python3", "-"]), input=UNITS,
                           capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -68,7 +68,7 @@ def main() -> int:
     from labhelpers import shared_connection
 
     from servefleet.lab import httpbase, index, layout
-    from servefleet.lab.fleet import ssh_command
+    from servefleet.lab.hosts import ssh_command
     from servefleet.lab.state import load_state
     from servefleet.release.uvbin import uv_version
     from servefleet.settings.table import load_defaults

@@ -108,7 +108,7 @@ def deploy(installer: str, version: str) -> float:
 
 
 def readback(state: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
-    from servefleet.lab.fleet import ssh_command
+    from servefleet.lab.hosts import ssh_command
 
     proc = subprocess.run(ssh_command(state, host["name"], ["python3", "-"]), input=READBACK,
                           capture_output=True, text=True, timeout=120)  # fmt: skip

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from servefleet.lab.fleet import ssh_command
+from servefleet.lab.hosts import ssh_command
 from servefleet.lab.state import load_state
 
 LAB_HOSTS = 3

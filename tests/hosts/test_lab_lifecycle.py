@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from labhelpers import LAB_HOSTS, lab_up, on_host, servefleet
 
-from servefleet.lab import fleet, layout
+from servefleet.lab import layout, teardown
 from servefleet.lab.state import load_state
 
 pytestmark = pytest.mark.lab_destructive
@@ -32,9 +32,9 @@ def _leftovers() -> dict[str, Any]:
             line for line in mounts.splitlines() if " overlay " in line and "sf-ovl-" in line
         ],
         "links": [n for n in (layout.BRIDGE, layout.VETH_PREFIX) if f" {n}" in links],
-        "host processes": fleet.host_pids(),
-        "server processes": fleet.server_pids(),
-        "cgroups": fleet.our_cgroups(),
+        "host processes": teardown.host_pids(),
+        "server processes": teardown.server_pids(),
+        "cgroups": teardown.our_cgroups(),
         "state": layout.STATE_FILE.exists(),
     }
 
@@ -79,7 +79,7 @@ def test_down_leaves_no_namespace_mount_or_process(lab: dict[str, Any], repo_roo
 
 def test_up_after_a_crash_clears_the_leftovers(lab: dict[str, Any]) -> None:
     state = lab_up("--odd-sku", "lab3=RBLN-CA25", "--devices", "2", "--compile-seconds", "0.5")
-    old_hosts, old_servers = fleet.host_pids(), fleet.server_pids()
+    old_hosts, old_servers = teardown.host_pids(), teardown.server_pids()
     # a crash: the servers die, the host launchers die (their systemd keeps running, overlays
     # stay mounted), pidfiles and state vanish
     for pid in old_servers:
@@ -92,7 +92,7 @@ def test_up_after_a_crash_clears_the_leftovers(lab: dict[str, Any]) -> None:
     time.sleep(0.2)
     assert len(_leftovers()["overlays"]) == LAB_HOSTS
     state = lab_up("--odd-sku", "lab3=RBLN-CA25", "--devices", "2", "--compile-seconds", "0.5")
-    assert not set(old_hosts) & set(fleet.host_pids())
+    assert not set(old_hosts) & set(teardown.host_pids())
     assert [h["sku"] for h in state["hosts"]] == ["RBLN-CR13", "RBLN-CR13", "RBLN-CA25"]
     assert "1eff:1250" in on_host(state, "lab3", "lspci -n").stdout
     assert on_host(state, "lab1", "lspci -n | grep -c 1eff:2130").stdout.strip() == "2"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from servefleet.lab.base import find_mirror
-from servefleet.lab.fleet import plan_hosts
 from servefleet.lab.state import LabError, env_lines, load_state, write_state
+from servefleet.lab.topology import plan_hosts
 
 DEB822 = """\
 Types: deb
@@ -101,15 +101,15 @@ def test_env_lines_read_secrets_from_files() -> None:
 def test_lab_up_raises_the_inotify_limit_for_many_hosts_and_down_restores_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from servefleet.lab import fleet, layout
+    from servefleet.lab import layout, machine
 
     limit = tmp_path / "max_user_instances"
     limit.write_text("128\n")
-    monkeypatch.setattr(fleet, "INOTIFY_INSTANCES", limit)
+    monkeypatch.setattr(machine, "INOTIFY_INSTANCES", limit)
     monkeypatch.setattr(layout, "SYSCTL_SAVED", tmp_path / "sysctl.json")
-    fleet.raise_sysctls(3)
+    machine.raise_sysctls(3)
     assert limit.read_text() == "128\n" and not (tmp_path / "sysctl.json").exists()
-    fleet.raise_sysctls(32)
+    machine.raise_sysctls(32)
     assert int(limit.read_text()) >= 32 * 8
-    fleet.restore_sysctls()
+    machine.restore_sysctls()
     assert limit.read_text() == "128\n" and not (tmp_path / "sysctl.json").exists()

@@ -35,8 +35,9 @@ from lab_sim_support import (
 
 from servefleet.lab import layout
 from servefleet.lab.cli import lab as lab_cli
-from servefleet.lab.fleet import hardware_json, host_groups, plan_hosts
+from servefleet.lab.hosts import hardware_json
 from servefleet.lab.state import LabError, write_state
+from servefleet.lab.topology import host_groups, plan_hosts
 
 MODEL = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"

@@ -187,9 +187,9 @@ def up(
 @_one_line_errors
 def down() -> None:
     """Stop everything of the lab: hosts, servers, mounts, namespaces, bridge."""
-    from servefleet.lab import fleet
+    from servefleet.lab import teardown
 
-    fleet.down()
+    teardown.down()
     click.echo("lab down")
 
 
@@ -217,7 +217,7 @@ def env() -> None:
 @_one_line_errors
 def list_models() -> None:
     """What the lab's model store serves: model, revision and sha256 of each archive."""
-    from servefleet.lab.fleet import store_models
+    from servefleet.lab.servers import store_models
     from servefleet.lab.state import load_state
 
     entries = store_models(load_state())
@@ -232,7 +232,7 @@ def list_models() -> None:
 @_one_line_errors
 def ssh(host: str, command: tuple[str, ...]) -> None:
     """Open a shell on a lab host, or run COMMAND there."""
-    from servefleet.lab.fleet import ssh_command
+    from servefleet.lab.hosts import ssh_command
     from servefleet.lab.state import load_state
 
     argv = ssh_command(load_state(), host, list(command))

@@ -49,7 +49,7 @@ SIM_LOG = "/var/log/rbln-sim"  # compile.log: one line per simulated compile
 # rejects its new connections to BRIDGE_IP (every lab server); replies (its sshd's) pass
 OFFLINE_TABLE = "servefleet_offline"  # family inet
 
-# Lab fleet internals (servefleet.lab.fleet): names the clean-up recognises as ours
+# Lab fleet internals (servefleet.lab.teardown): names the clean-up recognises as ours
 VETH_PREFIX = "sfv-"  # root-namespace end of host labN's veth: sfv-labN
 CGROUP_PREFIX = "sf-"  # sub-cgroup of host labN (name=systemd v1 and cgroup2): sf-labN
 SERVER_MODULE = "servefleet.lab.index"  # every lab server runs `python -m SERVER_MODULE ...`

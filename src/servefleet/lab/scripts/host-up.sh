@@ -1,6 +1,6 @@
 #!/bin/bash
 # host-up.sh NAME IP BASE HOSTDIR NETNS VETH CGROUP BRIDGE PREFIX [INIT_ARGS]
-# (driven by servefleet.lab.fleet; INIT_ARGS: extra words for systemd as PID 1)
+# (driven by servefleet.lab.hosts; INIT_ARGS: extra words for systemd as PID 1)
 # Boot one lab host: its own network namespace (veth on BRIDGE, no default route, no DNS), its
 # own overlayfs root over BASE (upper/work/merged under HOSTDIR), the files of HOSTDIR/extra laid
 # over it (host keys, authorized_keys, the simulation's files), and systemd as PID 1 in new
