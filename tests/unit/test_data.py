@@ -18,7 +18,8 @@ from pyinfra_cli.util import parse_cli_arg
 
 from servefleet.base.errors import DataError
 from servefleet.lab import groupdata, layout
-from servefleet.settings.checks import SYSTEM_DIRS, parse_pins
+from servefleet.settings.check_names import parse_pins
+from servefleet.settings.check_paths import SYSTEM_DIRS
 from servefleet.settings.table import KEYS, load_defaults, settings_from
 
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}

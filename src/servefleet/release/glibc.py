@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from packaging.version import Version
 
-from servefleet.settings.checks import Index
+from servefleet.settings.check_names import Index
 
 _LIBC = re.compile(r"glibc ([0-9]+\.[0-9]+)")
 

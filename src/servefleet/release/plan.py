@@ -28,7 +28,9 @@ from servefleet.release.stack import Stack, stack
 from servefleet.release.uvbin import host_uv, uv_version, uv_wheel
 from servefleet.release.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
 from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
-from servefleet.settings.table import Settings, canonical_name, serve_file
+from servefleet.settings.check_names import canonical_name
+from servefleet.settings.check_paths import serve_file
+from servefleet.settings.table import Settings
 from servefleet.spec import ServeSpec
 
 

@@ -27,7 +27,7 @@ from servefleet.remote.layout import (
     SECRETS_DIR,
     UNIT_DIR,
 )
-from servefleet.settings.checks import API_KEY_ALLOWED
+from servefleet.settings.check_words import API_KEY_ALLOWED
 from servefleet.settings.table import Settings, settings_from
 from servefleet.steps import ensure
 from servefleet.steps.lib import command, per_run
