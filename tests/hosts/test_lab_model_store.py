@@ -22,10 +22,13 @@ from servefleet.lab.chat import chat_once
 
 REPO = Path(__file__).resolve().parents[2]
 FETCHER = REPO / "src" / "servefleet" / "remote" / "fetch_model.py"
-LAYOUT = FETCHER.with_name("layout.py")  # the host contract it imports, next to it
-TRUSTED = FETCHER.with_name("trusted.py")  # and the no-follow file access it imports
-RETRY = FETCHER.with_name("retry.py")  # and the retry rule
-HUB_CLIENT = FETCHER.with_name("hub_client.py")  # and the hub client's launcher it runs
+# the fetcher's parts it imports, next to it (the host contract, the no-follow file access, the
+# retry rule, its HTTP client, tar checks, placement and sources), and the hub client it runs
+PROGRAMS = [FETCHER] + [
+    FETCHER.with_name(f"{name}.py")
+    for name in ("layout", "trusted", "retry", "refusal", "http_client", "tar_safety",
+                 "snapshot_place", "store_source", "hub_source", "hub_client")
+]  # fmt: skip
 SEEDS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]  # the RBLN card and its draft
 ADDED = ["acme/lab-extra-1", "acme/lab-extra-2"]
 HOST_DIR = "/tmp/servefleet-test-fetch"
@@ -50,7 +53,7 @@ def fetch_on_host(
     removed afterwards."""
     token = token or Path(state["secrets"]["HF_TOKEN"]).read_text()
     on_host(state, host, f"rm -rf {HOST_DIR} && mkdir -m 700 {HOST_DIR}")
-    for program in (FETCHER, LAYOUT, TRUSTED, RETRY, HUB_CLIENT):
+    for program in PROGRAMS:
         on_host(state, host, f"cat > {HOST_DIR}/{program.name}", stdin=program.read_text())
     on_host(state, host, f"umask 077 && cat > {HOST_DIR}/token", stdin=token)
     cmd = [

@@ -188,7 +188,10 @@ def test_servefleet_calls_real_routes(upstream: dict[str, Any]) -> None:
     real = _real_routes(upstream)
     health = (SERVEFLEET / "remote" / "health.py").read_text()
     assert '"/health"' in health and '"/v1/chat/completions"' in health
-    assert '"--health-check-endpoint", "/health"' in (SERVEFLEET / "hostplan" / "router.py").read_text()
+    assert (
+        '"--health-check-endpoint", "/health"'
+        in (SERVEFLEET / "hostplan" / "router.py").read_text()
+    )
     assert "GET" in real["/health"] and "POST" in real["/v1/chat/completions"]
 
 
@@ -272,10 +275,10 @@ def test_nixl_side_channel_defaults(upstream: dict[str, Any], sim: Any) -> None:
     assert defaults["VLLM_NIXL_SIDE_CHANNEL_HOST"] == kv.DEFAULT_HOST
     assert defaults["VLLM_NIXL_SIDE_CHANNEL_PORT"] == kv.DEFAULT_PORT
     sys.path.insert(0, str(REPO / "src"))
-    from servefleet.hostplan import plan as hostplan
+    from servefleet.hostplan import placement
 
-    assert hostplan.SIDE_CHANNEL_PORT == "VLLM_NIXL_SIDE_CHANNEL_PORT"
-    assert hostplan.SIDE_CHANNEL_DEFAULT == defaults["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+    assert placement.SIDE_CHANNEL_PORT == "VLLM_NIXL_SIDE_CHANNEL_PORT"
+    assert placement.SIDE_CHANNEL_DEFAULT == defaults["VLLM_NIXL_SIDE_CHANNEL_PORT"]
 
 
 def test_prefill_kv_transfer_params_keys(

@@ -13,7 +13,9 @@ from systemd_parse import parse_unit
 from servefleet.base.errors import DataError
 from servefleet.entry.cli import main
 from servefleet.fleet.datadoc import BEGIN, END, data_table
-from servefleet.hostplan.plan import plan_host, resolve_for, watched_paths
+from servefleet.hostplan.extras import resolve_for
+from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.probe_input import watched_paths
 from servefleet.kinds.rbln.kind import hardware_from_probe
 from servefleet.release.plan import plan_release
 from servefleet.settings.table import load_defaults, settings_from

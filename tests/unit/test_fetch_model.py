@@ -795,7 +795,7 @@ def test_the_hub_launcher_mounts_only_the_staging_directory_it_was_handed(tmp_pa
 def test_staging_gives_its_descriptor_and_the_path_of_it(tmp_path: Path) -> None:
     """The hub client is handed the staging directory's descriptor itself (pass_fds), not a
     number parsed back out of its /proc/self/fd path; the directory is root's 0700 and goes."""
-    from servefleet.remote.fetch_model import staging
+    from servefleet.remote.snapshot_place import staging
 
     with staging(tmp_path) as st:
         assert st.path == Path(f"/proc/self/fd/{st.fd}")

@@ -18,7 +18,9 @@ from test_deploy_plan import probe, settings
 from test_host_state import CR13, run_probe
 
 from servefleet.fleet.lockfleet import alternatives
-from servefleet.hostplan.plan import plan_host, probe_args, resolve_for
+from servefleet.hostplan.extras import resolve_for
+from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.probe_input import probe_args
 from servefleet.lab.base import base_note, base_paths, ensure_base
 from servefleet.lab.state import LabError
 from servefleet.lab.topology import plan_hosts

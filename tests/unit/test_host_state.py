@@ -17,7 +17,9 @@ from lab_sim_support import SIMULATOR
 from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.base.errors import DataError
-from servefleet.hostplan.plan import plan_host, probe_args, resolve_for
+from servefleet.hostplan.extras import resolve_for
+from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.probe_input import probe_args
 from servefleet.settings.table import load_defaults, settings_from
 from servefleet.steps.facts import PROBE
 
@@ -166,7 +168,7 @@ def test_unknown_key_with_our_prefix_is_refused() -> None:
 
 
 def test_the_gate_asks_for_the_served_model_name() -> None:
-    from servefleet.hostplan.plan import served_name
+    from servefleet.hostplan.instance_unit import served_name
 
     assert served_name(["vllm", "serve", "m", "--served-model-name", "a b", "c"], "m") == "a b"
     assert served_name(["vllm", "serve", "m", "--served_model_name=x"], "m") == "x"

@@ -25,7 +25,7 @@ from servefleet.lab.artifacts import ensure_artifacts
 from servefleet.lab.cli import lab
 from servefleet.lab.index import Config, make_server
 from servefleet.lab.state import LabError
-from servefleet.remote import fetch_model
+from servefleet.remote import snapshot_place, tar_safety
 
 ADDED = ["acme/extra-1", "Zeta.org/model_v2.1"]
 TOKEN = "hf_lab-unit-token"
@@ -76,10 +76,10 @@ def test_added_archives_are_hf_snapshots_the_fetcher_accepts(
 ) -> None:
     out, _ = builds["added"]
     entry = _store(out)["models"][model]
-    top = fetch_model.repo_dir_name(model)
+    top = snapshot_place.repo_dir_name(model)
     with tarfile.open(out / "files" / "models" / entry["path"]) as tar:
         members = tar.getmembers()
-        assert fetch_model.unsafe_member(members, top) is None
+        assert tar_safety.unsafe_member(members, top) is None
         refs = tar.extractfile(f"{top}/refs/main")
         assert refs is not None and refs.read().decode() == entry["revision"]
         names = {m.name for m in members}
@@ -199,9 +199,9 @@ def test_an_added_model_is_served_and_fetched_complete(
     token = ["--token-file", str(token_file), "--token-env", "HF_TOKEN"]
     proc = fetch(home, "--store", store_url, *token, model=ADDED[1])
     assert proc.returncode == 0, proc.stderr
-    repo = home / "hub" / fetch_model.repo_dir_name(ADDED[1])
+    repo = home / "hub" / snapshot_place.repo_dir_name(ADDED[1])
     rev = builder.model_revision(ADDED[1])
-    assert (repo / fetch_model.MARKER).read_text() == rev
+    assert (repo / snapshot_place.MARKER).read_text() == rev
     config = json.loads((repo / "snapshots" / rev / "config.json").read_text())
     assert config["_name_or_path"] == ADDED[1]
 

@@ -22,7 +22,8 @@ from test_install_release import install, release_plan, with_uv
 
 from servefleet.base.errors import DataError
 from servefleet.fleet.lockfleet import FleetLock, locked_models, make_lock
-from servefleet.hostplan.plan import plan_host, resolve_for
+from servefleet.hostplan.extras import resolve_for
+from servefleet.hostplan.plan import plan_host
 from servefleet.release.lock import LOCK_FILE, differences, load_lock, write_lock
 from servefleet.release.owners import check_owners
 from servefleet.release.plan import MARKER, plan_release, with_locked_models

@@ -20,7 +20,8 @@ import pytest
 from lab_sim_support import SIMULATOR
 from preflight_cases import FIXTURES, PREFLIGHT, fixture_command, run_preflight
 
-from servefleet.hostplan.plan import HostPlan, plan_host
+from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.types import HostPlan
 from servefleet.kinds.vllm import load_vllm_recipe
 from servefleet.remote import REMOTE
 from servefleet.remote.layout import PREFLIGHT as LAYOUT_PREFLIGHT

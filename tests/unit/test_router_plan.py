@@ -11,7 +11,8 @@ from systemd_parse import parse_unit
 from test_deploy_plan import probe, settings
 
 from servefleet.base.errors import DataError
-from servefleet.hostplan.plan import plan_host, probe_args, watched_paths
+from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.probe_input import probe_args, watched_paths
 from servefleet.release.plan import plan_release, plan_router_release
 from servefleet.remote.layout import ROUTER_UNIT
 

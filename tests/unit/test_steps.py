@@ -4,6 +4,7 @@ one run's fleet pre-warm roles."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from typing import Any
 from fake_host import FakeSystemd, Stub, running, stub_process
 from lab_sim_support import REPO
 
-from servefleet.hostplan.plan import REMOTE_SCRIPTS
+from servefleet.hostplan.probe_input import REMOTE_SCRIPTS
 from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
 from servefleet.remote import REMOTE, layout
 from servefleet.steps.facts import STATUS
@@ -74,6 +75,24 @@ def test_a_step_runs_a_host_program_from_lib() -> None:
     assert {"instances.py", "fetch_model.py", "driver.py", "prewarm.py"} <= run
     assert run <= set(REMOTE_SCRIPTS) and "layout.py" in REMOTE_SCRIPTS
     assert all((REMOTE / script).is_file() for script in REMOTE_SCRIPTS)
+
+
+def test_every_module_a_host_program_imports_is_shipped_with_it() -> None:
+    """A host program imports its neighbours as top-level modules (``import layout``): each one
+    must be among what the deploy uploads to lib, or the program fails on the host alone."""
+    shipped = {script.removesuffix(".py") for script in REMOTE_SCRIPTS}
+    missing = {}
+    for script in REMOTE_SCRIPTS:
+        tree = ast.parse((REMOTE / script).read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        neighbours = {name for name in names if (REMOTE / f"{name}.py").is_file()}
+        if neighbours - shipped:
+            missing[script] = sorted(neighbours - shipped)
+    assert missing == {}
+    # the fetcher's parts are among them (it imports them, not the other way round)
+    fetcher = ast.parse((REMOTE / "fetch_model.py").read_text())
+    imported = {a.name for n in ast.walk(fetcher) if isinstance(n, ast.Import) for a in n.names}
+    assert {"http_client", "store_source", "hub_source", "snapshot_place"} <= imported
 
 
 def test_the_fleet_prewarm_roles_follow_the_inventory() -> None:

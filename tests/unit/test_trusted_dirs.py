@@ -112,7 +112,8 @@ def test_a_linked_or_foreign_warm_directory_is_not_warm(
 def test_the_fetcher_never_chowns_or_writes_through_a_planted_model_directory(
     tree: dict[str, Path],
 ) -> None:
-    import fetch_model
+    import refusal
+    import snapshot_place
 
     hub, secret = tree["cache"], tree["secret"]  # the serve user's hub
     victim = tree["base"] / "etc"
@@ -123,12 +124,12 @@ def test_the_fetcher_never_chowns_or_writes_through_a_planted_model_directory(
     _as_nobody_plant(hub, f"os.symlink({str(victim)!r}, {repo!r});"
                           f"os.makedirs('.locks'); os.symlink({str(victim)!r}, '.locks/{repo}')")  # fmt: skip
     for step in (
-        lambda: fetch_model.give(hub / repo, 65534, 65534),
-        lambda: fetch_model.give(hub / ".locks" / repo, 65534, 65534),
-        lambda: fetch_model.mark_complete(hub / repo, "a" * 40, 65534, 65534),
-        lambda: fetch_model.point_main(hub / repo, "a" * 40, 65534, 65534),
+        lambda: snapshot_place.give(hub / repo, 65534, 65534),
+        lambda: snapshot_place.give(hub / ".locks" / repo, 65534, 65534),
+        lambda: snapshot_place.mark_complete(hub / repo, "a" * 40, 65534, 65534),
+        lambda: snapshot_place.point_main(hub / repo, "a" * 40, 65534, 65534),
     ):
-        with pytest.raises(fetch_model.Refusal, match="not a directory"):
+        with pytest.raises(refusal.Refusal, match="not a directory"):
             step()
     assert victim.stat().st_uid == 0 and sorted(p.name for p in victim.iterdir()) == ["shadow"]
     assert [_sentinel(victim / "shadow"), _sentinel(secret)] == before
@@ -136,10 +137,10 @@ def test_the_fetcher_never_chowns_or_writes_through_a_planted_model_directory(
     real = hub / "models--org--real"
     (real / "snapshots").mkdir(parents=True)
     (real / "snapshots" / "out").symlink_to(secret)
-    fetch_model.give(real, 65534, 65534)
+    snapshot_place.give(real, 65534, 65534)
     assert (real / "snapshots").stat().st_uid == 65534
     assert (real / "snapshots" / "out").lstat().st_uid == 65534 and secret.stat().st_uid == 0
-    fetch_model.mark_complete(real, "b" * 40, 65534, 65534)
+    snapshot_place.mark_complete(real, "b" * 40, 65534, 65534)
     assert (real / ".servefleet-complete").read_text() == "b" * 40
 
 

@@ -29,7 +29,7 @@ from test_install_release import install, release_plan, with_uv
 from test_lock import ENV, defaults
 
 from servefleet.base.errors import DataError
-from servefleet.hostplan.plan import resolve_for
+from servefleet.hostplan.extras import resolve_for
 from servefleet.release.lock import load_lock, write_lock
 from servefleet.release.plan import MARKER, plan_release
 from servefleet.release.pylock import release_id

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from servefleet.base.errors import Unreachable
 
 # the host fetcher's own rules, so both sides agree on what an origin is and what crosses it
-from servefleet.remote.fetch_model import _origin as origin, _Redirects
+from servefleet.remote.http_client import Redirects, origin
 from servefleet.remote.retry import reason, transient
 
 __all__ = ["credentials_for", "opener", "origin", "transient", "unreachable"]
@@ -25,7 +25,7 @@ __all__ = ["credentials_for", "opener", "origin", "transient", "unreachable"]
 
 def opener() -> urllib.request.OpenerDirector:
     """A URL opener whose redirects to another origin drop the Authorization header."""
-    return urllib.request.build_opener(_Redirects)
+    return urllib.request.build_opener(Redirects)
 
 
 def credentials_for(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.api.operation import OperationMeta
 
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.settings.table import DEFAULTS, Settings
 from servefleet.steps import (
     credentials,

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from servefleet.hostplan.plan import HostPlan
 from servefleet.hostplan.router import fleet_order
+from servefleet.hostplan.types import HostPlan
 from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
 from servefleet.remote.layout import UNIT_DIR, unit_name
 from servefleet.settings.table import Settings

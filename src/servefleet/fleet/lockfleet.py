@@ -76,7 +76,7 @@ def fleet_lock(
     + overrides: data over everything (as ``pyinfra --data``)
     + lock_dir: where the lock lives (default: the hosts' ``sdk_lock``)
     """
-    from servefleet.hostplan.plan import resolve_for
+    from servefleet.hostplan.extras import resolve_for
     from servefleet.kinds import kind_named
     from servefleet.release.plan import plan_router_release, shipped_files, unlocked as without_lock
 

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan
+from servefleet.base.errors import DataError
+from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan, plan_router_release
 from servefleet.remote.layout import (
     NGINX,
     PROXY_ADMIN_LOADED,
@@ -341,3 +342,32 @@ __all__ = [
     "url",
     "worker_url",
 ]
+
+
+def host_router(
+    settings: Settings,
+    ports: Sequence[int],
+    workers: Sequence[str],
+    roles: Sequence[str],
+    probe: dict[str, Any],
+) -> RouterPlan:
+    """The host's router (``serve_router = "host"``) over its instances; its ports must be none
+    of theirs.
+
+    + settings: the host's validated data
+    + ports: each instance's port, in instance order
+    + workers: how the router reaches each instance
+    + roles: each instance's serving role (``main``, or prefill and decode: a P/D router)
+    + probe: the host's probe output (the router as it found it, the complete releases)
+    """
+    for key in ("serve_router_port", "serve_router_metrics_port"):
+        port = getattr(settings, key)
+        if port in ports:
+            raise DataError(
+                f"{key}: {port} is an instance's port (serve_base_port {settings.serve_base_port}"
+                f" + {ports.index(port)}); allowed: a port outside {ports[0]}-{ports[-1]}"
+            )
+    release = plan_router_release(settings)
+    pd_roles = list(roles) if any(role != "main" for role in roles) else []
+    return plan_router(settings, release, list(workers), probe.get("router"),
+                       probe.get("releases", []), pd_roles)  # fmt: skip

@@ -4,7 +4,7 @@ round trip. Runs ON THE HOST, as root, with python3 (stdlib only). The controlle
 inline with ``layout.py`` (``python3 -c``, see :func:`servefleet.remote.inline`): a fresh host
 holds nothing yet.
 
-usage: probe.py ARGS_JSON      # ARGS_JSON: servefleet.hostplan.plan.probe_args()
+usage: probe.py ARGS_JSON      # ARGS_JSON: servefleet.hostplan.probe_input.probe_args()
 
 With ``"keyed": true`` in ARGS_JSON, the first line of stdin is a key (hex) for the files in the
 secrets directory: their digest is HMAC-SHA256 under that key, never a plain sha256, which in

@@ -1,6 +1,6 @@
 """The pyinfra layer: deploy steps as modules, each adding the operations of one part of a
-host's plan (:class:`servefleet.hostplan.plan.HostPlan`, made in :mod:`.plan` before any operation
-is added). :mod:`servefleet.deploys` composes them, in this order on each host:
+host's plan (:class:`servefleet.hostplan.types.HostPlan`, made in :mod:`.plan` before any
+operation is added). :mod:`servefleet.deploys` composes them, in this order on each host:
 
 - :mod:`.errors`: a host that must not serve the recipe fails before any change
 - :mod:`.lib`: serve_root, the host programs of ``remote/`` and uv

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from servefleet.hostplan.plan import HostPlan, api_key_file
+from servefleet.hostplan.instance_unit import api_key_file
+from servefleet.hostplan.types import HostPlan
 from servefleet.remote.layout import API_KEY_FILE, ROUTER_ADMIN_KEY, SECRETS_DIR
 from servefleet.settings.table import Settings
 from servefleet.steps import ensure

@@ -14,7 +14,7 @@ from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from servefleet.base.errors import ServefleetError
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.remote.layout import RUNFILE_DIR, UNIT_GLOB
 from servefleet.steps.lib import command
 

@@ -1,7 +1,7 @@
 """Hand-made change detection: each operation here is added only when the probe found its
 target differing (type, mode, owner, sha256), so a run with nothing to change costs one remote
 command per host (the probe). Every path a step ensures this way is one the probe watches
-(:func:`servefleet.hostplan.plan.watched_paths`)."""
+(:func:`servefleet.hostplan.probe_input.watched_paths`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from io import BytesIO
 
 from pyinfra.operations import files
 
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.steps.operations import put_secret
 
 

@@ -16,7 +16,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import server
 
 from servefleet.base.errors import ProbeError, RecipeError, ServefleetError
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 
 _OURS = Path(__file__).resolve().parents[1]  # the servefleet package: "our code"
 

@@ -10,7 +10,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from servefleet.base.errors import ProbeError
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.remote import inline
 
 PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one round trip

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyinfra import host
 
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
 from servefleet.steps.lib import per_run
 

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 from pyinfra.operations import files
 
-from servefleet.hostplan.plan import REMOTE_SCRIPTS, HostPlan
+from servefleet.hostplan.probe_input import REMOTE_SCRIPTS
+from servefleet.hostplan.types import HostPlan
 from servefleet.release.uvbin import uv_binary
 from servefleet.remote import REMOTE
 from servefleet.remote.layout import LIB, PLANS, RELEASES

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.operations import server
 
-from servefleet.hostplan.plan import NOLOGIN, HostPlan
+from servefleet.hostplan.types import NOLOGIN, HostPlan
 from servefleet.remote.layout import HF_TOKEN_FILE
 from servefleet.steps import ensure
 from servefleet.steps.credentials import hf_token

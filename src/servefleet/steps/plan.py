@@ -13,7 +13,10 @@ from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
 
 from servefleet.base.errors import ProbeError
-from servefleet.hostplan.plan import HostPlan, plan_host, probe_args, resolve_for
+from servefleet.hostplan.extras import resolve_for
+from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.probe_input import probe_args
+from servefleet.hostplan.types import HostPlan
 from servefleet.release.plan import with_locked_models
 from servefleet.settings.table import Settings, settings_from
 from servefleet.steps import connection, driver, router

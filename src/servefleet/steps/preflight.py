@@ -12,7 +12,7 @@ import shlex
 
 from pyinfra.operations import server
 
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.remote.layout import PREFLIGHT
 from servefleet.steps.facts import preflight_command
 from servefleet.steps.operations import Stdin

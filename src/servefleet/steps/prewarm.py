@@ -13,7 +13,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.operations import server
 
-from servefleet.hostplan.plan import NOLOGIN, HostPlan
+from servefleet.hostplan.types import NOLOGIN, HostPlan
 from servefleet.remote.layout import BUILD_CACHE, BUILD_USER, PREWARM, PREWARM_COPIES
 from servefleet.steps import units
 from servefleet.steps.fleet import FleetPrewarm, warm_entry

@@ -12,7 +12,7 @@ from pyinfra import host, logger
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server
 
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.release.builds import cache_dir
 from servefleet.remote.layout import CURRENT, PLANS, RELEASE_FILES
 from servefleet.steps import ensure

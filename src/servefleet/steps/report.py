@@ -11,7 +11,7 @@ from typing import Any
 from pyinfra import host
 
 from servefleet.fleet.fleetview import ReportRequest, plan_summary, status_summary
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.steps.facts import InstanceHealth, PreflightRefusal, preflight_command
 from servefleet.steps.fleet import warm_entry
 from servefleet.steps.plan import plan_or_failure

@@ -17,8 +17,8 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import apt, server
 
 from servefleet.base.errors import DataError
-from servefleet.hostplan.plan import NOLOGIN, HostPlan
 from servefleet.hostplan.router import RouterPlan, admin_url, fleet_order
+from servefleet.hostplan.types import NOLOGIN, HostPlan
 from servefleet.remote.layout import (
     PLANS,
     PROXY_CONF,

@@ -11,7 +11,7 @@ from io import StringIO
 
 from pyinfra.operations import files, server
 
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.remote.layout import DESIRED, STATE
 from servefleet.settings.table import Settings
 from servefleet.steps.lib import command

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 
 from pyinfra import host
 
-from servefleet.hostplan.plan import HostPlan, wheelhouse_copies
+from servefleet.hostplan.plan import wheelhouse_copies
+from servefleet.hostplan.types import HostPlan
 from servefleet.remote.layout import WHEELHOUSE
 from servefleet.steps.facts import WheelhouseFiles
 from servefleet.steps.operations import wheelhouse_copy

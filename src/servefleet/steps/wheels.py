@@ -12,7 +12,7 @@ from pyinfra import host, logger
 
 from servefleet.base.errors import ServefleetError
 from servefleet.base.once import once
-from servefleet.hostplan.plan import HostPlan
+from servefleet.hostplan.types import HostPlan
 from servefleet.release.builds import build, sdist_only
 from servefleet.release.owners import changed_on_index
 from servefleet.release.resolve import resolve

@@ -1,0 +1,57 @@
+"""The spec a host serves: its kind's resolve of the data, with ``serve_extra_args`` and
+``serve_extra_env`` merged into each serving server (checked against the platform's flag table).
+
+Pure (no pyinfra import).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+from servefleet.base.flags import merge, table_for
+from servefleet.kinds import Kind, kind_of
+from servefleet.kinds.roles import DECODE, PREFILL
+from servefleet.settings.table import Settings
+from servefleet.spec import Server, ServeSpec
+
+
+def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
+    """The serving spec the data selects, for the host's device model (its platform resolves),
+    with the data's extra arguments and environment (:func:`with_extras`).
+
+    + settings: validated data
+    + sku: the host's device model, once known (RBLN: the NPU SKU)
+    """
+    platform = kind_of(settings.serve_recipe)
+    return with_extras(settings, platform.resolve_data(settings, sku), platform)
+
+
+def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpec:
+    """``serve_extra_args`` / ``serve_extra_env`` appended to each serving server's argv and env,
+    checked against the flag table of the hosts' platform (a flag or variable the recipe sets
+    is refused unless ``serve_override_args`` names it; then the extra replaces it).
+
+    The compile fingerprint then covers the extras too: a change of them counts as a recompile
+    (its first start gets the pre-warm's time, alone), whether or not vllm-rbln's cache key
+    holds them. What the release installs, the models and the devices never depend on them
+    (the flags that decide those are refused).
+    """
+    s = settings
+    if not (s.serve_extra_args or s.serve_extra_env or s.serve_override_args):
+        return spec
+
+    def extended(server: Server) -> Server:
+        argv, env = merge(server.argv, server.env, s.serve_extra_args, s.serve_extra_env,
+                          s.serve_override_args, table_for(platform.name))  # fmt: skip
+        return dataclasses.replace(server, argv=argv, env=env)
+
+    fingerprint = spec.compile_fingerprint
+    if fingerprint is not None:
+        extras = [list(s.serve_extra_args), s.serve_extra_env, list(s.serve_override_args)]
+        text = fingerprint + "\n" + json.dumps(extras, sort_keys=True)
+        fingerprint = hashlib.sha256(text.encode()).hexdigest()
+    serving = ("main", PREFILL, DECODE)
+    servers = [extended(x) if x.role in serving else x for x in spec.servers]
+    return dataclasses.replace(spec, servers=servers, compile_fingerprint=fingerprint)

@@ -1,0 +1,105 @@
+"""One instance's command line and its systemd unit (``vllm serve`` from the release, on its
+port and devices, with its environment and the unit's own sha), the servers' API key file, and
+the model name clients ask for.
+
+Pure (no pyinfra import): the deploy writes these texts, ``servefleet resolve --format unit``
+prints them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from servefleet.hostplan.serve_files import shipped_paths
+from servefleet.kinds import kind_named
+from servefleet.release.plan import ReleasePlan
+from servefleet.remote.layout import API_KEY_FILE, API_KEY_VAR, UNIT_SHA_VAR
+from servefleet.render.units import render_unit
+from servefleet.settings.table import Settings
+from servefleet.spec import Server, ServeSpec
+
+
+def api_key_file(key: str) -> str:
+    """The servers' EnvironmentFile (``remote/layout.py`` API_KEY_FILE): the key as vLLM reads it
+    (the key's characters need no quoting: ``checks.API_KEY``)."""
+    return f"{API_KEY_VAR}={key}\n"
+
+
+def instance_command(
+    settings: Settings,
+    spec: ServeSpec,
+    release: ReleasePlan,
+    index: int,
+    devices: str,
+    devices_env: str | None = None,
+    server: Server | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment instance ``index`` runs with (its unit's ExecStart= and
+    Environment=, before the unit's own sha): what the pre-flight checks (arguments as
+    :func:`render_instance`; ``server``: the spec's server it runs, default its first)."""
+    server = server or spec.servers[0]
+    port = settings.serve_base_port + index
+    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release),
+                 "--port", str(port)]  # fmt: skip
+    if settings.serve_host:
+        exec_argv += ["--host", settings.serve_host]
+    exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
+    env = dict(server.env)
+    env.update(
+        {devices_env or kind_named(spec.kind).devices_env: devices},
+        VLLM_CACHE_ROOT=settings.serve_cache_root,
+        HOME=settings.serve_home,
+        HF_HOME=settings.models_hf_home,
+        HF_HUB_OFFLINE="1",
+    )
+    return exec_argv, env
+
+
+def render_instance(
+    settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
+    devices_env: str | None = None, server: Server | None = None,
+) -> tuple[str, str]:  # fmt: skip
+    """The unit file of one instance and its SERVEFLEET_UNIT sha (pure: the deploy writes this
+    text, ``servefleet resolve --format unit`` prints it).
+
+    + settings: validated data (user, paths, base port, host)
+    + spec: the resolved selection (its first server)
+    + release: the release the instance runs from
+    + index: the instance (port ``serve_base_port + index``)
+    + devices: its devices (``0,1``)
+    + devices_env: the variable that gives them (default: the spec's platform's)
+    + server: the spec's server it runs (default: the first)
+    """
+    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env, server)
+    port = settings.serve_base_port + index
+    fields: dict[str, Any] = dict(
+        exec_argv=exec_argv,
+        recipe=spec.recipe,
+        selection=spec.selection,
+        fingerprint=spec.compile_fingerprint,
+        index=index,
+        port=port,
+        devices=devices,
+        user=settings.serve_user,
+        device_word=kind_named(spec.kind).device_word,
+        # systemd waits this long for the stop before SIGKILL: the drain and 30 s more
+        stop_timeout=settings.serve_shutdown_timeout + 30,
+        environment_file=API_KEY_FILE if settings.api_key else None,
+    )
+    # the unit's text only: no digest of the API key (world-readable, it would let a guess be
+    # confirmed offline, #31 finding 4); a new key restarts the servers because each one is
+    # checked for the key it runs with (the probe, remote/instances.py)
+    sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
+    return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
+
+
+def served_name(argv: list[str], model: str) -> str:
+    """The name clients (and the health gate's chat) must ask for: the first
+    ``--served-model-name``, else the model."""
+    for i, arg in enumerate(argv):
+        if arg.replace("_", "-") == "--served-model-name" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.replace("_", "-").startswith("--served-model-name="):
+            return arg.split("=", 1)[1]
+    return model
