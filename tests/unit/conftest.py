@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import pytest
 from fake_host import serving
-from local_indexes import OWNER_LOGIN, PACKAGES, build
+from local_indexes import OWNER_LOGIN, PACKAGES
 from sim_fixtures import (  # noqa: F401 (fixtures: pytest finds them by name here)
     builder,
     clean_links,
@@ -30,6 +30,7 @@ from sim_fixtures import (  # noqa: F401 (fixtures: pytest finds them by name he
 )
 
 from servefleet.lab.index import Config, make_server
+from servefleet.lab.simulator import wheels as lab_wheels
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +44,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     with ExitStack() as stack:
         for name, packages in PACKAGES.items():
             for package, version, files, requires in packages:
-                build.write_wheel(root / name, package, version, files, requires)
+                lab_wheels.write_wheel(root / name, package, version, files, requires)
             basic = OWNER_LOGIN if name == "owner" else None
             server = make_server(Config("simple", root / name, basic=basic), "127.0.0.1", 0)
             urls[name] = stack.enter_context(serving(server)) + "/simple/"

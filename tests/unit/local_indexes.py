@@ -4,9 +4,6 @@ everything else and a squatter ``sfowned 9.0``."""
 
 from __future__ import annotations
 
-from lab_sim_support import SIMULATOR, load
-
-build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 PACKAGES: dict[str, list[tuple[str, str, dict[str, str], list[str]]]] = {
     "owner": [("sfowned", "1.0", {"sfowned/__init__.py": "ORIGIN = 'owner'\n"}, ["sfdep"])],
     "public": [

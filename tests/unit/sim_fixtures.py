@@ -16,12 +16,10 @@ from typing import Any
 
 import pytest
 from lab_sim_support import (
-    SIMULATOR,
     SQUATTERS,
     Server,
     extract_model,
     free_port,
-    load,
     load_sim,
     pip,
 )
@@ -32,7 +30,9 @@ DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
 
 @pytest.fixture(scope="session")
 def builder() -> Any:
-    return load(SIMULATOR / "build.py", "servefleet_lab_build")
+    from servefleet.lab.simulator import build
+
+    return build
 
 
 @pytest.fixture(scope="session")

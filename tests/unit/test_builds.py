@@ -14,10 +14,16 @@ from pathlib import Path
 
 import pytest
 from fake_host import serving
-from lab_sim_support import REPO, SIMULATOR, load
+from lab_sim_support import REPO, load
 
 from servefleet.base import sandbox
 from servefleet.lab.index import Config, make_server
+from servefleet.lab.simulator import (
+    fetched as lab_fetched,
+    inputs as lab_inputs,
+    sdist as lab_sdist,
+    wheels as lab_wheels,
+)
 from servefleet.release import builds, sdists
 from servefleet.release.builds import BuildError, build, sdist_only
 from servefleet.release.pylock import packages
@@ -25,7 +31,6 @@ from servefleet.release.resolve import resolve
 from servefleet.release.stack import stack
 from servefleet.release.uvbin import uv_binary
 
-lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 PYTHON = "{}.{}".format(*sys.version_info[:2])
 INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
 installer = load(INSTALLER, "servefleet_remote_install_release")
@@ -35,9 +40,9 @@ installer = load(INSTALLER, "servefleet_remote_install_release")
 def public(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An index with the arctic-inference sdist and what its build needs (setuptools, torch)."""
     root = tmp_path_factory.mktemp("public")
-    lab_build.build_sdist(root)
-    shutil.copy2(lab_build.setuptools_wheel(), root)
-    lab_build.write_wheel(root, "torch", "2.13.0", lab_build.package_files("torch", "2.13.0"))
+    lab_sdist.build_sdist(root)
+    shutil.copy2(lab_fetched.setuptools_wheel(), root)
+    lab_wheels.write_wheel(root, "torch", "2.13.0", lab_inputs.package_files("torch", "2.13.0"))
     with serving(make_server(Config("simple", root), "127.0.0.1", 0)) as url:
         yield url + "/simple"
 

@@ -24,13 +24,11 @@ from typing import Any
 import pytest
 from fake_host import serving
 from hostile_sdist import hostile_sdist, report_dir, reports
-from lab_sim_support import SIMULATOR, load
 
 from servefleet.base import sandbox
 from servefleet.lab.index import Config, make_server
+from servefleet.lab.simulator import wheels as lab_wheels
 from servefleet.release import builds, pylock, resolve as resolving, stack as stacks, wheelhouse
-
-lab_build = load(SIMULATOR / "build.py", "servefleet_lab_build")
 
 SECRET = "index-secret-7f3a"
 HF = "hf_secret_token_91c2"
@@ -48,8 +46,8 @@ def indexes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[st
     public.mkdir()
     private.mkdir()
     hostile_sdist(public, report, [SECRET, HF], [root_only], requires=["tinydep"])
-    lab_build.write_wheel(public, "tinydep", "1.0", {"tinydep/__init__.py": ""})
-    lab_build.write_wheel(private, "rblnthing", "2.0", {"rblnthing/__init__.py": ""})
+    lab_wheels.write_wheel(public, "tinydep", "1.0", {"tinydep/__init__.py": ""})
+    lab_wheels.write_wheel(private, "rblnthing", "2.0", {"rblnthing/__init__.py": ""})
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     for k, v in {
         "RBLN_INDEX_PASSWORD": SECRET,

@@ -28,7 +28,6 @@ from lab_sim_support import (
     extract_model,
     free_port,
     http,
-    load,
     metadata,
     pip,
 )
@@ -249,9 +248,10 @@ def test_lspci_lists_the_gpus(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    builder = load(SIMULATOR / "build.py", "servefleet_lab_build_gpu")
+    from servefleet.lab.simulator import build
+
     path = tmp_path_factory.mktemp("labgpu") / "out"
-    builder.build(path)
+    build.build(path)
     return path
 
 

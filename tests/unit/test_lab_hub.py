@@ -16,7 +16,7 @@ import pytest
 from fake_host import serving
 
 from servefleet.lab.hub import load_store, make_server
-from servefleet.lab.simulator.build import build_store, model_revision
+from servefleet.lab.simulator.store import build_store, model_revision
 
 MODEL = "openai/gpt-oss-120b"
 REV = model_revision(MODEL)

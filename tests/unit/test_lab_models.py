@@ -17,23 +17,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from lab_sim_support import SIMULATOR, load
 from test_fetch_model import fetch, write_token
 
 from servefleet.lab import fleet
 from servefleet.lab.artifacts import ensure_artifacts
 from servefleet.lab.cli import lab
 from servefleet.lab.index import Config, make_server
+from servefleet.lab.simulator import build as lab_build, inputs as lab_inputs, store as lab_store
 from servefleet.lab.state import LabError
 from servefleet.remote import snapshot_place, tar_safety
 
 ADDED = ["acme/extra-1", "Zeta.org/model_v2.1"]
 TOKEN = "hf_lab-unit-token"
-
-
-@pytest.fixture(scope="module")
-def builder() -> Any:
-    return load(SIMULATOR / "build.py", "servefleet_lab_build_models")
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +49,18 @@ def _store(out: Path) -> dict[str, Any]:
 
 # --- what the store holds ------------------------------------------------------------------------
 def test_the_store_manifest_lists_every_archive_with_its_sha256_and_revision(
-    builder: Any, builds: dict[str, tuple[Path, dict[str, Any]]]
+    builds: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
     out, manifest = builds["added"]
     store = _store(out)
     assert list(store) == ["models"]
-    assert set(store["models"]) == set(builder.recipe_models()) | set(ADDED)
+    assert set(store["models"]) == set(lab_store.recipe_models()) | set(ADDED)
     for model, entry in store["models"].items():
         org, name = model.split("/")
         assert entry["path"] == f"{org}/{name}.tar.gz"
         archive = out / "files" / "models" / entry["path"]
         assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["sha256"]
-        assert entry["revision"] == builder.model_revision(model)
+        assert entry["revision"] == lab_store.model_revision(model)
         # the top manifest keeps its paths relative to files/
         assert manifest["models"][model] == dict(entry, path=f"models/{entry['path']}")
 
@@ -87,10 +82,10 @@ def test_added_archives_are_hf_snapshots_the_fetcher_accepts(
 
 
 def test_the_default_store_holds_only_the_recipes_models(
-    builder: Any, builds: dict[str, tuple[Path, dict[str, Any]]]
+    builds: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
     out, manifest = builds["default"]
-    assert sorted(_store(out)["models"]) == builder.recipe_models() == sorted(manifest["models"])
+    assert sorted(_store(out)["models"]) == lab_store.recipe_models() == sorted(manifest["models"])
     assert not set(ADDED) & set(manifest["models"])
 
 
@@ -109,9 +104,9 @@ def test_added_models_are_their_own_cached_build_beside_the_default(
     )
 
 
-def test_the_builder_refuses_unsafe_model_ids(builder: Any, tmp_path: Path) -> None:
+def test_the_builder_refuses_unsafe_model_ids(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"not model ids ORG/NAME .*'\.\./etc'"):
-        builder.build(tmp_path / "out", ["acme/ok", "../etc"])
+        lab_build.build(tmp_path / "out", ["acme/ok", "../etc"])
     assert not (tmp_path / "out").exists()
 
 
@@ -126,7 +121,7 @@ def test_check_models_sorts_and_dedups() -> None:
 
 
 # --- recipe_models -------------------------------------------------------------------------------
-def test_recipe_models_counts_every_speculative_draft(builder: Any, tmp_path: Path) -> None:
+def test_recipe_models_counts_every_speculative_draft(tmp_path: Path) -> None:
     (tmp_path / "rbln").mkdir()
     card = {
         "model": "org/served",
@@ -152,8 +147,8 @@ def test_recipe_models_counts_every_speculative_draft(builder: Any, tmp_path: Pa
         '      - \'{"model": "org/yaml-draft", "num_speculative_tokens": 3}\'\n'
         'guide: |\n  vllm serve x --speculative-config \'{"model": "org/only-in-guide"}\'\n'
     )
-    found = set(builder.recipe_models(tmp_path))
-    assert found == set(builder.RBLN_MODELS) | {
+    found = set(lab_store.recipe_models(tmp_path))
+    assert found == set(lab_store.RBLN_MODELS) | {
         "org/served",
         "org/draft-list",
         "org/draft-equals",
@@ -165,13 +160,13 @@ def test_recipe_models_counts_every_speculative_draft(builder: Any, tmp_path: Pa
     }
 
 
-def test_every_draft_the_shipped_recipes_name_is_in_the_store(builder: Any) -> None:
+def test_every_draft_the_shipped_recipes_name_is_in_the_store() -> None:
     named = set()
-    for path in builder.RECIPES.rglob("*"):
+    for path in lab_inputs.RECIPES.rglob("*"):
         if path.suffix in (".json", ".yaml") and "speculative" in path.read_text():
             text = path.read_text().replace('\\"', '"')
             named.update(re.findall(r'"model"\s*:\s*"([\w.-]+/[\w.-]+)"', text))
-    assert named and named <= set(builder.recipe_models())
+    assert named and named <= set(lab_store.recipe_models())
 
 
 # --- served and fetched --------------------------------------------------------------------------
@@ -193,14 +188,14 @@ def token_file(tmp_path: Path) -> Path:
 
 
 def test_an_added_model_is_served_and_fetched_complete(
-    store_url: str, token_file: Path, tmp_path: Path, builder: Any
+    store_url: str, token_file: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "hf"
     token = ["--token-file", str(token_file), "--token-env", "HF_TOKEN"]
     proc = fetch(home, "--store", store_url, *token, model=ADDED[1])
     assert proc.returncode == 0, proc.stderr
     repo = home / "hub" / snapshot_place.repo_dir_name(ADDED[1])
-    rev = builder.model_revision(ADDED[1])
+    rev = lab_store.model_revision(ADDED[1])
     assert (repo / snapshot_place.MARKER).read_text() == rev
     config = json.loads((repo / "snapshots" / rev / "config.json").read_text())
     assert config["_name_or_path"] == ADDED[1]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fake_host import serving
-from lab_sim_support import PIP_ENV, SIMULATOR, load
+from lab_sim_support import PIP_ENV
 from packaging.version import Version
 
 from servefleet.entry.cli import main as cli_main
@@ -40,9 +40,8 @@ from servefleet.lab.republish import (
     rewrite_wheel,
     versions_on,
 )
+from servefleet.lab.simulator import sdist as lab_sdist, wheels as lab_wheels
 from servefleet.lab.state import LabError
-
-build = load(SIMULATOR / "build.py", "servefleet_lab_build_republish")
 
 
 @pytest.mark.parametrize(
@@ -153,7 +152,7 @@ def test_dist_of_reads_wheel_and_sdist_names() -> None:
 
 # --- rewriting ----------------------------------------------------------------------------------
 def _wheel(tmp_path: Path) -> Path:
-    return build.write_wheel(  # type: ignore[no-any-return]
+    return lab_wheels.write_wheel(
         tmp_path / "built",
         "rebel-compiler",
         "0.12.0",
@@ -230,7 +229,7 @@ def _members(data: bytes) -> dict[str, bytes | None]:
 def test_a_rewritten_sdist_keeps_its_layout_and_builds_a_wheel_with_the_module(
     tmp_path: Path,
 ) -> None:
-    sdist = build.build_sdist(tmp_path / "public")
+    sdist = lab_sdist.build_sdist(tmp_path / "public")
     old = sdist.read_bytes()
     new = rewrite(sdist.name, old, "public/arctic #1")
     assert new != old

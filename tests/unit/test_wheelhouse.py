@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from local_indexes import OWNER_LOGIN, build
+from local_indexes import OWNER_LOGIN
 from test_fetch_model import REV, TOKEN, Stub, hf_layout, respond, tgz
 from test_install_release import install, release_plan, with_uv
 from test_lock import ENV, defaults
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.extras import resolve_for
+from servefleet.lab.simulator import wheels as lab_wheels
 from servefleet.release.lock import load_lock, write_lock
 from servefleet.release.plan import MARKER, plan_release
 from servefleet.release.pylock import release_id
@@ -56,9 +57,9 @@ MODEL = "acme/tiny-1"
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """sfowned 1.0 (needs sfdep), sfdep 1.0, sfpub 1.0: name -> wheel file."""
     root = tmp_path_factory.mktemp("wheels")
-    build.write_wheel(root, "sfowned", "1.0", {"sfowned/__init__.py": "ORIGIN = 'owner'\n"}, ["sfdep"])  # fmt: skip
-    build.write_wheel(root, "sfdep", "1.0", {"sfdep/__init__.py": ""}, [])
-    build.write_wheel(root, "sfpub", "1.0", {"sfpub/__init__.py": ""}, [])
+    lab_wheels.write_wheel(root, "sfowned", "1.0", {"sfowned/__init__.py": "ORIGIN = 'owner'\n"}, ["sfdep"])  # fmt: skip
+    lab_wheels.write_wheel(root, "sfdep", "1.0", {"sfdep/__init__.py": ""}, [])
+    lab_wheels.write_wheel(root, "sfpub", "1.0", {"sfpub/__init__.py": ""}, [])
     return {p.name.split("-")[0]: p for p in root.glob("*.whl")}
 
 
@@ -323,7 +324,7 @@ def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_f
     sfpub = wh / "packages" / wheels["sfpub"].name
     want = _sha(sfpub.read_bytes())
     sfpub.unlink()
-    build.write_wheel(wh / "packages", "sfpub", "1.0", {"sfpub/__init__.py": "X = 1\n"}, [])
+    lab_wheels.write_wheel(wh / "packages", "sfpub", "1.0", {"sfpub/__init__.py": "X = 1\n"}, [])
     again = replace(plan, path=str(tmp_path / "release2"))
     proc = install(again, tmp_path)
     assert proc.returncode != 0

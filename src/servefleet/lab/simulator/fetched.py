@@ -1,0 +1,116 @@
+"""The real wheels the lab's public index serves besides the simulated ones (not simulated:
+they need no NPU): the setuptools wheel the arctic-inference sdist builds with, vLLM's router and
+the Hugging Face client with their dependencies, and uv for the hosts. Each is fetched once
+with ``pip download`` and the machine's own pip config, and cached under
+/var/cache/servefleet-lab/wheels."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WHEEL_CACHE = Path(os.environ.get("SERVEFLEET_LAB_WHEEL_CACHE", "/var/cache/servefleet-lab/wheels"))
+
+
+def _setuptools_ok(path: Path) -> bool:
+    m = re.match(r"setuptools-(\d+)\.(\d+)", path.name)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (70, 1)  # type: ignore[union-attr]
+
+
+def setuptools_wheel() -> Path:
+    """A setuptools wheel new enough (>= 70.1) to build without the ``wheel`` package: from
+    the cache, else fetched once with ``pip download`` and the machine's own pip config."""
+    cached = sorted(p for p in WHEEL_CACHE.glob("setuptools-*.whl") if _setuptools_ok(p))
+    if cached:
+        return cached[-1]
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WHEEL_CACHE) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        cmd += ["--dest", tmp, "setuptools>=70.1"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = [p for p in Path(tmp).glob("setuptools-*.whl") if _setuptools_ok(p)]
+        if proc.returncode != 0 or not found:
+            raise RuntimeError(
+                "cannot fetch the setuptools wheel the arctic-inference sdist builds with: "
+                + (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+            )
+        target = WHEEL_CACHE / found[0].name
+        os.replace(found[0], target)
+    return target
+
+
+# Real packages (not simulated: they need no NPU), fetched once for every Python a lock resolves
+# for: vLLM's router at servefleet's default serve_router_version, and the Hugging Face client
+# that vllm pulls in (a hub fetch runs its snapshot_download against the lab's hub)
+ROUTER_REQUIREMENT = "vllm-router==0.1.17"
+HUB_REQUIREMENT = "huggingface-hub==2.4.0"
+REAL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# What their dependencies need on Python 3.10 only: pip evaluates `python_version` markers for
+# the Python it runs with (3.11 here), so it would not fetch them; a lock (uv, universal) needs
+# them (`uv pip compile --universal --python-version 3.10` lists them)
+PY310_ONLY = {ROUTER_REQUIREMENT: ("async-timeout", "exceptiongroup"), HUB_REQUIREMENT: ("tomli",)}
+
+
+def host_uv_wheel() -> Path:
+    """The real uv wheel for the lab's hosts (manylinux x86_64) at the controller's uv version,
+    which the hosts take their uv from: from the cache, else fetched once with ``pip download``
+    and the machine's own pip config."""
+    from servefleet.release.uvbin import uv_version
+
+    cache = WHEEL_CACHE / f"uv-{uv_version()}-host"
+    if not (cache / ".complete").is_file():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".uv-"))
+        try:
+            cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+                   "--platform", "manylinux_2_17_x86_64", "--python-version", "3.11",
+                   "--dest", str(tmp), f"uv=={uv_version()}"]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or len(list(tmp.glob("uv-*.whl"))) != 1:
+                said = [x for x in proc.stderr.splitlines() if x.strip()] or ["no wheel"]
+                raise RuntimeError(f"cannot fetch uv=={uv_version()} for the hosts: {said[-1]}")
+            (tmp / ".complete").write_text("")
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(tmp, cache)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    (wheel,) = cache.glob("uv-*.whl")
+    return wheel
+
+
+def real_wheels(requirement: str) -> list[Path]:
+    """The wheel of requirement and its dependencies' wheels, for every Python of REAL_PYTHONS:
+    from the cache, else fetched once with ``pip download`` and the machine's own pip config.
+
+    + requirement: ``name==version``, a key of PY310_ONLY
+    """
+    extras = hashlib.sha256(",".join(PY310_ONLY[requirement]).encode()).hexdigest()[:8]
+    cache = WHEEL_CACHE / f"{requirement.replace('==', '-')}-{extras}"
+    if not (cache / ".complete").is_file():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".real-"))
+        try:
+            for python in REAL_PYTHONS:
+                more = PY310_ONLY[requirement] if python == "3.10" else ()
+                cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:",
+                       "--python-version", python, "--dest", str(tmp), requirement,
+                       *more]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    said = [x for x in proc.stderr.splitlines() if x.strip()
+                            and not x.startswith("WARNING:")] or ["no wheel"]  # fmt: skip
+                    raise RuntimeError(
+                        f"cannot fetch {requirement} for Python {python}: {said[-1]}"
+                    )
+            (tmp / ".complete").write_text("")
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(tmp, cache)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(cache.glob("*.whl"))
