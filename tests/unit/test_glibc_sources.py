@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import SIMULATOR, load
 from test_deploy_plan import probe, settings
 from test_host_state import CR13, run_probe
 
@@ -22,6 +21,7 @@ from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import probe_args
 from servefleet.lab.base import base_note, base_paths, ensure_base
+from servefleet.lab.simulator import wheels as lab_wheels
 from servefleet.lab.state import LabError
 from servefleet.lab.topology import plan_hosts
 from servefleet.release.glibc import choose, glibc_refusal, host_glibc, levels
@@ -153,7 +153,7 @@ def test_the_lock_holds_every_choice_no_host_is_refused() -> None:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     index = tmp_path_factory.mktemp("glibc") / "index"
-    load(SIMULATOR / "build.py", "servefleet_lab_build_glibc").build_wheels(index)
+    lab_wheels.build_wheels(index)
     return index
 
 

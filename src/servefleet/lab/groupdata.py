@@ -23,7 +23,7 @@ INDEX_OWNS: dict[str, tuple[str, ...]] = {
     "assets": ("vllm",),  # RBLN's glibc workaround: the same vllm for older glibc
 }
 # the lowest glibc the wheels of a lab index need, where it is not any glibc (see
-# lab/simulator/build.py)
+# lab/simulator/wheels.py)
 INDEX_GLIBC = {"vllm": "2.39", "assets": "2.35"}
 
 

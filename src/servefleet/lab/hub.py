@@ -5,7 +5,7 @@
 Served by ``python -m servefleet.lab.index hub STORE --bind IP --port N [--token-file FILE]``
 (every lab server runs that module, see lab/layout.py). STORE is
 the model store's directory (``manifest.json`` and ``<org>/<name>.tar.gz``, see
-lab/simulator/build.py); each model's files are its archive's ``snapshots/<rev>/`` files, its
+lab/simulator/store.py); each model's files are its archive's ``snapshots/<rev>/`` files, its
 ``main`` the manifest's revision. With ``--token-file`` every repository is gated: a request
 without ``Authorization: Bearer <token>`` gets 401 and ``X-Error-Code: GatedRepo``, as the hub
 answers for a gated model.
