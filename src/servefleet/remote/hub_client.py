@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """servefleet's Hugging Face hub client launcher. Runs ON THE HOST, as root, in a mount namespace
-of its own: ``remote/fetch_model.py`` starts it under ``unshare --mount --propagation private``
-(stdlib only, python3 >= 3.10).
+of its own: the fetcher (``remote/hub_source.py``) starts it under ``unshare --mount
+--propagation private`` (stdlib only, python3 >= 3.10).
 
 usage: hub_client.py FD STAGING MOUNT -- PYTHON ARG...
 
@@ -37,7 +37,7 @@ class Refusal(Exception):
 def mount_staging(fd: int, staging: str, mount: str) -> None:
     """Bind-mount the directory of fd, reached again as staging, on mount.
 
-    + fd: root's staging directory, inherited from fetch_model.py
+    + fd: root's staging directory, inherited from the fetcher (hub_source.py)
     + staging: its absolute path
     + mount: the empty root-only mount point
     """
