@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.base.errors import RecipeError
+from servefleet.remote import layout
 
-_ENV_ALLOWED = "[A-Za-z_][A-Za-z0-9_]*"
-ENV_NAME = re.compile(_ENV_ALLOWED + r"\Z")
+_ENV_ALLOWED = layout.ENV_NAME_ALLOWED
 # An option inside one word: whitespace, then a dash and a letter (not a negative number)
 _INNER_OPTION = re.compile(r"\s(--?[A-Za-z][^\s=]*)")
 # What may stand between a JSON value's tokens (not a carriage return: it rewrites a terminal's line)
@@ -81,7 +81,7 @@ def _argv_problem(argv: list[str], where: str) -> str | None:
 
 def _env_problem(env: dict[str, str], where: str) -> str | None:
     for name, value in env.items():
-        if not ENV_NAME.match(name):
+        if not layout.ENV_NAME.fullmatch(name):
             return f"{where}: env {_shown(name)} is not a variable name; allowed: {_ENV_ALLOWED}"
         problem = word_problem(value, argv=False)
         if problem:

@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from servefleet.base.errors import RecipeError
+from servefleet.remote import layout
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # A token that starts with "-" but is a value, not a flag: a negative number.
 _NEGATIVE_NUMBER = re.compile(r"-\d")
 
@@ -42,7 +42,7 @@ def env_map(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise RecipeError(f"{where}: expected a mapping of variables, got {type(value).__name__}")
     for k in value:
-        if not isinstance(k, str) or not _ENV_NAME.match(k):
+        if not isinstance(k, str) or not layout.ENV_NAME.fullmatch(k):
             raise RecipeError(
                 f"{where}: {str(k)[:80]!r} is not a variable name; allowed: [A-Za-z_][A-Za-z0-9_]*"
             )

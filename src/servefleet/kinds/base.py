@@ -23,12 +23,11 @@ from typing import Any, Protocol
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import RECIPES_DIR
+from servefleet.remote import layout
 from servefleet.spec import ServeSpec
 
 # A Hugging Face model id as every recipe names one and the host's fetcher takes it: ORG/NAME of
-# [A-Za-z0-9._-], each part starting with a letter or digit, no ".." anywhere
-MODEL_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-MODEL_ID_ALLOWED = "ORG/NAME of [A-Za-z0-9._-] (no '..')"
+MODEL_ID, MODEL_ID_ALLOWED = layout.MODEL_ID, layout.MODEL_ID_ALLOWED  # the host contract's rule
 # vLLM's recipes may also name a model by its local directory (an absolute path)
 MODEL_PATH = re.compile(r"(?!.*\.\.)/[A-Za-z0-9._/-]+\Z")
 MODEL_PATH_ALLOWED = f"{MODEL_ID_ALLOWED}, or an absolute path of [A-Za-z0-9._/-]"
@@ -41,7 +40,9 @@ def model_problem(value: Any, where: str, paths: bool = False) -> str | None:
     + where: how the message names it
     + paths: accept an absolute path (vLLM's recipes)
     """
-    if isinstance(value, str) and (MODEL_ID.match(value) or (paths and MODEL_PATH.match(value))):
+    if isinstance(value, str) and (
+        MODEL_ID.fullmatch(value) or (paths and MODEL_PATH.match(value))
+    ):
         return None
     shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
     allowed = MODEL_PATH_ALLOWED if paths else MODEL_ID_ALLOWED

@@ -50,7 +50,7 @@ from servefleet.base.files import sha256_of as file_sha256
 from servefleet.release.lock import Lock
 from servefleet.release.pylock import files_of, packages
 from servefleet.release.stack import basic_auth
-from servefleet.remote import retry
+from servefleet.remote import layout, retry
 from servefleet.remote.layout import WHEELHOUSE
 
 MANIFEST = "manifest.json"
@@ -60,7 +60,6 @@ PACKAGES_DIR = "packages"
 CHUNK = 1 << 20
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class WheelhouseError(ServefleetError):
@@ -163,7 +162,7 @@ def model_file(model: str, entry: Mapping[str, Any]) -> File | None:
     """
     if not entry.get("url"):
         return None
-    if not _MODEL.fullmatch(model) or ".." in model or not entry.get("sha256"):
+    if not layout.MODEL_ID.fullmatch(model) or not entry.get("sha256"):
         raise WheelhouseError(f"model {model}: the lock has no usable archive sha256 or id")
     return File(f"models/{model}.tar.gz", entry["url"], entry["sha256"], "hf")
 

@@ -75,6 +75,7 @@ if __package__:  # the controller imports this module (servefleet.remote.fetch_m
     from servefleet.remote import (
         http_client,
         hub_source,
+        layout,
         refusal,
         retry,
         snapshot_place,
@@ -84,15 +85,16 @@ if __package__:  # the controller imports this module (servefleet.remote.fetch_m
 else:  # on the host, next to the modules it names (the deploy uploads them together)
     import http_client  # type: ignore[no-redef]
     import hub_source  # type: ignore[no-redef]
+    import layout  # type: ignore[no-redef]
     import refusal  # type: ignore[no-redef]
     import retry  # type: ignore[no-redef]
     import snapshot_place  # type: ignore[no-redef]
     import store_source  # type: ignore[no-redef]
     import trusted  # type: ignore[no-redef]
 
-MODEL_RE = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
+MODEL_RE = layout.MODEL_ID  # the host contract's rule, the controller's too
 TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # what an HTTP header can carry, no spaces
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_RE = layout.ENV_NAME
 
 
 def bad_model_id(model: str) -> str | None:
@@ -100,7 +102,7 @@ def bad_model_id(model: str) -> str | None:
 
     + model: the id to check
     """
-    if not MODEL_RE.fullmatch(model) or ".." in model:
+    if not MODEL_RE.fullmatch(model):
         return f"{model!r} is not a model id ORG/NAME of [A-Za-z0-9._-] (no '..')"
     return None
 

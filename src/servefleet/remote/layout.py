@@ -1,6 +1,7 @@
 """The host contract: where servefleet keeps things on a host, and what it calls them.
 
-Stdlib only: names, and the few rules both sides apply (a file's sha256, at the end). Both
+Stdlib only: names, and the few rules both sides apply (model ids, variable names, a file's
+sha256: at the end). Both
 sides import it: the controller as
 ``servefleet.remote.layout``, the host programs as ``layout`` (the deploy uploads it with them to
 ``<serve_root>/lib``; a program sent inline carries it, see :func:`servefleet.remote.inline`).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 
 # Under serve_root.
 LIB = "lib"  # the host programs (this file among them) and the uv binary
@@ -96,6 +98,14 @@ RUNFILE_DIR = "/var/cache/servefleet/driver"  # runfiles and installer logs
 
 # Rules both sides apply, written once.
 
+# A Hugging Face model id: ORG/NAME of [A-Za-z0-9._-], each part starting with a letter or digit
+# (never an option's dash or a dot), no ".." anywhere (never a path out of the hub's tree).
+MODEL_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+MODEL_ID_ALLOWED = "ORG/NAME of [A-Za-z0-9._-], each part starting with a letter or digit, no '..'"
+# An environment variable name (a unit's Environment=, a card's env, a creds_*_env key).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_ALLOWED = "[A-Za-z_][A-Za-z0-9_]*"
+
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
     """The sha256 of a file, read in 1 MiB blocks (OSError when it cannot be read).
@@ -107,4 +117,3 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-

@@ -17,12 +17,11 @@ Shell quoting (``shlex.quote``) is wrong for both.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 
 from servefleet.base.errors import ServefleetError
+from servefleet.remote import layout
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Prefixes systemd reads from the first word of ExecStart= after unquoting.
 _EXEC_PREFIXES = "@-:+!|"
 
@@ -67,7 +66,7 @@ def environment_line(name: str, value: str) -> str:
     + name: the variable name
     + value: its value, exactly as the process must see it
     """
-    if not _ENV_NAME.match(name):
+    if not layout.ENV_NAME.fullmatch(name):
         raise ServefleetError(f"Environment: {name!r} is not a valid variable name")
     return _quote(f"{name}={value}", f"Environment {name}")
 

@@ -13,6 +13,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name as canonical_name  # PEP 503 (Rebel_Compiler)
 from packaging.version import InvalidVersion, Version
 
+from servefleet.remote import layout
 from servefleet.settings.checks import (
     Check,
     Refused,
@@ -32,7 +33,7 @@ SLUG = re.compile(r"[a-z0-9_-]+")
 PD_ROLE = re.compile(r"prefill|decode")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # axes, index names
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+MODEL_ID = layout.MODEL_ID  # the host contract's rule (it refuses '..' too)
 SHA256 = re.compile(r"[0-9a-f]{64}")
 REVISION = re.compile(r"[0-9a-f]{40}")
 _GLIBC = re.compile(r"[1-9][0-9]{0,2}\.(0|[1-9][0-9]{0,2})")

@@ -9,12 +9,13 @@ import re
 import shlex
 from typing import Any
 
+from servefleet.remote import layout
 from servefleet.settings.check_names import NAME, SLUG
 from servefleet.settings.checks import CONTROL, Refused, bad, entries, matching, show, typed
 
 _AXIS_VALUE = re.compile(r"[^\x00-\x1f\x7f-\x9f%$]+")
 _FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9._-]*")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME = layout.ENV_NAME  # the host contract's rule
 API_KEY = re.compile(r"[A-Za-z0-9._~+/=:@%,-]{16,1024}")
 API_KEY_ALLOWED = "16-1024 characters of A-Za-z0-9 and ._~+/=:@%,- (e.g. `openssl rand -hex 32`)"
 _SELECTION_ALLOWED = (

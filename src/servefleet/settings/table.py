@@ -26,6 +26,7 @@ from typing import Any
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.kinds import kind_of
 from servefleet.kinds.rbln import defaults as rbln
+from servefleet.remote import layout
 from servefleet.settings import (
     across,
     check_names as names,
@@ -77,7 +78,7 @@ def _controller_dir(optional: bool = False) -> Check:
     return c.optional(check) if optional else check
 
 
-_env_name = c.matching(words.ENV_NAME, "an environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
+_env_name = c.matching(words.ENV_NAME, "an environment variable name", layout.ENV_NAME_ALLOWED)
 _sha256 = c.matching(names.SHA256, "a sha256", "64 lowercase hex digits")
 _model = c.matching(names.MODEL_ID, "a model id", names.MODELS_ALLOWED)
 _installer_arg = c.one_line("an argument", "arguments without control characters", empty=True)

@@ -30,14 +30,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.base.errors import RecipeError
-from servefleet.kinds.base import MODEL_ID, launcher_problem
+from servefleet.kinds.base import MODEL_ID, MODEL_ID_ALLOWED, launcher_problem
 from servefleet.kinds.loader import load_json, read_recipe_text
 from servefleet.kinds.roles import PD_ROLES, ROUTER_POLICIES
+from servefleet.remote import layout
 
 T = TypeVar("T")
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -193,7 +191,7 @@ def parse_env_fragment(key: str, fragment: str) -> str:
     + key: the variable name
     + fragment: the shell fragment (``LMCACHE_EXTRA_CONFIG='{...}'``)
     """
-    if not _ENV_NAME.match(key):
+    if not layout.ENV_NAME.fullmatch(key):
         raise RecipeError(f"env {key!r}: not a valid variable name")
     tokens = _split_fragment(f"env {key}", fragment)
     if len(tokens) != 1 or not tokens[0].startswith(key + "="):
@@ -260,9 +258,9 @@ def _check(pattern: re.Pattern[str], value: str, what: str, errors: _Errors) -> 
 
 
 def _model_id(value: str, what: str, errors: _Errors) -> bool:
-    if MODEL_ID.match(value):
+    if MODEL_ID.fullmatch(value):
         return True
-    errors.add(f"{what} {value!r} is not a model id; allowed: ORG/NAME of [A-Za-z0-9._-]")
+    errors.add(f"{what} {value!r} is not a model id; allowed: {MODEL_ID_ALLOWED}")
     return False
 
 

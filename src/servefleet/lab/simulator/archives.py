@@ -3,10 +3,11 @@ timestamps and owners, so the same input gives the same bytes; and a file's sha2
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tarfile
 from pathlib import Path
+
+from servefleet.remote import layout
 
 EPOCH = 315532800  # 1980-01-01: fixed timestamps make the artifacts reproducible
 
@@ -41,9 +42,4 @@ def write_tgz(path: Path, members: list[tuple[str, bytes | None]]) -> None:
         gz.write(raw.getvalue())
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+file_sha256 = layout.sha256_of  # the host contract's rule

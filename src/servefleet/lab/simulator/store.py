@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from servefleet.remote import layout
+
 from .archives import file_sha256, write_tgz
 from .inputs import RECIPES
 
 RBLN_MODELS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]
-MODEL_ID = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")  # as the fetcher takes them
 SPECULATIVE_KEYS = ("--speculative-config", "speculative_config", "speculative-config")
 
 
@@ -71,8 +72,8 @@ def recipe_models(recipes: Path = RECIPES) -> list[str]:
 
 
 def is_model_id(model: str) -> bool:
-    """Whether model is ``ORG/NAME`` of ``[A-Za-z0-9._-]`` without ``..``."""
-    return bool(MODEL_ID.fullmatch(model)) and ".." not in model
+    """Whether model is a model id as the fetcher takes them (the host contract's rule)."""
+    return bool(layout.MODEL_ID.fullmatch(model))
 
 
 def model_revision(model: str) -> str:
