@@ -18,7 +18,7 @@ from pyinfra.api import deploy
 from pyinfra.api.operation import OperationMeta
 
 from servefleet.hostplan.types import HostPlan
-from servefleet.settings.table import DEFAULTS, Settings
+from servefleet.settings.table import Settings
 from servefleet.steps import (
     credentials,
     driver as driver_step,
@@ -41,7 +41,7 @@ pyinfra_cost.install()  # the same operation order, without reading source for e
 __all__ = ["driver", "host_plan", "host_settings", "report", "models", "rollback", "serve", "stack"]
 
 
-@deploy("Driver", data_defaults=DEFAULTS)
+@deploy("Driver")
 def driver(plan: HostPlan | None) -> OperationMeta | None:
     """Check the host's SKU, then install the wanted RBLN driver if it is missing or different;
     the servers of the host's last good state come back through the health gate."""
@@ -52,7 +52,7 @@ def driver(plan: HostPlan | None) -> OperationMeta | None:
     return driver_step.install(plan)
 
 
-@deploy("Release", data_defaults=DEFAULTS)
+@deploy("Release")
 def stack(plan: HostPlan | None) -> OperationMeta | None:
     """Check the host's SKU, then install the pinned release the selection needs. Running
     servers keep their release: units name it, and no release a unit or state names is removed."""
@@ -64,7 +64,7 @@ def stack(plan: HostPlan | None) -> OperationMeta | None:
     return release.install(plan)
 
 
-@deploy("Models", data_defaults=DEFAULTS)
+@deploy("Models")
 def models(plan: HostPlan | None) -> None:
     """Fetch the model and any draft model into $HF_HOME/hub."""
     if plan is not None and not refused(plan):
@@ -74,7 +74,7 @@ def models(plan: HostPlan | None) -> None:
         models_step.fetch(plan)
 
 
-@deploy("servefleet", data_defaults=DEFAULTS)
+@deploy("servefleet")
 def serve(plan: HostPlan | None) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing. A
     router host (``serve_router = "fleet"``) gets its router only, after every host's servers
@@ -104,7 +104,7 @@ def serve(plan: HostPlan | None) -> None:
         router_step.recheck(plan)
 
 
-@deploy("Rollback", data_defaults=DEFAULTS)
+@deploy("Rollback")
 def rollback(settings: Settings, to: str = "previous") -> None:
     """Back to a kept state through the health gate: ``previous`` (the state before the last
     good one) or ``good`` (the last good one, e.g. after a failed change). Needs no recipe:

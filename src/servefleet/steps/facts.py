@@ -21,7 +21,8 @@ STATUS = inline("health.py")  # the deploy's health gate, once per instance (`st
 class HostProbe(FactBase):
     """
     Returns what servefleet needs to know of a host, read in one round trip: kernel release,
-    ``rbln-smi -j`` (or ``lspci -n`` lines before a driver), complete releases, the ``current``
+    the device commands its kind declares (``Kind.probe_commands``: ``rbln-smi -j``, or ``lspci
+    -n`` lines before a driver, on RBLN; ``nvidia-smi``/``amd-smi`` on GPUs), complete releases, the ``current``
     release, the last good state's release, our units (active, enabled, the unit sha each main
     process runs, the file's sha256), warm compile fingerprints, complete models, the serve user.
     """
