@@ -1,0 +1,338 @@
+"""Mutation campaign (not a test, not in CI; issue #37): mutmut over servefleet's core modules,
+the unit suite as the test command, the kill rate per module.
+
+mutmut is installed into a venv of its own, ``~/.cache/servefleet/mutation-venv`` (mutmut plus
+the versions the project's ``.venv`` holds, never the project's dependencies), and runs on a copy
+of a commit's tree (``~/.cache/servefleet/mutation-work``, HEAD by default: not the working
+tree, which others may be editing; the copy's ``setup.cfg`` holds mutmut's configuration).
+mutmut runs, for each mutant, only the unit tests that call the mutated function (it records
+them once, unmutated), forked from one process.
+
+    .venv/bin/python bench/mutation.py [--modules rollout,systemd,...] [--max-children 2]
+    .venv/bin/python bench/mutation.py --report        # the table of the last run, as JSON
+    .venv/bin/python bench/mutation.py --survivors rollout   # each survivor's diff
+
+The host programs (``remote/*.py``) are imported by the unit tests as top-level modules
+(``import trusted``, next to each other as on a host); the copy's root ``conftest.py`` maps each
+such name to its ``servefleet.remote`` module, so mutmut's trampolines recognise them. When a test
+runs a host program in a subprocess (``python3 -c`` of its inlined source) the mutant is not
+active there: such a test can kill a mutant only in-process, so those counts are a floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path.home() / ".cache" / "servefleet"
+VENV = CACHE / "mutation-venv"
+WORK = CACHE / "mutation-work"
+MUTMUT = "mutmut==3.8.1"
+
+# the core of issue #37, by module key (what --modules takes) -> path under src/servefleet
+CORE = {
+    "rbln.resolve": "kinds/rbln/resolve.py",
+    "rbln.fingerprint": "kinds/rbln/fingerprint.py",
+    "vllm.resolve": "kinds/vllm/resolve.py",
+    "systemd": "systemd.py",
+    "render": "render.py",
+    "checks": "checks.py",
+    "settings": "settings.py",
+    "trusted": "remote/trusted.py",
+    "health": "remote/health.py",
+    "instances": "remote/instances.py",
+    "preflight": "remote/preflight.py",
+    "download": "download.py",
+    "fetch_model": "remote/fetch_model.py",
+    "rollout": "rollout.py",
+    "hostplan": "hostplan.py",
+}
+
+# unit tests that need what the copy lacks (the project's installed console scripts, a lab
+# fleet's tools) are left out of the campaign, named here with the reason
+DESELECT: dict[str, str] = {
+    "tests/unit/test_systemd.py::test_random_units_verify": "hypothesis: not the same cases twice",
+    "tests/unit/test_packaging.py": "runs the wheel built from the mutated tree in a venv of its "
+    "own, where the stats run's trampolines find no mutmut configuration",
+}
+SHIM = '''\
+"""Written by bench/mutation.py into its copy only: the host programs imported as top-level
+modules (``import trusted``) are their ``servefleet.remote`` modules, so mutmut's trampolines
+(keyed by module name) see the mutant under test."""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+from pathlib import Path
+
+_REMOTE = Path(__file__).resolve().parent / "src" / "servefleet" / "remote"
+_NAMES = {p.stem for p in _REMOTE.glob("*.py") if p.stem != "__init__"}
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name in _NAMES:
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module("servefleet.remote." + spec.name)
+
+    def exec_module(self, module):
+        pass  # already run, as servefleet.remote.<name>
+
+
+sys.meta_path.insert(0, _Alias())
+'''
+
+
+# A test's subprocess (``servefleet lock`` in a temporary directory) inherits mutmut's
+# MUTANT_UNDER_TEST; in the stats run that makes its trampolines read mutmut's configuration
+# from the subprocess's directory, which has none. What a subprocess calls is not recorded
+# anyway (the parent's tests are), so there it runs unmutated; a mutant under test stays active.
+SITECUSTOMIZE = """\
+import os
+
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    os.environ["MUTANT_UNDER_TEST"] = ""
+"""
+
+
+def _run(cmd: list[str], **kw: object) -> None:
+    print("+", " ".join(cmd), file=sys.stderr)
+    subprocess.run(cmd, check=True, **kw)  # type: ignore[call-overload]
+
+
+def ensure_venv() -> Path:
+    """
+    Create the campaign's venv (mutmut and the project's ``.venv`` versions), once.
+
+    + returns: the venv's python
+    """
+    python = VENV / "bin" / "python"
+    stamp = VENV / ".servefleet-reqs"
+    uv = str(REPO / ".venv" / "bin" / "uv")
+    freeze = subprocess.run([uv, "pip", "freeze", "-p", str(REPO / ".venv" / "bin" / "python")],
+                            check=True, capture_output=True, text=True).stdout  # fmt: skip
+    reqs = (
+        "".join(
+            line + "\n"
+            for line in freeze.splitlines()
+            if line and not line.startswith("-e") and not line.lower().startswith("servefleet")
+        )
+        + MUTMUT
+        + "\n"
+    )
+    if python.exists() and stamp.exists() and stamp.read_text() == reqs:
+        return python
+    if not python.exists():
+        _run([uv, "venv", "-q", "-p", str(REPO / ".venv" / "bin" / "python"), str(VENV)])
+    req_file = VENV / "requirements.txt"
+    req_file.write_text(reqs)
+    _run([uv, "pip", "install", "-q", "-p", str(python), "-r", str(req_file)])
+    stamp.write_text(reqs)
+    return python
+
+
+def copy_tree(modules: list[str], max_children: int, deselect: list[str], rev: str) -> None:
+    """
+    Copy the commit ``rev``'s tree into ``WORK`` (a commit, not the working tree others are
+    editing: its unit suite must pass as it is) and write mutmut's configuration there.
+
+    + modules: keys of ``CORE`` to mutate
+    + max_children: not used here (mutmut's option), kept for the record in ``setup.cfg``
+    + deselect: more unit tests to leave out (``--deselect``), besides ``DESELECT``
+    + rev: the commit to copy
+    """
+    keep = WORK / "mutants"
+    if WORK.exists():
+        for child in WORK.iterdir():
+            if child == keep:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    WORK.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(WORK)], input=archive, check=True)
+    shutil.rmtree(WORK / "bench", ignore_errors=True)
+    (WORK / "conftest.py").write_text(SHIM)
+    only = "\n    ".join(f"src/servefleet/{CORE[m]}" for m in modules)
+    # mutmut copies src/ and tests/; the tests read the rest (README, docs/, deploys/, ...)
+    also = "\n    ".join(sorted(p.name for p in WORK.iterdir() if p.name not in ("src", "tests")))
+    left_out = "".join(f"\n    --deselect\n    {t}" for t in [*DESELECT, *deselect])
+    (WORK / "setup.cfg").write_text(
+        "[mutmut]\n"
+        "source_paths = src\n"
+        f"only_mutate =\n    {only}\n"
+        f"also_copy =\n    {also}\n"
+        "pytest_add_cli_args_test_selection =\n    tests/unit\n"
+        "pytest_add_cli_args =\n    -n\n    0\n    -p\n    no:cacheprovider\n"
+        f"    -o\n    addopts=\n    -q{left_out}\n"
+        "timeout_multiplier = 5.0\n"
+        "timeout_constant = 20.0\n"
+        "use_git_change_detection = false\n"
+        "debug = true\n"
+        f"# max_children = {max_children}\n"
+    )
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    site = next((VENV / "lib").glob("python3*/site-packages"))
+    # host programs run as ``python3 -c`` import mutmut's trampolines from the mutated source,
+    # and a test's ``python -m servefleet`` runs the mutated tree (the mutant active there too)
+    shim = CACHE / "mutation-shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    (shim / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env["PYTHONPATH"] = f"{shim}:{WORK / 'mutants' / 'src'}:{site}"
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def install_metadata(python: Path) -> None:
+    """
+    Install servefleet's metadata (its version, its entry points) from the copy into the
+    campaign venv, without its code: the code imported is the copy's (mutated) tree.
+
+    + python: the campaign venv's python
+    """
+    site = Path(_env()["PYTHONPATH"].split(":")[2])
+    uv = str(REPO / ".venv" / "bin" / "uv")
+    _run([uv, "pip", "install", "-q", "--no-deps", "--reinstall-package", "servefleet", "-p",
+          str(python), str(WORK)])  # fmt: skip
+    shutil.rmtree(site / "servefleet")
+    shutil.rmtree(WORK / "build", ignore_errors=True)
+
+
+def red_tests(python: Path, workers: int) -> list[str]:
+    """
+    The unit tests that fail on the copy unmutated (a commit of a tree others are editing may
+    hold one): they can kill no mutant, and mutmut wants a green suite, so they are left out.
+
+    + python: the campaign venv's python
+    + workers: pytest-xdist workers
+    + returns: their node ids
+    """
+    src = WORK / "src"
+    shim, _, site = _env()["PYTHONPATH"].split(":")
+    env = {**_env(), "PYTHONPATH": f"{shim}:{src}:{site}"}
+    print(f"the unit suite, unmutated, on {WORK} ...", file=sys.stderr)
+    proc = subprocess.run([str(python), "-m", "pytest", "tests/unit", "-q", "-rfE", "-n",
+                           str(workers), "-p", "no:cacheprovider", "-o", "addopts=",
+                           *[a for t in DESELECT for a in ("--deselect", t)]],
+                          cwd=WORK, env=env, capture_output=True, text=True)  # fmt: skip
+    red = sorted({m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)})
+    print(f"unmutated: {len(red)} red unit test(s), left out: {red}", file=sys.stderr)
+    (WORK / "red-tests.json").write_text(json.dumps(red))
+    return red
+
+
+def campaign(python: Path, max_children: int) -> int:
+    """
+    Run ``mutmut run`` in ``WORK``.
+
+    + python: the campaign venv's python
+    + max_children: mutants tested at once
+    + returns: mutmut's exit status
+    """
+    env = _env()
+    # mutmut 3.8.1 puts mutants/src on the path only when it is there as it starts
+    (WORK / "mutants" / "src").mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    mutmut = str(VENV / "bin" / "mutmut")
+    code = subprocess.run([mutmut, "run", "--max-children", str(max_children)], cwd=WORK,
+                          env=env).returncode  # fmt: skip
+    print(f"mutmut run: exit {code} in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    return code
+
+
+def results() -> dict[str, dict[str, int]]:
+    """
+    The last run's counts, per module: every status mutmut gives (killed, survived, no tests,
+    timeout, suspicious, ...) and the total.
+
+    + returns: module path -> status -> count
+    """
+    out = subprocess.run([str(VENV / "bin" / "mutmut"), "results", "--all", "true"], cwd=WORK,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    table: dict[str, dict[str, int]] = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+)__mutmut_\d+: (.+)$", line)
+        if not m:
+            continue
+        module = m.group(1).rsplit(".", 1)[0]
+        row = table.setdefault(module, {"total": 0})
+        row[m.group(2)] = row.get(m.group(2), 0) + 1
+        row["total"] += 1
+    return table
+
+
+def survivors(module: str) -> list[str]:
+    """
+    The names of ``module``'s surviving mutants (``servefleet.rollout`` or a ``CORE`` key).
+
+    + module: the dotted module or a key of ``CORE``
+    + returns: mutant names
+    """
+    if module in CORE:
+        module = "servefleet." + CORE[module][: -len(".py")].replace("/", ".")
+    out = subprocess.run([str(VENV / "bin" / "mutmut"), "results"], cwd=WORK,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    names = []
+    for line in out.splitlines():
+        name, _, status = line.strip().partition(": ")
+        if name.startswith(module + ".") and status == "survived":
+            names.append(name)
+    return names
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modules", default=",".join(CORE),
+                        help=f"comma-separated, of: {', '.join(CORE)}")  # fmt: skip
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--report", action="store_true", help="print the last run's table")
+    parser.add_argument("--survivors", metavar="MODULE", help="print a module's survivors' diffs")
+    parser.add_argument("--deselect", action="append", default=[], metavar="TEST",
+                        help="a unit test to leave out (one that fails on this tree as it is)")  # fmt: skip
+    parser.add_argument("--rev", default="HEAD", help="the commit to mutate (default HEAD)")
+    parser.add_argument("--keep", action="store_true",
+                        help="reuse the copy and mutmut's results (resume a run)")  # fmt: skip
+    args = parser.parse_args()
+    if args.report:
+        print(json.dumps(results(), indent=1, sort_keys=True))
+        return 0
+    if args.survivors:
+        for name in survivors(args.survivors):
+            subprocess.run([str(VENV / "bin" / "mutmut"), "show", name], cwd=WORK, check=True)
+        return 0
+    modules = [m for m in args.modules.split(",") if m]
+    unknown = [m for m in modules if m not in CORE]
+    if unknown:
+        parser.error(f"unknown module {unknown[0]!r}; allowed: {', '.join(CORE)}")
+    python = ensure_venv()
+    if not args.keep:
+        shutil.rmtree(WORK / "mutants", ignore_errors=True)
+        copy_tree(modules, args.max_children, args.deselect, args.rev)
+        install_metadata(python)
+        red = red_tests(python, args.max_children)
+        copy_tree(modules, args.max_children, [*args.deselect, *red], args.rev)
+    code = campaign(python, args.max_children)
+    print(json.dumps(results(), indent=1, sort_keys=True))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
