@@ -6,9 +6,12 @@ Pure (no pyinfra import).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
+import threading
+from typing import Any
 
 from servefleet.base.flags import merge, table_for
 from servefleet.kinds import Kind, kind_of
@@ -16,16 +19,38 @@ from servefleet.kinds.roles import DECODE, PREFILL
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
 
+_RESOLVED: collections.OrderedDict[tuple[Any, ...], ServeSpec] = collections.OrderedDict()
+_KEPT = 64  # the specs kept (a run's hosts share a few: one a data set and device model)
+_LOCK = threading.Lock()  # gevent's greenlets plan hosts at once: a greenlet lock under pyinfra
+
 
 def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
     """The serving spec the data selects, for the host's device model (its platform resolves),
-    with the data's extra arguments and environment (:func:`with_extras`).
+    with the data's extra arguments and environment (:func:`with_extras`). Resolved once for
+    each data, device model and recipe file as it is now (its stat): the specs are frozen, so
+    the hosts of a run that share data share it, and a host's plan, its probe and its units are
+    made from one resolve.
 
     + settings: validated data
     + sku: the host's device model, once known (RBLN: the NPU SKU)
     """
     platform = kind_of(settings.serve_recipe)
-    return with_extras(settings, platform.resolve_data(settings, sku), platform)
+    try:
+        st = platform.path_of(settings.serve_recipe).stat()
+        stamp: tuple[int, ...] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except (OSError, ValueError):
+        stamp = ()
+    key = (repr(settings), sku, stamp)
+    with _LOCK:
+        if key in _RESOLVED:
+            _RESOLVED.move_to_end(key)
+            return _RESOLVED[key]
+    spec = with_extras(settings, platform.resolve_data(settings, sku), platform)
+    with _LOCK:
+        _RESOLVED[key] = spec
+        while len(_RESOLVED) > _KEPT:
+            _RESOLVED.popitem(last=False)
+    return spec
 
 
 def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpec:

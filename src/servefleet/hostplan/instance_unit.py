@@ -60,8 +60,18 @@ def render_instance(
     settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
     devices_env: str | None = None, server: Server | None = None,
 ) -> tuple[str, str]:  # fmt: skip
-    """The unit file of one instance and its SERVEFLEET_UNIT sha (pure: the deploy writes this
-    text, ``servefleet resolve --format unit`` prints it).
+    """The unit file of one instance and its SERVEFLEET_UNIT sha (:func:`instance_unit`'s)."""
+    text, sha, _, _ = instance_unit(settings, spec, release, index, devices, devices_env, server)
+    return text, sha
+
+
+def instance_unit(
+    settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
+    devices_env: str | None = None, server: Server | None = None,
+) -> tuple[str, str, list[str], dict[str, str]]:  # fmt: skip
+    """The unit file of one instance, its SERVEFLEET_UNIT sha, and the command line and
+    environment it runs (its one :func:`instance_command`; pure: the deploy writes this text,
+    ``servefleet resolve --format unit`` prints it).
 
     + settings: validated data (user, paths, base port, host)
     + spec: the resolved selection (its first server)
@@ -91,7 +101,7 @@ def render_instance(
     # confirmed offline, #31 finding 4); a new key restarts the servers because each one is
     # checked for the key it runs with (the probe, remote/instances.py)
     sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
-    return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha
+    return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha, exec_argv, env
 
 
 def served_name(argv: list[str], model: str) -> str:

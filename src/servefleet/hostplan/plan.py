@@ -13,7 +13,7 @@ from typing import Any
 
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.hostplan.extras import resolve_for
-from servefleet.hostplan.instance_unit import instance_command, render_instance
+from servefleet.hostplan.instance_unit import instance_unit
 from servefleet.hostplan.placement import place_pd
 from servefleet.hostplan.router import host_router, plan_router, worker_url
 from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance
@@ -128,8 +128,8 @@ def plan_host(
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
         server, role = placed[i]
-        text, sha = render_instance(settings, spec, release, i, devices, devices_env, server)
-        argv, env = instance_command(settings, spec, release, i, devices, devices_env, server)
+        text, sha, argv, env = instance_unit(settings, spec, release, i, devices, devices_env,
+                                             server)  # fmt: skip
         unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
