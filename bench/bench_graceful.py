@@ -96,7 +96,7 @@ def stream_once(address: str, port: int, tokens: int, auth: dict[str, str],
 
 
 def units(state: dict[str, Any], host: dict[str, Any]) -> list[dict[str, Any]]:
-    from servefleet.lab.hosts import ssh_command
+    from servefleet.fleet.lab.hosts import ssh_command
 
     proc = subprocess.run(ssh_command(state, host["name"], ["python3", "-"]), input=UNITS,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -171,7 +171,7 @@ def main() -> int:
     rows = []
     try:
         lab("up", "--hosts", "1", "--compile-seconds", args.compile_seconds)
-        from servefleet.lab.state import load_state
+        from servefleet.fleet.lab.state import load_state
 
         state: dict[str, Any] = load_state()
         name = state["hosts"][0]["name"]

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from servefleet.lab import layout
+from servefleet.fleet.lab import layout
 
 
 def _timed(*args: str) -> float:

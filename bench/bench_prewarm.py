@@ -49,7 +49,7 @@ def rollout_trial(hosts: list[str], scope: str, target: str, store: str) -> tupl
 
 def capacity_trial(host: str, address: str, ports: list[int]) -> tuple[int, int]:
     """The fewest healthy instances seen on ``host`` while a warm change restarts them all."""
-    from servefleet.lab.chat import chat_once
+    from servefleet.fleet.lab.chat import chat_once
 
     low, samples = len(ports), 0
     stop = threading.Event()
@@ -85,7 +85,7 @@ def main() -> int:
     rows: list[tuple[int, str, int, float]] = []
     try:
         lab("up", "--hosts", str(max(counts)), "--compile-seconds", args.compile_seconds)
-        from servefleet.lab.state import load_state
+        from servefleet.fleet.lab.state import load_state
 
         state: dict[str, Any] = load_state()
         names = [h["name"] for h in state["hosts"]]

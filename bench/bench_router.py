@@ -116,7 +116,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         lab("up", "--hosts", "1")
-        from servefleet.lab.state import load_state
+        from servefleet.fleet.lab.state import load_state
 
         host = load_state()["hosts"][0]
         lab("ssh", host["name"], f"echo {args.tokens_per_second:g} > {RATE_FILE}")

@@ -67,12 +67,12 @@ def main() -> int:
     from faults import Forks
     from labhelpers import shared_connection
 
-    from servefleet.lab import httpbase, index, layout
-    from servefleet.lab.hosts import ssh_command
-    from servefleet.lab.state import load_state
+    from servefleet.entry.steps import connection
+    from servefleet.fleet.lab import httpbase, index, layout
+    from servefleet.fleet.lab.hosts import ssh_command
+    from servefleet.fleet.lab.state import load_state
     from servefleet.release.uvbin import uv_version
     from servefleet.settings.table import load_defaults
-    from servefleet.steps import connection
 
     groups: list[tuple[str, list[tuple[str, tuple[float, float]]]]] = []
     try:

@@ -108,7 +108,7 @@ def deploy(installer: str, version: str) -> float:
 
 
 def readback(state: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
-    from servefleet.lab.hosts import ssh_command
+    from servefleet.fleet.lab.hosts import ssh_command
 
     proc = subprocess.run(ssh_command(state, host["name"], ["python3", "-"]), input=READBACK,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -123,7 +123,7 @@ def check_serving(state: dict[str, Any], host: dict[str, Any], version: str,
     """The host's read-back, after checking that it serves ``version``: every 0.12.x pin of its
     serving release is ``version``, installed, and every server runs from that release, (when
     ``since`` is given) started after ``since``, and answers a chat."""
-    from servefleet.lab.chat import chat_once
+    from servefleet.fleet.lab.chat import chat_once
 
     got = readback(state, host)
     name = host["name"]
@@ -153,7 +153,7 @@ def check_serving(state: dict[str, Any], host: dict[str, Any], version: str,
 
 def trial(n: int, installer: str, compile_seconds: str) -> dict[str, Any]:
     """A fresh ``n``-host lab served on 0.12.0 with ``installer``, then the timed upgrade."""
-    from servefleet.lab.state import load_state
+    from servefleet.fleet.lab.state import load_state
 
     lab("up", "--hosts", str(n), "--compile-seconds", compile_seconds)
     state = load_state()

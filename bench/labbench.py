@@ -23,7 +23,7 @@ def lab(*args: str) -> str:
 
 def lab_env() -> dict[str, str]:
     """This environment plus the lab's credentials (as `servefleet lab env` exports them)."""
-    from servefleet.lab.state import load_state
+    from servefleet.fleet.lab.state import load_state
 
     secrets = {k: Path(p).read_text().strip() for k, p in load_state()["secrets"].items()}
     return {**os.environ, **secrets, "PYINFRA_PROGRESS": "off"}

@@ -14,7 +14,7 @@ them once, unmutated), forked from one process.
 
 The host programs (``remote/*.py``) are imported by the unit tests as top-level modules
 (``import trusted``, next to each other as on a host); the copy's root ``conftest.py`` maps each
-such name to its ``servefleet.remote`` module, so mutmut's trampolines recognise them. When a test
+such name to its ``servefleet.base.remote`` module, so mutmut's trampolines recognise them. When a test
 runs a host program in a subprocess (``python3 -c`` of its inlined source) the mutant is not
 active there: such a test can kill a mutant only in-process, so those counts are a floor.
 """
@@ -65,7 +65,7 @@ DESELECT: dict[str, str] = {
 }
 SHIM = '''\
 """Written by bench/mutation.py into its copy only: the host programs imported as top-level
-modules (``import trusted``) are their ``servefleet.remote`` modules, so mutmut's trampolines
+modules (``import trusted``) are their ``servefleet.base.remote`` modules, so mutmut's trampolines
 (keyed by module name) see the mutant under test."""
 
 import importlib
@@ -74,7 +74,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-_REMOTE = Path(__file__).resolve().parent / "src" / "servefleet" / "remote"
+_REMOTE = Path(__file__).resolve().parent / "src" / "servefleet" / "base" / "remote"
 _NAMES = {p.stem for p in _REMOTE.glob("*.py") if p.stem != "__init__"}
 
 
@@ -85,10 +85,10 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        return importlib.import_module("servefleet.remote." + spec.name)
+        return importlib.import_module("servefleet.base.remote." + spec.name)
 
     def exec_module(self, module):
-        pass  # already run, as servefleet.remote.<name>
+        pass  # already run, as servefleet.base.remote.<name>
 
 
 sys.meta_path.insert(0, _Alias())
@@ -281,7 +281,7 @@ def results() -> dict[str, dict[str, int]]:
 
 def survivors(module: str) -> list[str]:
     """
-    The names of ``module``'s surviving mutants (``servefleet.rollout`` or a ``CORE`` key).
+    The names of ``module``'s surviving mutants (``servefleet.fleet.rollout`` or a ``CORE`` key).
 
     + module: the dotted module or a key of ``CORE``
     + returns: mutant names

@@ -1,7 +1,7 @@
 """Only the RBLN driver (after the SKU check): `pyinfra inventories/prod.py deploys/driver.py`."""
 
 try:
-    from servefleet.deploys import driver, host_plan
+    from servefleet.entry.deploys import driver, host_plan
 except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
     raise SystemExit(
         f"{__file__}: {e}; run the pyinfra installed with servefleet "

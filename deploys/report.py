@@ -1,7 +1,7 @@
 """Used by `servefleet plan` and `servefleet status`: each host's summary, no operation."""
 
 try:
-    from servefleet.deploys import report
+    from servefleet.entry.deploys import report
 except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
     raise SystemExit(
         f"{__file__}: {e}; run the pyinfra installed with servefleet "

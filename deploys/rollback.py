@@ -1,7 +1,7 @@
 """Back to each host's state before its last good deploy: `servefleet rollback INVENTORY`."""
 
 try:
-    from servefleet.deploys import host_settings, rollback
+    from servefleet.entry.deploys import host_settings, rollback
 except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
     raise SystemExit(
         f"{__file__}: {e}; run the pyinfra installed with servefleet "

@@ -4,7 +4,7 @@ pyinfra inventories/lab.py deploys/serve.py
 """
 
 try:
-    from servefleet.deploys import host_plan, serve
+    from servefleet.entry.deploys import host_plan, serve
 except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
     raise SystemExit(
         f"{__file__}: {e}; run the pyinfra installed with servefleet "

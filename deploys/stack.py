@@ -1,7 +1,7 @@
 """Only the pinned Python release (after the SKU check): `pyinfra INVENTORY deploys/stack.py`."""
 
 try:
-    from servefleet.deploys import host_plan, stack
+    from servefleet.entry.deploys import host_plan, stack
 except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
     raise SystemExit(
         f"{__file__}: {e}; run the pyinfra installed with servefleet "

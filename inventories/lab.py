@@ -1,7 +1,7 @@
 """The local lab fleet (`servefleet lab up`): try every command here before a real fleet."""
 
 try:
-    from servefleet.lab.inventory import lab_inventory
+    from servefleet.fleet.lab.inventory import lab_inventory
 except ModuleNotFoundError as e:  # a pyinfra whose Python has no servefleet
     raise SystemExit(
         f"{__file__}: {e}; run the pyinfra installed with servefleet "

@@ -28,7 +28,7 @@ from faults import (  # noqa: E402
     run_killed,
 )
 
-from servefleet.lab.state import load_state  # noqa: E402
+from servefleet.fleet.lab.state import load_state  # noqa: E402
 
 HOSTS = ["lab1", "lab2"]
 LIMIT = [a for h in HOSTS for a in ("--limit", h)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.base.errors import RecipeError
-from servefleet.remote import layout
+from servefleet.base.remote import layout
 
 _ENV_ALLOWED = layout.ENV_NAME_ALLOWED
 # An option inside one word: whitespace, then a dash and a letter (not a negative number)

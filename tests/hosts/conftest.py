@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def lab() -> Iterator[dict[str, Any]]:
-    """The lab state (``servefleet.lab.state.load_state()``) of a 3-host lab up for the session."""
+    """The lab state (``servefleet.fleet.lab.state.load_state()``) of a 3-host lab up for the session."""
     state = lab_up()
     try:
         yield state

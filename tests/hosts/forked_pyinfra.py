@@ -31,7 +31,7 @@ from pyinfra_cli.main import main
 
 import gevent.monkey
 import gevent.os
-import servefleet.deploys  # noqa: F401 - what deploys/*.py import: imported once, here
+import servefleet.entry.deploys  # noqa: F401 - what deploys/*.py import: imported once, here
 
 # this process runs no gevent loop: the standard library's own socket, select, signal, waitpid
 Socket = gevent.monkey.get_original("socket", "socket")

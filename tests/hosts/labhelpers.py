@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from servefleet.lab.hosts import ssh_command
-from servefleet.lab.state import load_state
+from servefleet.fleet.lab.hosts import ssh_command
+from servefleet.fleet.lab.state import load_state
 
 LAB_HOSTS = 3
 

@@ -21,8 +21,8 @@ import pytest
 from faults import DRAIN, argv_watch, make_change_cold, pyinfra, resolved, secrets
 from labhelpers import lab_up, on_host
 
-from servefleet.lab import layout
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab import layout
+from servefleet.fleet.lab.chat import chat_once
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -469,7 +469,7 @@ def test_readme_main_command(lab: dict[str, Any]) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     replies = [line for line in proc.stdout.splitlines() if ":8000): " in line]
     assert [r.split(" ", 1)[0] for r in replies] == list(HOSTS)
-    from servefleet.lab.state import load_state
+    from servefleet.fleet.lab.state import load_state
 
     lab.clear()
     lab.update(load_state())

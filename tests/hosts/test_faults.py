@@ -46,7 +46,7 @@ from faults import (
 from labhelpers import on_host
 
 from servefleet.base.shipped import FILES
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab.chat import chat_once
 
 TWO = ["lab1", "lab2"]
 LIMIT = ["--limit", "lab1", "--limit", "lab2"]
@@ -295,7 +295,7 @@ def test_runfile_with_another_sha256_is_refused_and_nothing_runs(
     gd = tmp_path / "gd"
     gd.mkdir()
     (gd / "lab.py").write_text(
-        f"from servefleet.lab.groupdata import lab_group_data\n"
+        f"from servefleet.fleet.lab.groupdata import lab_group_data\n"
         f"globals().update(lab_group_data())\ndriver_sha256 = {bad!r}\n"
     )
     proc = run(lab, "--limit", "lab1", "--group-data", str(gd), "--data", "driver_version=3.6.0")

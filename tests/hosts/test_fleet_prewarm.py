@@ -13,7 +13,7 @@ from typing import Any
 from faults import changed_ops, compile_log, resolved, run, run_killed, runs_argv, totals
 from labhelpers import on_host
 
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab.chat import chat_once
 
 HOSTS = ["lab1", "lab2", "lab3"]
 PORTS = [8000 + i for i in range(4)]

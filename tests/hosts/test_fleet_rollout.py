@@ -18,7 +18,7 @@ import pytest
 from faults import REPO, hold, release, resolved, restart_point, run, runs_argv, secrets
 from labhelpers import lab_up, on_host, servefleet
 
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab.chat import chat_once
 
 pytestmark = pytest.mark.lab_destructive
 

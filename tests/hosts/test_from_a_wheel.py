@@ -21,8 +21,8 @@ import pytest
 from faults import resolved, runs_argv
 from wheel_venv import build_wheel, quick_start, readme_install, tool_env
 
+from servefleet.fleet.lab.state import load_state
 from servefleet.fleet.scaffold import INSTALL_BOTH
-from servefleet.lab.state import load_state
 
 pytestmark = pytest.mark.lab_destructive
 LIMIT = ["--limit", "lab1"]

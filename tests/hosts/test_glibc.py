@@ -18,8 +18,8 @@ import pytest
 from faults import REPO, changed_ops, run, secrets
 from labhelpers import lab_up, on_host, servefleet
 
-from servefleet.lab.chat import chat_once
-from servefleet.lab.groupdata import lab_group_data
+from servefleet.fleet.lab.chat import chat_once
+from servefleet.fleet.lab.groupdata import lab_group_data
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")
 WHEEL = (

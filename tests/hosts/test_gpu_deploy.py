@@ -17,7 +17,7 @@ import pytest
 from faults import REPO, record, resolved, run, runs_argv, secrets, totals
 from labhelpers import lab_up, on_host
 
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab.chat import chat_once
 
 pytestmark = pytest.mark.lab_destructive
 
@@ -49,7 +49,7 @@ def inventory(state: dict[str, Any], path: Path, h200: list[str], **host_data: A
     """An inventory of the lab with ``h200`` in group h200 and ``host_data`` on every host (host
     data outranks group_data files, as an operator's per-host pins would)."""
     text = f"""
-from servefleet.lab.state import load_state
+from servefleet.fleet.lab.state import load_state
 _s = load_state()
 _ssh = dict(ssh_user=_s["ssh"]["user"], ssh_key=_s["ssh"]["key"],
             ssh_known_hosts_file=_s["ssh"]["known_hosts"], ssh_strict_host_key_checking="yes")

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from labhelpers import lab_up, on_host, servefleet
 
-from servefleet.lab import layout
-from servefleet.lab.state import load_state
+from servefleet.fleet.lab import layout
+from servefleet.fleet.lab.state import load_state
 
 pytestmark = pytest.mark.lab_destructive
 

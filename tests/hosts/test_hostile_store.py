@@ -17,7 +17,14 @@ import pytest
 from faults import run
 from labhelpers import on_host
 
-FETCHER = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote" / "fetch_model.py"
+FETCHER = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "servefleet"
+    / "base"
+    / "remote"
+    / "fetch_model.py"
+)
 MODEL = "evil/model"
 REPO_DIR = "models--evil--model"
 REV = "a" * 40

@@ -22,7 +22,7 @@ from faults import REPO, run, secrets
 from hostile_sdist import hostile_sdist, report_dir, reports
 
 from servefleet.base import sandbox
-from servefleet.lab import layout
+from servefleet.fleet.lab import layout
 from servefleet.release.pylock import packages
 
 SERVEFLEET = str(Path(sys.executable).parent / "servefleet")

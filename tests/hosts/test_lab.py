@@ -16,8 +16,8 @@ from urllib.parse import quote
 import pytest
 from labhelpers import on_host, servefleet
 
-from servefleet.lab import layout
-from servefleet.lab.index import fetch as _get
+from servefleet.fleet.lab import layout
+from servefleet.fleet.lab.index import fetch as _get
 
 
 def _secret(state: dict[str, Any], name: str) -> str:

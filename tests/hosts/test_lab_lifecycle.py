@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from labhelpers import LAB_HOSTS, lab_up, on_host, servefleet
 
-from servefleet.lab import layout, teardown
-from servefleet.lab.state import load_state
+from servefleet.fleet.lab import layout, teardown
+from servefleet.fleet.lab.state import load_state
 
 pytestmark = pytest.mark.lab_destructive
 

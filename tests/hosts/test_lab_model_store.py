@@ -18,10 +18,10 @@ import pytest
 from faults import run, secrets
 from labhelpers import lab_up, on_host, servefleet
 
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab.chat import chat_once
 
 REPO = Path(__file__).resolve().parents[2]
-FETCHER = REPO / "src" / "servefleet" / "remote" / "fetch_model.py"
+FETCHER = REPO / "src" / "servefleet" / "base" / "remote" / "fetch_model.py"
 # the fetcher's parts it imports, next to it (the host contract, the no-follow file access, the
 # retry rule, its HTTP client, tar checks, placement and sources), and the hub client it runs
 PROGRAMS = [FETCHER] + [

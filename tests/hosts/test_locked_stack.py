@@ -17,8 +17,8 @@ from faults import REPO, run, secrets
 from labhelpers import on_host
 from packaging.markers import Marker
 
-from servefleet.lab.chat import chat_once
-from servefleet.lab.index import normalize
+from servefleet.fleet.lab.chat import chat_once
+from servefleet.fleet.lab.index import normalize
 from servefleet.release.pylock import packages
 from servefleet.settings.table import load_defaults
 

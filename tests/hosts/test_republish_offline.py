@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from labhelpers import lab_up, on_host, servefleet
 
-from servefleet.lab import layout
-from servefleet.lab.index import fetch
-from servefleet.lab.republish import index_headers
+from servefleet.fleet.lab import layout
+from servefleet.fleet.lab.index import fetch
+from servefleet.fleet.lab.republish import index_headers
 
 # every lab server; any HTTP answer (401 and 404 included) means the host reached it
 SERVERS = {

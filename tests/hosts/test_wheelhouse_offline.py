@@ -22,7 +22,7 @@ from typing import Any
 from faults import REPO, changed_ops, run, secrets, totals
 from labhelpers import on_host, servefleet
 
-from servefleet.lab.chat import chat_once
+from servefleet.fleet.lab.chat import chat_once
 from servefleet.release.lock import load_lock
 
 HOST = "lab3"

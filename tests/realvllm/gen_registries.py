@@ -21,7 +21,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-OUT = REPO / "src/servefleet/lab/simulator/packages/vllm/flags/vllm-0.30.0-parsers.json"
+OUT = REPO / "src/servefleet/fleet/lab/simulator/packages/vllm/flags/vllm-0.30.0-parsers.json"
 PLATFORMS = ("rbln", "upstream")
 
 

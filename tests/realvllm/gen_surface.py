@@ -5,7 +5,7 @@ usage: python tests/realvllm/gen_surface.py [--check]      # any python: writes 
 
 The first form runs the second under the real-wheel tier's upstream interpreter
 (``build.py``; ``./setup.sh`` builds it) and writes, next to the simulator's flag dumps in
-``src/servefleet/lab/simulator/packages/vllm/flags/``:
+``src/servefleet/fleet/lab/simulator/packages/vllm/flags/``:
 
 - ``vllm-0.30.0-metrics.json``: every Prometheus metric vLLM's v1 stat logger declares
   (``vllm/v1/metrics/loggers.py`` ``PrometheusStatLogger.__init__`` and the loggers it builds:
@@ -45,7 +45,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-FLAGS = REPO / "src" / "servefleet" / "lab" / "simulator" / "packages" / "vllm" / "flags"
+FLAGS = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator" / "packages" / "vllm" / "flags"
 METRICS_FILE = FLAGS / "vllm-0.30.0-metrics.json"
 ROUTES_FILE = FLAGS / "vllm-0.30.0-routes.json"
 ENVS_FILE = FLAGS / "vllm-0.30.0-envs.json"

@@ -17,7 +17,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-PACKAGE = REPO / "src" / "servefleet" / "lab" / "simulator" / "packages" / "vllm"
+PACKAGE = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator" / "packages" / "vllm"
 sys.path.insert(0, str(HERE))
 import build  # noqa: E402
 
@@ -144,7 +144,7 @@ def test_every_stand_in_name_is_the_real_wheels(platform: str) -> None:
     assert not differences, "\n".join(differences)
 
 
-PREFLIGHT = REPO / "src" / "servefleet" / "remote" / "preflight.py"
+PREFLIGHT = REPO / "src" / "servefleet" / "base" / "remote" / "preflight.py"
 
 
 def preflight_names() -> dict[str, dict[str, list[str]]]:

@@ -18,8 +18,8 @@ import build
 import pytest
 from corpus import PLATFORMS, corpus
 
-from servefleet.remote import REMOTE
-from servefleet.remote.preflight import one_line
+from servefleet.base.remote import REMOTE
+from servefleet.base.remote.preflight import one_line
 
 PREFLIGHT = REMOTE / "preflight.py"
 TIMEOUT = 600

@@ -28,7 +28,7 @@ from corpus import PLATFORMS, corpus
 from edge_cases import edge_cases
 
 JUDGE = build.HERE / "judge_real.py"
-SIMULATED_VLLM = build.HERE.parents[1] / "src/servefleet/lab/simulator/packages/vllm"
+SIMULATED_VLLM = build.HERE.parents[1] / "src/servefleet/fleet/lab/simulator/packages/vllm"
 TIMEOUT = 600  # one judge run: importing the real vLLM takes some 10 s
 SIM_VERSION = "0.30.0+cpu"
 

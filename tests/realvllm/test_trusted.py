@@ -27,7 +27,7 @@ import build  # noqa: E402
 import gen_surface  # noqa: E402
 from lab_sim_support import load_sim  # noqa: E402
 
-SIM_PACKAGE = REPO / "src" / "servefleet" / "lab" / "simulator" / "packages" / "vllm"
+SIM_PACKAGE = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator" / "packages" / "vllm"
 SERVEFLEET = REPO / "src" / "servefleet"
 
 

@@ -29,8 +29,8 @@ from sim_fixtures import (  # noqa: F401 (fixtures: pytest finds them by name he
     venv,
 )
 
-from servefleet.lab.index import Config, make_server
-from servefleet.lab.simulator import wheels as lab_wheels
+from servefleet.fleet.lab.index import Config, make_server
+from servefleet.fleet.lab.simulator import wheels as lab_wheels
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A fake host for unit tests of the host-side scripts (src/servefleet/remote/).
+"""A fake host for unit tests of the host-side scripts (src/servefleet/base/remote/).
 
 + ``FakeSystemd``: ``systemctl`` and ``journalctl`` executables on PATH that answer from files
   the test writes, and log every call.

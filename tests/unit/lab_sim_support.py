@@ -1,5 +1,5 @@
 """Helpers for the simulator's unit tests (sim_fixtures.py, test_lab_sim.py, ...): load the
-simulator's builder and the simulated server's modules from src/servefleet/lab/simulator/
+simulator's builder and the simulated server's modules from src/servefleet/fleet/lab/simulator/
 (sources, not servefleet modules), make throwaway venvs, run the simulation."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-SIMULATOR = REPO / "src" / "servefleet" / "lab" / "simulator"
+SIMULATOR = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator"
 SQUATTERS = {
     "rebel_compiler-0.12.0-py3-none-any.whl",
     "lmcache_rbln-0.12.0.post1-py3-none-any.whl",

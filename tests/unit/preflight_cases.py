@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from servefleet.base.remote import REMOTE
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
-from servefleet.remote import REMOTE
 
 PREFLIGHT = REMOTE / "preflight.py"
 FIXTURES = Path(__file__).resolve().parent / "recipes" / "preflight"

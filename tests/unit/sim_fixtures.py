@@ -30,7 +30,7 @@ DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
 
 @pytest.fixture(scope="session")
 def builder() -> Any:
-    from servefleet.lab.simulator import build
+    from servefleet.fleet.lab.simulator import build
 
     return build
 

@@ -17,8 +17,8 @@ from fake_host import serving
 from lab_sim_support import REPO, load
 
 from servefleet.base import sandbox
-from servefleet.lab.index import Config, make_server
-from servefleet.lab.simulator import (
+from servefleet.fleet.lab.index import Config, make_server
+from servefleet.fleet.lab.simulator import (
     fetched as lab_fetched,
     inputs as lab_inputs,
     sdist as lab_sdist,
@@ -32,7 +32,7 @@ from servefleet.release.stack import stack
 from servefleet.release.uvbin import uv_binary
 
 PYTHON = "{}.{}".format(*sys.version_info[:2])
-INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
+INSTALLER = REPO / "src" / "servefleet" / "base" / "remote" / "install_release.py"
 installer = load(INSTALLER, "servefleet_remote_install_release")
 
 

@@ -290,7 +290,7 @@ def test_every_exit_status_of_the_cli_is_from_the_table() -> None:
 
     root = Path(servefleet.__file__).resolve().parent
     literal = []
-    for path in [root / "entry" / "cli.py", *sorted((root / "lab").glob("*.py"))]:
+    for path in [root / "entry" / "cli.py", *sorted((root / "fleet" / "lab").glob("*.py"))]:
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)

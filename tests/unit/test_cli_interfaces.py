@@ -27,10 +27,10 @@ from test_host_state import _units
 
 from servefleet.base.download import transient, unreachable
 from servefleet.base.errors import DataError
+from servefleet.base.remote import retry
 from servefleet.entry import cli, cmd_fleet, cmd_recipes, common, pyinfra_run
 from servefleet.fleet.fleetview import ReportRequest, plan_diffs, plan_summary, unit_diffs
 from servefleet.hostplan.plan import plan_host
-from servefleet.remote import retry
 from servefleet.settings.table import DEFAULTS, KEYS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from servefleet.steps import connection
+from servefleet.entry.steps import connection
 
 
 class Transport:

@@ -147,8 +147,8 @@ def test_the_netrc_holds_bare_tokens_every_netrc_lexer_reads_alike(
 ) -> None:
     import netrc
 
+    from servefleet.entry.steps.credentials import netrc as netrc_text
     from servefleet.settings.table import settings_from
-    from servefleet.steps.credentials import netrc as netrc_text
 
     data, env = _data(password)
     text = netrc_text(settings_from(data.get, env))

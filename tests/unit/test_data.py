@@ -17,7 +17,7 @@ from bad_data_cases import BAD_DATA_CASES, MISSPELLED, WRONG_TYPE, WRONG_VALUE
 from pyinfra_cli.util import parse_cli_arg
 
 from servefleet.base.errors import DataError
-from servefleet.lab import groupdata, layout
+from servefleet.fleet.lab import groupdata, layout
 from servefleet.settings.check_names import parse_pins
 from servefleet.settings.check_paths import SYSTEM_DIRS
 from servefleet.settings.table import KEYS, load_defaults, settings_from

@@ -23,9 +23,8 @@ from lab_sim_support import SIMULATOR
 from preflight_cases import PREFLIGHT, fixture_command
 
 from servefleet.base.errors import ProbeError
-from servefleet.kinds.rbln.kind import KIND as RBLN
-from servefleet.remote import layout
-from servefleet.steps.facts import (
+from servefleet.base.remote import layout
+from servefleet.entry.steps.facts import (
     HOST_CHECK,
     PROBE,
     STATUS,
@@ -34,6 +33,7 @@ from servefleet.steps.facts import (
     PreflightRefusal,
     WheelhouseFiles,
 )
+from servefleet.kinds.rbln.kind import KIND as RBLN
 
 
 def run_fact(command: str, env: dict[str, str] | None = None, stdin: str = "") -> list[str]:
@@ -238,7 +238,7 @@ def test_host_probe_refuses_anything_but_one_object_in_one_line(output: list[str
 def test_every_fact_is_covered() -> None:
     from pyinfra.api import FactBase
 
-    import servefleet.steps.facts as facts
+    import servefleet.entry.steps.facts as facts
 
     found = {
         name

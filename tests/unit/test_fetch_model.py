@@ -1,4 +1,4 @@
-"""src/servefleet/remote/fetch_model.py, run as the hosts run it (a python3 subprocess), against
+"""src/servefleet/base/remote/fetch_model.py, run as the hosts run it (a python3 subprocess), against
 stub HTTP servers on 127.0.0.1 and 127.0.0.2 serving crafted archives: what lands (owned, marked),
 what is refused whole (unsafe members, wrong sha256, missing models, bad tokens, slow servers), and
 that a refusal is one line and leaves neither a partial model nor a marker behind; what is
@@ -26,7 +26,14 @@ from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote" / "fetch_model.py"
+SCRIPT = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "servefleet"
+    / "base"
+    / "remote"
+    / "fetch_model.py"
+)
 MODEL = "acme/tiny-1"
 TOP = "models--acme--tiny-1"
 REV = hashlib.sha1(b"rev-1").hexdigest()
@@ -769,7 +776,7 @@ def test_the_hub_launcher_mounts_only_the_staging_directory_it_was_handed(tmp_pa
     """hub_client.py opens the staging directory again from / (a descriptor of another mount
     namespace cannot be bind-mounted) and refuses anything but the directory of its descriptor:
     a link planted at the name, or another directory moved there."""
-    from servefleet.remote import hub_client
+    from servefleet.base.remote import hub_client
 
     staging, other = tmp_path / ".fetch-a", tmp_path / "other"
     for d in (staging, other):
@@ -795,7 +802,7 @@ def test_the_hub_launcher_mounts_only_the_staging_directory_it_was_handed(tmp_pa
 def test_staging_gives_its_descriptor_and_the_path_of_it(tmp_path: Path) -> None:
     """The hub client is handed the staging directory's descriptor itself (pass_fds), not a
     number parsed back out of its /proc/self/fd path; the directory is root's 0700 and goes."""
-    from servefleet.remote.snapshot_place import staging
+    from servefleet.base.remote.snapshot_place import staging
 
     with staging(tmp_path) as st:
         assert st.path == Path(f"/proc/self/fd/{st.fd}")

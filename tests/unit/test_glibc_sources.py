@@ -16,14 +16,14 @@ import pytest
 from test_deploy_plan import probe, settings
 from test_host_state import CR13, run_probe
 
+from servefleet.fleet.lab.base import base_note, base_paths, ensure_base
+from servefleet.fleet.lab.simulator import wheels as lab_wheels
+from servefleet.fleet.lab.state import LabError
+from servefleet.fleet.lab.topology import plan_hosts
 from servefleet.fleet.lockfleet import alternatives
 from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import probe_args
-from servefleet.lab.base import base_note, base_paths, ensure_base
-from servefleet.lab.simulator import wheels as lab_wheels
-from servefleet.lab.state import LabError
-from servefleet.lab.topology import plan_hosts
 from servefleet.release.glibc import choose, glibc_refusal, host_glibc, levels
 from servefleet.release.uvbin import uv_binary
 from servefleet.settings.table import load_defaults

@@ -1,4 +1,4 @@
-"""The health gate (src/servefleet/remote/health.py) run as on a host: a fake systemctl and
+"""The health gate (src/servefleet/base/remote/health.py) run as on a host: a fake systemctl and
 journalctl on PATH, a vllm-like HTTP stub on 127.0.0.1, and the real /proc for who holds the
 port."""
 
@@ -15,7 +15,7 @@ import pytest
 from fake_host import FakeSystemd, Stub, running, stub_process
 from lab_sim_support import REPO, free_port, load
 
-HEALTH = REPO / "src" / "servefleet" / "remote" / "health.py"
+HEALTH = REPO / "src" / "servefleet" / "base" / "remote" / "health.py"
 UNIT = "servefleet-vllm-0.service"
 MODEL = "openai/gpt-oss-120b"
 JOURNAL = "vllm: starting\nvllm: simulated trouble\n"

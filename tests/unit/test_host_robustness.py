@@ -14,8 +14,8 @@ import pytest
 from fake_host import Stub
 from lab_sim_support import REPO, load
 
-HEALTH = REPO / "src" / "servefleet" / "remote" / "health.py"
-DRIVER = REPO / "src" / "servefleet" / "remote" / "driver.py"
+HEALTH = REPO / "src" / "servefleet" / "base" / "remote" / "health.py"
+DRIVER = REPO / "src" / "servefleet" / "base" / "remote" / "driver.py"
 health = load(HEALTH, "servefleet_remote_health_robust")
 MODEL = "openai/gpt-oss-120b"
 

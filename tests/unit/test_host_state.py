@@ -17,11 +17,11 @@ from lab_sim_support import SIMULATOR
 from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.base.errors import DataError
+from servefleet.entry.steps.facts import PROBE
 from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import probe_args
 from servefleet.settings.table import load_defaults, settings_from
-from servefleet.steps.facts import PROBE
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"

@@ -26,8 +26,8 @@ from fake_host import serving
 from hostile_sdist import hostile_sdist, report_dir, reports
 
 from servefleet.base import sandbox
-from servefleet.lab.index import Config, make_server
-from servefleet.lab.simulator import wheels as lab_wheels
+from servefleet.fleet.lab.index import Config, make_server
+from servefleet.fleet.lab.simulator import wheels as lab_wheels
 from servefleet.release import builds, pylock, resolve as resolving, stack as stacks, wheelhouse
 
 SECRET = "index-secret-7f3a"

@@ -1,4 +1,4 @@
-"""The release installer (src/servefleet/remote/install_release.py) against local package
+"""The release installer (src/servefleet/base/remote/install_release.py) against local package
 indexes (the ``index`` fixture of conftest.py): each failed check withholds the completion
 marker with a clear line. Each run makes a real venv with the real pip (about 5 s each)."""
 
@@ -18,7 +18,7 @@ from lab_sim_support import PIP_ENV, REPO, load
 from servefleet.release.plan import MARKER, Download, ReleasePlan
 
 CHECK_PREFIX = "servefleet: release check: "
-INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
+INSTALLER = REPO / "src" / "servefleet" / "base" / "remote" / "install_release.py"
 
 
 def release_plan(index: dict[str, str], path: Path) -> ReleasePlan:

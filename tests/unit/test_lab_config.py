@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from servefleet.lab.base import find_mirror
-from servefleet.lab.state import LabError, env_lines, load_state, write_state
-from servefleet.lab.topology import plan_hosts
+from servefleet.fleet.lab.base import find_mirror
+from servefleet.fleet.lab.state import LabError, env_lines, load_state, write_state
+from servefleet.fleet.lab.topology import plan_hosts
 
 DEB822 = """\
 Types: deb
@@ -101,7 +101,7 @@ def test_env_lines_read_secrets_from_files() -> None:
 def test_lab_up_raises_the_inotify_limit_for_many_hosts_and_down_restores_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from servefleet.lab import layout, machine
+    from servefleet.fleet.lab import layout, machine
 
     limit = tmp_path / "max_user_instances"
     limit.write_text("128\n")

@@ -32,11 +32,11 @@ from lab_sim_support import (
     pip,
 )
 
-from servefleet.lab import layout
-from servefleet.lab.cli import lab as lab_cli
-from servefleet.lab.hosts import hardware_json
-from servefleet.lab.state import LabError, write_state
-from servefleet.lab.topology import host_groups, plan_hosts
+from servefleet.fleet.lab import layout
+from servefleet.fleet.lab.cli import lab as lab_cli
+from servefleet.fleet.lab.hosts import hardware_json
+from servefleet.fleet.lab.state import LabError, write_state
+from servefleet.fleet.lab.topology import host_groups, plan_hosts
 
 MODEL = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
@@ -248,7 +248,7 @@ def test_lspci_lists_the_gpus(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from servefleet.lab.simulator import build
+    from servefleet.fleet.lab.simulator import build
 
     path = tmp_path_factory.mktemp("labgpu") / "out"
     build.build(path)

@@ -1,4 +1,4 @@
-"""The lab's Hugging Face hub (servefleet.lab.hub) over a model store built as the lab builds it:
+"""The lab's Hugging Face hub (servefleet.fleet.lab.hub) over a model store built as the lab builds it:
 the answers huggingface_hub's snapshot_download asks for, in the real hub's shapes, and its
 refusals by the headers huggingface_hub maps to its errors (the real client against it on the lab
 is tests/hosts/test_lab_model_store.py)."""
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from fake_host import serving
 
-from servefleet.lab.hub import load_store, make_server
-from servefleet.lab.simulator.store import build_store, model_revision
+from servefleet.fleet.lab.hub import load_store, make_server
+from servefleet.fleet.lab.simulator.store import build_store, model_revision
 
 MODEL = "openai/gpt-oss-120b"
 REV = model_revision(MODEL)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fake_host import serving
 
-from servefleet.lab import httpbase
-from servefleet.lab.index import Config, fetch as _get, make_server, normalize, project_of
+from servefleet.fleet.lab import httpbase
+from servefleet.fleet.lab.index import Config, fetch as _get, make_server, normalize, project_of
 
 
 def _serve(config: Config) -> Iterator[str]:

@@ -19,13 +19,17 @@ import pytest
 from click.testing import CliRunner
 from test_fetch_model import fetch, write_token
 
-from servefleet.lab import fleet
-from servefleet.lab.artifacts import ensure_artifacts
-from servefleet.lab.cli import lab
-from servefleet.lab.index import Config, make_server
-from servefleet.lab.simulator import build as lab_build, inputs as lab_inputs, store as lab_store
-from servefleet.lab.state import LabError
-from servefleet.remote import snapshot_place, tar_safety
+from servefleet.base.remote import snapshot_place, tar_safety
+from servefleet.fleet.lab import fleet
+from servefleet.fleet.lab.artifacts import ensure_artifacts
+from servefleet.fleet.lab.cli import lab
+from servefleet.fleet.lab.index import Config, make_server
+from servefleet.fleet.lab.simulator import (
+    build as lab_build,
+    inputs as lab_inputs,
+    store as lab_store,
+)
+from servefleet.fleet.lab.state import LabError
 
 ADDED = ["acme/extra-1", "Zeta.org/model_v2.1"]
 TOKEN = "hf_lab-unit-token"
@@ -208,7 +212,7 @@ def test_lab_models_lists_what_the_store_serves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     state = {"model_store": {"url": store_url + "/"}, "secrets": {"HF_TOKEN": str(token_file)}}
-    monkeypatch.setattr("servefleet.lab.state.load_state", lambda: state)
+    monkeypatch.setattr("servefleet.fleet.lab.state.load_state", lambda: state)
     result = CliRunner().invoke(lab, ["models"])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines()]
@@ -222,7 +226,7 @@ def test_lab_models_with_a_wrong_token_is_one_line(
     wrong = tmp_path / "wrong"
     wrong.write_text("hf_wrong\n")
     state = {"model_store": {"url": store_url + "/"}, "secrets": {"HF_TOKEN": str(wrong)}}
-    monkeypatch.setattr("servefleet.lab.state.load_state", lambda: state)
+    monkeypatch.setattr("servefleet.fleet.lab.state.load_state", lambda: state)
     result = CliRunner().invoke(lab, ["models"])
     assert result.exit_code == 2
     assert (

@@ -25,11 +25,11 @@ from lab_sim_support import PIP_ENV
 from packaging.version import Version
 
 from servefleet.entry.cli import main as cli_main
-from servefleet.lab import layout
-from servefleet.lab.artifacts import serving_copy
-from servefleet.lab.index import Config, fetch, make_server
-from servefleet.lab.offline import check_hosts, ruleset
-from servefleet.lab.republish import (
+from servefleet.fleet.lab import layout
+from servefleet.fleet.lab.artifacts import serving_copy
+from servefleet.fleet.lab.index import Config, fetch, make_server
+from servefleet.fleet.lab.offline import check_hosts, ruleset
+from servefleet.fleet.lab.republish import (
     MODULE,
     choose_index,
     dist_of,
@@ -40,8 +40,8 @@ from servefleet.lab.republish import (
     rewrite_wheel,
     versions_on,
 )
-from servefleet.lab.simulator import sdist as lab_sdist, wheels as lab_wheels
-from servefleet.lab.state import LabError
+from servefleet.fleet.lab.simulator import sdist as lab_sdist, wheels as lab_wheels
+from servefleet.fleet.lab.state import LabError
 
 
 @pytest.mark.parametrize(
@@ -319,7 +319,7 @@ def test_offline_hosts_must_be_hosts_of_the_lab() -> None:
 def test_lab_up_refuses_an_unknown_offline_host_before_touching_anything(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from servefleet.lab import fleet
+    from servefleet.fleet.lab import fleet
 
     def never(*_: Any) -> None:
         raise AssertionError("lab up went past its checks")

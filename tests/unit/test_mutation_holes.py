@@ -30,13 +30,13 @@ from rbln_cases import COMPILER, TINY
 
 from servefleet.base import flags
 from servefleet.base.errors import RecipeError
+from servefleet.fleet.rollout import Rollout
 from servefleet.kinds.rbln import fingerprint as fpm
 from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
-from servefleet.rollout import Rollout
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import instances  # noqa: E402  (a host program: imported as the host imports it)
 import layout  # noqa: E402

@@ -25,7 +25,7 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 from pyinfra.connectors.local import LocalConnector
 
-from servefleet.steps.operations import secret_file
+from servefleet.entry.steps.operations import secret_file
 
 
 def _secret(tmp_path: Path, text: str | None, mode: int = 0o600) -> Path:

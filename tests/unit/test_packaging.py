@@ -31,7 +31,7 @@ DEPLOY = """
 from pyinfra import host
 from pyinfra.api import deploy
 
-from servefleet import deploys
+from servefleet.entry import deploys
 from servefleet.settings.table import DEFAULTS
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import health  # noqa: E402
 import instances  # noqa: E402

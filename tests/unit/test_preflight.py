@@ -20,13 +20,13 @@ import pytest
 from lab_sim_support import SIMULATOR
 from preflight_cases import FIXTURES, PREFLIGHT, fixture_command, run_preflight
 
+from servefleet.base.remote import REMOTE
+from servefleet.base.remote.layout import PREFLIGHT as LAYOUT_PREFLIGHT
+from servefleet.base.remote.preflight import flag_of, one_line, unknown_key, version_gap
+from servefleet.entry.steps.preflight import command as step_command
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.types import HostPlan
 from servefleet.kinds.vllm import load_vllm_recipe
-from servefleet.remote import REMOTE
-from servefleet.remote.layout import PREFLIGHT as LAYOUT_PREFLIGHT
-from servefleet.remote.preflight import flag_of, one_line, unknown_key, version_gap
-from servefleet.steps.preflight import command as step_command
 
 KEY_LINE = (
     "argument --attention-config/-ac: 1 validation error for AttentionConfig "
@@ -390,7 +390,7 @@ def test_the_plans_preflight_fact_reads_the_programs_json_lines() -> None:
     """PreflightRefusal.process (the fact `servefleet plan` reads): None for a passing line (its
     process had sat after another function's return, so a pass read as a refusal), the first
     refused instance's line with its gap otherwise; non-JSON lines are passed over."""
-    from servefleet.steps.facts import PreflightRefusal
+    from servefleet.entry.steps.facts import PreflightRefusal
 
     fact = PreflightRefusal()
     passing = ['{"ok": true, "unit": "servefleet-vllm-0.service"}']

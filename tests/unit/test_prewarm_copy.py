@@ -16,7 +16,7 @@ import pytest
 from servefleet.fleet.fleetview import fleet_plan
 from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import prewarm  # noqa: E402
 

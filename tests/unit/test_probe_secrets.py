@@ -15,9 +15,9 @@ from pathlib import Path
 
 from test_deploy_plan import probe, settings
 
+from servefleet.base.remote import REMOTE
+from servefleet.base.remote.layout import HF_TOKEN_FILE
 from servefleet.hostplan.plan import plan_host
-from servefleet.remote import REMOTE
-from servefleet.remote.layout import HF_TOKEN_FILE
 
 # runs the probe's stat with the secrets directory moved to a scratch one (argv[1])
 STAT = """

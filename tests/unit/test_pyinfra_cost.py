@@ -11,7 +11,7 @@ from typing import Any
 import pyinfra
 import pytest
 
-from servefleet.steps import pyinfra_cost
+from servefleet.entry.steps import pyinfra_cost
 
 
 def nested(depth: int, probe: Any) -> Any:

@@ -69,6 +69,6 @@ def test_a_pyinfra_without_servefleet_stops_in_one_line(rel: str, tmp_path: Path
 def test_the_check_sees_a_traceback(tmp_path: Path) -> None:
     """The test above can fail: a file importing servefleet unguarded gives pyinfra's
     traceback."""
-    (tmp_path / "deploy.py").write_text("from servefleet.deploys import serve\n")
+    (tmp_path / "deploy.py").write_text("from servefleet.entry.deploys import serve\n")
     proc = bare_pyinfra(tmp_path, "@local", "deploy.py")
     assert proc.returncode == 1 and "ModuleNotFoundError" in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""The retry rule (src/servefleet/remote/retry.py), written once for the controller and the
+"""The retry rule (src/servefleet/base/remote/retry.py), written once for the controller and the
 hosts: what is transient (tried again, with a growing wait) and what is a refusal (raised at
 once); and the controller's wheelhouse downloads under it, against a local HTTP server in a
 thread: 503 then 200 (tried again, downloaded), 401 (asked once, one line), a closed port (tried
@@ -20,8 +20,8 @@ import pytest
 from test_fetch_model import Stub, in_turn, respond
 
 from servefleet.base.errors import Unreachable
+from servefleet.base.remote import retry
 from servefleet.release.wheelhouse import Credentials, File, fill
-from servefleet.remote import retry
 
 DATA = b"a wheel's bytes\n" * 1000
 SHA = hashlib.sha256(DATA).hexdigest()

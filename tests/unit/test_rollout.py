@@ -9,7 +9,7 @@ import pytest
 
 from servefleet.base.errors import ServefleetError
 from servefleet.fleet.inventory import FleetArgs, limit_pattern, read_inventory
-from servefleet.rollout import batches
+from servefleet.fleet.rollout import batches
 
 INVENTORY = """
 web = [("h3", {"x": 1}), "h1"]
@@ -126,7 +126,7 @@ class _Scripted:
     """A Rollout whose pyinfra runs answer from a script: hosts -> (failed hosts, stderr)."""
 
     def __init__(self, answers: list[tuple[set[str], str]]) -> None:
-        from servefleet.rollout import Rollout
+        from servefleet.fleet.rollout import Rollout
 
         self.runs: list[list[str]] = []
         answers = list(answers)

@@ -11,10 +11,10 @@ from systemd_parse import parse_unit
 from test_deploy_plan import probe, settings
 
 from servefleet.base.errors import DataError
+from servefleet.base.remote.layout import ROUTER_UNIT
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import probe_args, watched_paths
 from servefleet.release.plan import plan_release, plan_router_release
-from servefleet.remote.layout import ROUTER_UNIT
 
 
 def routed(**over: Any):

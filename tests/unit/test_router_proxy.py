@@ -23,6 +23,7 @@ import pytest
 from systemd_parse import parse_exec
 from test_deploy_plan import probe, settings
 
+from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.router import (
     ADMIN_PATHS,
@@ -31,7 +32,6 @@ from servefleet.hostplan.router import (
     PROXY_TIMEOUT,
     render_proxy,
 )
-from servefleet.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.render.units import render_proxy_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -275,7 +275,7 @@ def test_the_plan_restarts_or_reloads_what_runs_otherwise() -> None:
 
 def test_a_fleet_deploy_without_the_admin_key_is_refused_in_one_line() -> None:
     from servefleet.base.errors import DataError
-    from servefleet.steps.router import check_data
+    from servefleet.entry.steps.router import check_data
 
     plan = plan_host(settings(serve_router="fleet"), probe())
     with pytest.raises(DataError) as refused:

@@ -21,13 +21,13 @@ from test_platform_gpu import GPU_DATA, gpu_probe
 
 from servefleet.base import flags
 from servefleet.base.errors import DataError
+from servefleet.base.remote.layout import API_KEY_FILE, UNIT_SHA_VAR
+from servefleet.entry.steps import credentials, ensure
 from servefleet.hostplan.instance_unit import api_key_file
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import watched_paths
 from servefleet.hostplan.types import HostPlan
-from servefleet.remote.layout import API_KEY_FILE, UNIT_SHA_VAR
 from servefleet.settings.table import Settings, load_defaults, settings_from
-from servefleet.steps import credentials, ensure
 
 SIM = load_sim("servefleet_lab_vllm_sim_serve_options")
 KEY = "sk-" + "0123456789abcdef" * 3

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import trees  # noqa: E402
 
-from servefleet.remote.layout import SERVE_TREE_ROOTS  # noqa: E402
+from servefleet.base.remote.layout import SERVE_TREE_ROOTS  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to nobody)")
 NOBODY = pwd.getpwnam("nobody")

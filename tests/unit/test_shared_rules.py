@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from servefleet.base.remote import fetch_model, layout
 from servefleet.kinds import base as kinds_base
 from servefleet.release import wheelhouse
-from servefleet.remote import fetch_model, layout
 from servefleet.settings import check_names, check_words
 
 GOOD_IDS = ["openai/gpt-oss-120b", "a/b", "Org.x/Name_1.2-3", "0/9"]

@@ -1,4 +1,4 @@
-"""The simulated ``vllm serve`` (src/servefleet/lab/simulator/packages/vllm/) in vllm-rbln's
+"""The simulated ``vllm serve`` (src/servefleet/fleet/lab/simulator/packages/vllm/) in vllm-rbln's
 compile-only mode (``VLLM_RBLN_COMPILE_ONLY=1``: compile and cache on a dummy device, no NPU;
 rbln.md §3.5-3.6) and with a corrupt mega-cache bundle (logged, then compiled again). No namespaces: every
 simulation path goes under $RBLN_SIM_ROOT, as in test_lab_sim.py (sim_fixtures.py's fixtures)."""

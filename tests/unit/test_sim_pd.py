@@ -1,4 +1,4 @@
-"""The simulated ``vllm serve``'s prefill/decode disaggregation (src/servefleet/lab/simulator/
+"""The simulated ``vllm serve``'s prefill/decode disaggregation (src/servefleet/fleet/lab/simulator/
 packages/vllm/kv_transfer.py), as vLLM 0.30's NIXL connector does it: two simulated servers on
 loopback, a prefill (``kv_producer``) and a decode (``kv_consumer``) with vllm-rbln's
 ``RblnNixlConnector``; the prefill's ``kv_transfer_params``, the decode's fetch over the side
@@ -33,7 +33,9 @@ from sim_fixtures import MODEL, vllm
 from test_lab_gpu import gpu_root, gpu_venv  # noqa: F401 (a fixture, used by name)
 from test_sim_serving import Stream, read_stream, request, wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote")
+)
 import health  # noqa: E402  (the host program the deploy's peer re-check runs)
 
 PROMPT = "Tell me more about the lab and its simulated servers please"  # 11 words

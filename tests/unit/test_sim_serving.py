@@ -1,4 +1,4 @@
-"""The simulated ``vllm serve`` serving (src/servefleet/lab/simulator/packages/vllm/): replies at
+"""The simulated ``vllm serve`` serving (src/servefleet/fleet/lab/simulator/packages/vllm/): replies at
 the lab's token rate, whole and streamed as vLLM streams them; vLLM 0.30's shutdown
 (``--shutdown-timeout``: drain, abort, no new requests); the API key as vLLM enforces it. Runs on
 this machine as test_lab_sim.py does (sim_fixtures.py's fixtures): every simulation path under

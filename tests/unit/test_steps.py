@@ -16,12 +16,12 @@ from typing import Any
 from fake_host import FakeSystemd, Stub, running, stub_process
 from lab_sim_support import REPO
 
+from servefleet.base.remote import REMOTE, layout
+from servefleet.entry.steps.facts import STATUS
+from servefleet.entry.steps.fleet import FleetPrewarm
+from servefleet.entry.steps.lib import command
 from servefleet.hostplan.probe_input import REMOTE_SCRIPTS
 from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
-from servefleet.remote import REMOTE, layout
-from servefleet.steps.facts import STATUS
-from servefleet.steps.fleet import FleetPrewarm
-from servefleet.steps.lib import command
 
 UNITS = [layout.unit_name(0), layout.unit_name(1)]
 MODEL = "openai/gpt-oss-120b"
@@ -70,7 +70,7 @@ def test_a_step_runs_a_host_program_from_lib() -> None:
     assert command("/opt/servefleet", "instances.py", "converge", "/a b/desired.json") == (
         "python3 /opt/servefleet/lib/instances.py converge '/a b/desired.json'"
     )
-    steps = (REPO / "src" / "servefleet" / "steps").glob("*.py")
+    steps = (REPO / "src" / "servefleet" / "entry" / "steps").glob("*.py")
     run = {m for p in steps for m in re.findall(r'command\([^)]*?"(\w+\.py)"', p.read_text())}
     assert {"instances.py", "fetch_model.py", "driver.py", "prewarm.py"} <= run
     assert run <= set(REMOTE_SCRIPTS) and "layout.py" in REMOTE_SCRIPTS

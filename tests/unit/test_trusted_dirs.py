@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "remote"
+REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import instances  # noqa: E402
 import probe  # noqa: E402

@@ -18,13 +18,13 @@ import pytest
 from fake_host import serving
 from lab_sim_support import REPO, load
 
-from servefleet.lab.index import Config, make_server
+from servefleet.fleet.lab.index import Config, make_server
 from servefleet.release import simpleindex, uvbin
 from servefleet.release.lock import LOCK_FILE, load_lock, write_lock
 from servefleet.release.stack import LockError, stack
 from servefleet.release.wheelhouse import lock_files
 
-INSTALLER = REPO / "src" / "servefleet" / "remote" / "install_release.py"
+INSTALLER = REPO / "src" / "servefleet" / "base" / "remote" / "install_release.py"
 installer = load(INSTALLER, "servefleet_remote_install_release_uv")
 VERSION = "0.13.9"
 HOST_TAGS = "manylinux_2_17_x86_64.manylinux2014_x86_64"
@@ -68,7 +68,7 @@ def test_the_hosts_wheel_is_the_version_for_manylinux_x86_64_with_the_lowest_gli
 
 def test_an_index_that_does_not_answer_is_unreachable_not_bad_data() -> None:
     from servefleet.base.errors import Unreachable
-    from servefleet.remote import retry
+    from servefleet.base.remote import retry
 
     uvbin.uv_wheel.cache_clear()
     real = retry.attempts

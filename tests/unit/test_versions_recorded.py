@@ -27,7 +27,7 @@ def test_a_lock_records_the_servefleet_that_wrote_it(tmp_path: Path) -> None:
 
 def _good_state(root: Path) -> dict[str, object]:
     """remote/probe.py's own good_state(), run as the host runs it."""
-    remote = Path(__file__).parents[2] / "src" / "servefleet" / "remote"
+    remote = Path(__file__).parents[2] / "src" / "servefleet" / "base" / "remote"
     code = (f"import json, sys; sys.path.insert(0, {str(remote)!r}); import probe; out = {{}}; "
             f"probe.good_state(out, {str(root)!r}); print(json.dumps(out))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -29,8 +29,9 @@ from test_install_release import install, release_plan, with_uv
 from test_lock import ENV, defaults
 
 from servefleet.base.errors import DataError
+from servefleet.entry.steps.facts import HOST_CHECK
+from servefleet.fleet.lab.simulator import wheels as lab_wheels
 from servefleet.hostplan.extras import resolve_for
-from servefleet.lab.simulator import wheels as lab_wheels
 from servefleet.release.lock import load_lock, write_lock
 from servefleet.release.plan import MARKER, plan_release
 from servefleet.release.pylock import release_id
@@ -45,7 +46,6 @@ from servefleet.release.wheelhouse import (
     offline_requirements,
 )
 from servefleet.settings.table import settings_from
-from servefleet.steps.facts import HOST_CHECK
 
 CREDS = Credentials(*OWNER_LOGIN, hf_token=TOKEN)
 BASIC = "Basic " + base64.b64encode("{}:{}".format(*OWNER_LOGIN).encode()).decode()
@@ -281,7 +281,7 @@ def test_the_host_check_lists_only_files_with_their_sha256(tmp_path: Path) -> No
 
 
 def test_the_copy_takes_its_place_only_with_its_sha256(tmp_path: Path) -> None:
-    from servefleet.steps.operations import _PLACE
+    from servefleet.entry.steps.operations import _PLACE
 
     dest = tmp_path / "dir" / "file"
     dest.parent.mkdir()

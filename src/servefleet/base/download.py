@@ -5,7 +5,7 @@ or a manifest gives.
 
 A download that fails is one of two things: the network (a refused or reset connection, a
 timeout, a name that does not resolve, or an HTTP status that says "later"), :func:`transient`
-(the retry rule's, :mod:`servefleet.remote.retry`), raised as :func:`unreachable` (exit 3,
+(the retry rule's, :mod:`servefleet.base.remote.retry`), raised as :func:`unreachable` (exit 3,
 worth a retry); or a refusal (401, 403, 404, a hash that differs), the caller's own one-line
 error (exit 2 or 1), never retried."""
 
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from servefleet.base.errors import Unreachable
 
 # the host fetcher's own rules, so both sides agree on what an origin is and what crosses it
-from servefleet.remote.http_client import Redirects, origin
-from servefleet.remote.retry import reason, transient
+from servefleet.base.remote.http_client import Redirects, origin
+from servefleet.base.remote.retry import reason, transient
 
 __all__ = ["credentials_for", "opener", "origin", "transient", "unreachable"]
 
@@ -45,6 +45,6 @@ def unreachable(what: str, error: BaseException) -> Unreachable:
     """The one line for ``what`` (a URL, an index) that could not be reached: the CLI exits 3.
 
     + what: what the command needed
-    + error: why (:func:`transient`, the retry rule's: :mod:`servefleet.remote.retry`)
+    + error: why (:func:`transient`, the retry rule's: :mod:`servefleet.base.remote.retry`)
     """
     return Unreachable(f"{what}: could not reach it ({reason(error)}); transient: try again later")

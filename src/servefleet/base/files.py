@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from servefleet.remote.layout import sha256_of
+from servefleet.base.remote.layout import sha256_of
 
 __all__ = ["sha256_of", "write_atomic"]
 

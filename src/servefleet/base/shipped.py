@@ -16,5 +16,5 @@ FILES = Path(str(files("servefleet") / "_files"))
 RECIPES_DIR = Path(os.environ.get("SERVEFLEET_RECIPES") or FILES / "recipes")
 TEMPLATES_DIR = Path(os.environ.get("SERVEFLEET_TEMPLATES") or FILES / "templates")
 VLLM_FLAGS_DIR = Path(
-    str(files("servefleet") / "lab" / "simulator" / "packages" / "vllm" / "flags")
+    str(files("servefleet") / "fleet" / "lab" / "simulator" / "packages" / "vllm" / "flags")
 )

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from servefleet.base.errors import RecipeError
-from servefleet.remote import layout
+from servefleet.base.remote import layout
 
 # A token that starts with "-" but is a value, not a flag: a negative number.
 _NEGATIVE_NUMBER = re.compile(r"-\d")

@@ -55,7 +55,7 @@ def _os_error(exc: OSError) -> tuple[str, Exit]:
     """An ``OSError`` no command caught, as one line and its exit: the network's (a connection
     refused or reset, a timeout, a name that does not resolve) exit 3; a path's (no such file,
     permission denied, not a directory) exit 2, naming the path."""
-    from servefleet.remote.retry import reason, transient
+    from servefleet.base.remote.retry import reason, transient
 
     if transient(exc):
         return f"could not reach it ({reason(exc)})", Exit.UNREACHABLE
@@ -79,8 +79,8 @@ def main() -> None:
 
 def _register() -> None:
     from servefleet.entry import cmd_fleet, cmd_init, cmd_lock, cmd_recipes, cmd_resolve
-    from servefleet.lab.chat import chat
-    from servefleet.lab.cli import lab
+    from servefleet.fleet.lab.chat import chat
+    from servefleet.fleet.lab.cli import lab
 
     for command in (
         cmd_recipes.recipes_group,

@@ -230,7 +230,7 @@ def rollout_cmd(
     fails more hosts than --max-failures: failed hosts are back on what they served, hosts not
     reached are untouched. Arguments after ``--`` go to pyinfra (e.g. ``--data k=v``)."""
     from servefleet.fleet.fleetview import dumps, table
-    from servefleet.rollout import Rollout, batches, summary_rows
+    from servefleet.fleet.rollout import Rollout, batches, summary_rows
 
     if batch_size and batch_percent:
         raise click.UsageError("--batch-size and --batch-percent: give one of them")

@@ -124,9 +124,9 @@ def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> 
 def _unit(spec: Any, compiler_version: str | None) -> str:
     """The unit ``deploys/serve.py`` writes for instance 0 of this selection (devices
     ``0..n-1``) under the default data with ``serve_recipe`` set to the spec's recipe."""
+    from servefleet.base.remote.layout import NETRC
     from servefleet.hostplan.instance_unit import render_instance
     from servefleet.release.plan import plan_release
-    from servefleet.remote.layout import NETRC
     from servefleet.settings.table import default_settings
 
     settings = default_settings(spec.recipe, compiler_version)

@@ -1,7 +1,7 @@
 """`servefleet plan` and `servefleet status`: what a deploy would change on each host, and how
 each host runs now, both read from the deploy's own HostPlan (one probe, the same planner).
 
-Pure (no pyinfra import): ``report()`` in :mod:`servefleet.steps.report` writes one summary per
+Pure (no pyinfra import): ``report()`` in :mod:`servefleet.entry.steps.report` writes one summary per
 host where the CLI asked (:class:`ReportRequest`), the CLI reads them and prints a table or JSON.
 A host of the run that wrote none is still reported: ``unreachable`` with pyinfra's reason it
 could not connect (or the deploy's ``connection lost``), else ``failed`` with the line that says
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from servefleet.base.remote.layout import UNIT_DIR, unit_name
 from servefleet.hostplan.router import fleet_order
 from servefleet.hostplan.types import HostPlan
 from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
-from servefleet.remote.layout import UNIT_DIR, unit_name
 from servefleet.settings.table import Settings
 
 REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where each host's summary goes: <host>.json

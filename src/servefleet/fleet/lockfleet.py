@@ -18,6 +18,7 @@ from typing import Any
 
 from servefleet.base.download import opener, unreachable
 from servefleet.base.errors import DataError, RecipeError
+from servefleet.base.remote import retry
 from servefleet.fleet.inventory import read_inventory
 from servefleet.release.lock import Lock, differences, load_lock, write_lock
 from servefleet.release.owners import check_owners
@@ -25,7 +26,6 @@ from servefleet.release.pylock import packages, release_id
 from servefleet.release.resolve import resolve
 from servefleet.release.stack import LockError, Stack
 from servefleet.release.uvbin import uv_version, uv_wheel
-from servefleet.remote import retry
 from servefleet.settings.table import Settings
 from servefleet.spec import ServeSpec
 

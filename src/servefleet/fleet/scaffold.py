@@ -15,7 +15,7 @@ import stat
 
 from servefleet.base.errors import DataError
 
-# deploy file -> (its docstring, what it imports from servefleet.deploys, its one call)
+# deploy file -> (its docstring, what it imports from servefleet.entry.deploys, its one call)
 DEPLOYS = {
     "serve.py": (
         "Fresh hosts to warm, health-checked `vllm serve` instances; a re-run changes nothing.\n"
@@ -85,7 +85,7 @@ def importing(line: str) -> str:
 def deploy_file(name: str) -> str:
     """The text of ``deploys/<name>``."""
     doc, names, call = DEPLOYS[name]
-    return f'"""{doc}"""\n\n{importing(f"from servefleet.deploys import {names}")}\n{call}\n'
+    return f'"""{doc}"""\n\n{importing(f"from servefleet.entry.deploys import {names}")}\n{call}\n'
 
 
 def _all_py() -> str:
@@ -131,12 +131,12 @@ canary = ["npu-a1.example.internal"]
 '''
 LAB_INVENTORY = f'''"""The local lab fleet (`servefleet lab up`): try every command here before a real fleet."""
 
-{importing("from servefleet.lab.inventory import lab_inventory")}
+{importing("from servefleet.fleet.lab.inventory import lab_inventory")}
 globals().update(lab_inventory())
 '''
 LAB_DATA = f'''"""The lab fleet's own indexes, runfiles and model store (read from the lab state)."""
 
-{importing("from servefleet.lab.groupdata import lab_group_data")}
+{importing("from servefleet.fleet.lab.groupdata import lab_group_data")}
 globals().update(lab_group_data())
 '''
 CR13 = '''"""Hosts with RBLN-CR13 NPUs."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from servefleet.base.remote.layout import API_KEY_FILE, API_KEY_VAR, UNIT_SHA_VAR
 from servefleet.hostplan.serve_files import shipped_paths
 from servefleet.kinds import kind_named
 from servefleet.release.plan import ReleasePlan
-from servefleet.remote.layout import API_KEY_FILE, API_KEY_VAR, UNIT_SHA_VAR
 from servefleet.render.units import render_unit
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servefleet.base.errors import DataError, RecipeError
+from servefleet.base.remote.layout import NETRC, unit_name
 from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.instance_unit import instance_unit
 from servefleet.hostplan.placement import place_pd
@@ -23,7 +24,6 @@ from servefleet.release.glibc import glibc_refusal, host_glibc
 from servefleet.release.lock import load_lock
 from servefleet.release.plan import plan_release, plan_router_release, unlocked
 from servefleet.release.wheelhouse import Copy, host_copies
-from servefleet.remote.layout import NETRC, unit_name
 from servefleet.settings.checks import MAX_PORT
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec

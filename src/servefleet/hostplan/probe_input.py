@@ -11,12 +11,7 @@ import contextlib
 import json
 
 from servefleet.base.errors import DataError
-from servefleet.hostplan.router import admin_url
-from servefleet.kinds import kind_of
-from servefleet.release.glibc import levels
-from servefleet.release.plan import plan_release, plan_router_release, shipped_files
-from servefleet.release.uvbin import host_uv
-from servefleet.remote.layout import (
+from servefleet.base.remote.layout import (
     API_KEY_FILE,
     HF_TOKEN_FILE,
     LIB,
@@ -33,6 +28,11 @@ from servefleet.remote.layout import (
     STATE,
     UNIT_DIR,
 )
+from servefleet.hostplan.router import admin_url
+from servefleet.kinds import kind_of
+from servefleet.release.glibc import levels
+from servefleet.release.plan import plan_release, plan_router_release, shipped_files
+from servefleet.release.uvbin import host_uv
 from servefleet.settings.table import Settings
 from servefleet.spec import ServeSpec
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.base.errors import DataError
-from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan, plan_router_release
-from servefleet.remote.layout import (
+from servefleet.base.remote.layout import (
     NGINX,
     PROXY_ADMIN_LOADED,
     PROXY_CONF,
@@ -37,6 +36,7 @@ from servefleet.remote.layout import (
     ROUTER_UNIT,
     UNIT_SHA_VAR,
 )
+from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan, plan_router_release
 from servefleet.render.units import render_proxy_conf, render_proxy_unit, render_router_unit
 from servefleet.settings.table import Settings
 

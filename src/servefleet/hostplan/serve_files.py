@@ -12,9 +12,9 @@ import posixpath
 from collections.abc import Sequence
 
 from servefleet.base.errors import DataError
+from servefleet.base.remote.layout import RELEASE_FILES
 from servefleet.base.shipped import VLLM_FLAGS_DIR
 from servefleet.release.plan import ReleasePlan
-from servefleet.remote.layout import RELEASE_FILES
 
 # The options whose value names a file the server reads (vLLM resolves a relative one from its
 # working directory; a chat template also among the wheel's own)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servefleet.base.errors import RecipeError
+from servefleet.base.remote import layout
 from servefleet.base.shipped import RECIPES_DIR
-from servefleet.remote import layout
 from servefleet.spec import ServeSpec
 
 # A Hugging Face model id as every recipe names one and the host's fetcher takes it: ORG/NAME of

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from servefleet.base.download import opener, unreachable
+from servefleet.base.remote import retry
 from servefleet.release.pylock import files_of, packages
 from servefleet.release.stack import LockError, Stack, basic_auth
-from servefleet.remote import retry
 
 
 def _get(url: str, auth: tuple[str, str] | None) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 from servefleet.base.errors import DataError, ServefleetError
+from servefleet.base.remote.layout import RELEASE_MARKER as MARKER, RELEASES
 from servefleet.kinds import kind_named
 from servefleet.release.glibc import choose, owners
 from servefleet.release.lock import Lock, file_differences, load_lock
@@ -27,7 +28,6 @@ from servefleet.release.pylock import files_of, packages
 from servefleet.release.stack import Stack, stack
 from servefleet.release.uvbin import host_uv, uv_version, uv_wheel
 from servefleet.release.wheelhouse import HOST_DIR, PACKAGES_DIR, offline_requirements
-from servefleet.remote.layout import RELEASE_MARKER as MARKER, RELEASES
 from servefleet.settings.check_names import canonical_name
 from servefleet.settings.check_paths import serve_file
 from servefleet.settings.table import Settings

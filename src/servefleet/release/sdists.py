@@ -25,8 +25,8 @@ from typing import Any
 from servefleet.base import sandbox
 from servefleet.base.download import opener, unreachable
 from servefleet.base.errors import ServefleetError
+from servefleet.base.remote import retry
 from servefleet.release.uvbin import last_error, uv_binary
-from servefleet.remote import retry
 
 
 def fetch(url: str, dest: Path, headers: Mapping[str, str]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from servefleet.base.download import credentials_for, opener
 from servefleet.base.errors import ServefleetError, Unreachable
-from servefleet.remote import retry
+from servefleet.base.remote import retry
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_PAGE = 8 << 20  # bytes read of a project page

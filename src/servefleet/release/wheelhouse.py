@@ -47,11 +47,11 @@ from urllib.parse import unquote, urlsplit
 from servefleet.base.download import opener, origin as _origin
 from servefleet.base.errors import ServefleetError, Unreachable
 from servefleet.base.files import sha256_of as file_sha256
+from servefleet.base.remote import layout, retry
+from servefleet.base.remote.layout import WHEELHOUSE
 from servefleet.release.lock import Lock
 from servefleet.release.pylock import files_of, packages
 from servefleet.release.stack import basic_auth
-from servefleet.remote import layout, retry
-from servefleet.remote.layout import WHEELHOUSE
 
 MANIFEST = "manifest.json"
 WHEELHOUSE_VERSION = 1

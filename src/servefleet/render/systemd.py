@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from servefleet.base.errors import ServefleetError
-from servefleet.remote import layout
+from servefleet.base.remote import layout
 
 # Prefixes systemd reads from the first word of ExecStart= after unquoting.
 _EXEC_PREFIXES = "@-:+!|"

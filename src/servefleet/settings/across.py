@@ -12,8 +12,8 @@ from typing import Any
 
 from servefleet.base import flags
 from servefleet.base.errors import DataError, RecipeError
+from servefleet.base.remote.layout import RUNFILE_DIR, SECRETS_DIR
 from servefleet.kinds import kind_of
-from servefleet.remote.layout import RUNFILE_DIR, SECRETS_DIR
 from servefleet.settings.check_paths import serve_file
 from servefleet.settings.check_words import API_KEY, API_KEY_ALLOWED
 

@@ -13,7 +13,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name as canonical_name  # PEP 503 (Rebel_Compiler)
 from packaging.version import InvalidVersion, Version
 
-from servefleet.remote import layout
+from servefleet.base.remote import layout
 from servefleet.settings.checks import (
     Check,
     Refused,

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from servefleet.base.errors import DataError
-from servefleet.remote.layout import SERVE_TREE_ROOTS
+from servefleet.base.remote.layout import SERVE_TREE_ROOTS
 from servefleet.settings.check_words import word
 from servefleet.settings.checks import Refused, bad, entries, matching, typed
 

@@ -9,7 +9,7 @@ import re
 import shlex
 from typing import Any
 
-from servefleet.remote import layout
+from servefleet.base.remote import layout
 from servefleet.settings.check_names import NAME, SLUG
 from servefleet.settings.checks import CONTROL, Refused, bad, entries, matching, show, typed
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from servefleet.base.errors import DataError, RecipeError
+from servefleet.base.remote import layout
 from servefleet.kinds import kind_of
 from servefleet.kinds.rbln import defaults as rbln
-from servefleet.remote import layout
 from servefleet.settings import (
     across,
     check_names as names,

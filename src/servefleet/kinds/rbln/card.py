@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.base.errors import RecipeError
+from servefleet.base.remote import layout
 from servefleet.kinds.base import MODEL_ID, MODEL_ID_ALLOWED, launcher_problem
 from servefleet.kinds.loader import load_json, read_recipe_text
 from servefleet.kinds.roles import PD_ROLES, ROUTER_POLICIES
-from servefleet.remote import layout
 
 T = TypeVar("T")
 

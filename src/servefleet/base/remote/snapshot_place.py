@@ -1,0 +1,181 @@
+"""Where a fetched model lands (stdlib only, on the host): ``models--ORG--NAME`` under
+``$HF_HOME/hub``, its snapshot checked, given to the serve user, moved in by rename, refs/main
+pointed at a pinned revision and the completeness marker written last; root's own staging
+directory for the work, and the hub's lock (one fetch at a time).
+
+The hub directory is the serve user's (its servers write there): root works in it through
+directory descriptors and never follows a link, the top of a tree included (#18 finding 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+if __package__:  # the controller imports this module (servefleet.base.remote.snapshot_place)
+    from servefleet.base.remote import layout, refusal, trusted
+else:  # on the host, next to layout.py, refusal.py and trusted.py
+    import layout  # type: ignore[no-redef]
+    import refusal  # type: ignore[no-redef]
+    import trusted  # type: ignore[no-redef]
+
+MARKER = layout.MODEL_COMPLETE
+REVISION_RE = re.compile(r"[0-9a-f]{40}")
+LOCK_POLL = 0.2  # seconds between two tries of the hub's lock
+
+
+def repo_dir_name(model: str) -> str:
+    """``models--ORG--NAME``: the directory of model under ``$HF_HOME/hub``."""
+    return "models--" + model.replace("/", "--")
+
+
+def check_snapshot(repo: Path, rev: str | None, source: str) -> str:
+    """The revision whose snapshot repo holds: rev, else the one refs/main names.
+
+    + repo: the ``models--ORG--NAME`` directory
+    + rev: the wanted revision, or None
+    + source: where repo came from (for messages)
+    """
+    if rev is None:
+        refs = repo / "refs" / "main"
+        if not refs.is_file():
+            raise refusal.Refusal(f"{source} does not hold {repo.name}/refs/main")
+        rev = refs.read_text().strip()
+        if not REVISION_RE.fullmatch(rev):
+            raise refusal.Refusal(f"{source}: {repo.name}/refs/main does not name a commit")
+    snapshot = repo / "snapshots" / rev
+    if not snapshot.is_dir() or not any(snapshot.iterdir()):
+        raise refusal.Refusal(f"{source} does not hold the files of {repo.name}/snapshots/{rev}")
+    return rev
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of the real directory ``path`` (a link in its place is refused)."""
+    try:
+        return os.open(path, trusted.DIR_FLAGS)
+    except OSError as exc:
+        raise refusal.Refusal(
+            f"{path} is not a directory ({exc.strerror}): left as it is"
+        ) from None
+
+
+def give(top: Path, uid: int, gid: int) -> None:
+    """chown top and everything under it, through directory descriptors (``os.fwalk``): never
+    following a symlink, top included (links are chowned; a link planted as top is refused)."""
+    topfd = _open_dir(top)
+    try:
+        os.chown(topfd, uid, gid)
+    finally:
+        os.close(topfd)
+    for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
+        for name in dirnames + filenames:
+            os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+
+
+def point_main(repo: Path, rev: str, uid: int, gid: int) -> None:
+    """refs/main names rev (atomically; the refs directory made if the hub client made none)."""
+    repofd = _open_dir(repo)
+    try:
+        try:
+            os.mkdir("refs", 0o755, dir_fd=repofd)
+        except FileExistsError:
+            pass
+        refsfd = os.open("refs", trusted.DIR_FLAGS, dir_fd=repofd)
+        try:
+            os.chown(refsfd, uid, gid)
+            trusted.write(refsfd, "main", rev, owner=(uid, gid))
+        finally:
+            os.close(refsfd)
+    finally:
+        os.close(repofd)
+
+
+def mark_complete(repo: Path, rev: str, uid: int, gid: int) -> None:
+    """Write repo/MARKER holding rev, atomically, after syncing everything written before."""
+    os.sync()
+    repofd = _open_dir(repo)
+    try:
+        trusted.write(repofd, MARKER, rev, owner=(uid, gid))
+    finally:
+        os.close(repofd)
+
+
+def move_in(hub: Path, repo: Path, top: str, tmp: Path) -> None:
+    """Rename the checked ``repo`` (in root's staging ``tmp``) to ``hub/top``; what was there
+    goes aside into ``tmp`` (removed with it), and comes back if the rename fails."""
+    target = hub / top
+    old = tmp / "old"
+    if target.exists() or target.is_symlink():
+        os.rename(target, old)
+    try:
+        os.rename(repo, target)
+    except OSError:
+        if old.exists() or old.is_symlink():
+            os.rename(old, target)
+        raise
+
+
+@contextlib.contextmanager
+def one_fetch_at_a_time(hub: Path, deadline: float) -> Iterator[None]:
+    """Hold the lock on hub, then remove what a killed run left (``.fetch-*``). The hub is the
+    serve user's, so it can hold the lock too: after ``deadline`` seconds of waiting the fetch
+    fails in one line."""
+    fd = os.open(hub, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        give_up = time.monotonic() + deadline
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise refusal.Refusal(
+                        f"{hub}: another process holds its lock (a fetch, or the serve "
+                        f"user holding it); gave up after {deadline:g} s (--lock-timeout), "
+                        "nothing fetched"
+                    ) from None
+                time.sleep(LOCK_POLL)
+        for stale in hub.glob(".fetch-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        yield
+    finally:
+        os.close(fd)
+
+
+class Staging(NamedTuple):
+    """Root's own staging directory: its descriptor, the /proc/self/fd path of it, its name."""
+
+    fd: int  # what a child is given (pass_fds) to work in the same directory
+    path: Path  # ``/proc/self/fd/<fd>``: no rename or link planted elsewhere redirects it
+    name: str  # ``.fetch-<hex>`` in the hub
+
+
+@contextlib.contextmanager
+def staging(hub: Path) -> Iterator[Staging]:
+    """Root's own 0700 ``.fetch-*`` directory in the hub, by its descriptor (a rename or a link
+    planted in its place cannot redirect the work in it); removed at the end."""
+    name = f".fetch-{secrets.token_hex(8)}"
+    os.mkdir(hub / name, 0o700)
+    try:
+        fd = os.open(hub / name, trusted.DIR_FLAGS)
+    except OSError:
+        raise refusal.Refusal(f"{name}: replaced while it was made; nothing fetched") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise refusal.Refusal(f"{name}: replaced while it was made; nothing fetched")
+        yield Staging(fd, Path(trusted.at(fd)), name)
+    finally:
+        for entry in os.listdir(fd):
+            trusted.remove_in(fd, entry)
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(hub / name)

@@ -1,0 +1,87 @@
+"""``servefleet plan`` / ``status``: this host's summary from the deploy's own plan, written on
+the controller where the CLI asked (:class:`servefleet.fleet.fleetview.ReportRequest`). Adds no
+operation: changes nothing. A host whose plan fails (probe output it cannot read, a bug) is
+reported as refused with that one line, so ``plan`` shows it and ``status`` names it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyinfra import host
+
+from servefleet.entry.steps.facts import InstanceHealth, PreflightRefusal, preflight_command
+from servefleet.entry.steps.fleet import warm_entry
+from servefleet.entry.steps.plan import plan_or_failure
+from servefleet.entry.steps.wheels import changed_on_the_index
+from servefleet.fleet.fleetview import ReportRequest, plan_summary, status_summary
+from servefleet.hostplan.types import HostPlan
+
+
+def preflight_refusal(plan: HostPlan) -> str | None:
+    """The deploy's pre-flight, run now when the release is on the host already."""
+    if not (plan.release_complete and plan.preflight_needed):
+        return None
+    instances = json.dumps(plan.preflight_input, sort_keys=True)
+    return host.get_fact(PreflightRefusal, run=preflight_command(plan, instances))
+
+
+def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, Any]:
+    """The summary of a host without a plan: refused with why, nothing known of it."""
+    if kind == "status":
+        unknown_now = ("driver", "sku", "devices", "release", "good_release", "warm", "fingerprint",
+                       "router")  # fmt: skip
+        return {
+            **dict.fromkeys(unknown_now),
+            "address": address,
+            "refusal": why,
+            "packages": {},
+            "instances": [],
+            "stale_units": [],
+        }
+    unknown = ("driver", "release", "install_release", "locked", "warm_entry", "fingerprint")
+    return {
+        **dict.fromkeys(unknown),
+        "refusal": why,
+        "changed_on_index": {},
+        "packages": {},
+        "models": [],
+        "restarts": [],
+        "remove": [],
+        "recompile": False,
+        "prewarm": "host",
+        "order": order,
+        "changes": False,
+    }
+
+
+def report() -> None:
+    request = ReportRequest.from_env()
+    plan = plan_or_failure(files=request.kind == "plan")
+    address = str(host.data.get("ssh_hostname") or host.name)
+    order = [h.name for h in host.state.inventory].index(host.name)
+    if isinstance(plan, str):
+        request.write(host.name, _failed(request.kind, plan, address, order))
+        return
+    if request.kind == "status":
+        desired = plan.desired_state()  # the model and address the deploy's gate checks
+        checks = {
+            "model": desired["model"],
+            "host": desired["host"],
+            "instances": [[i.unit, i.port] for i in plan.instances],
+        }
+        if plan.router:  # its gate: a chat through it, with a server's key when it has one
+            key_unit = plan.instances[0].unit if plan.instances else ""
+            checks["instances"].append([plan.router.unit, plan.router.port, key_unit, True])
+        health = (
+            host.get_fact(InstanceHealth, checks=json.dumps(checks, sort_keys=True))
+            if checks["instances"]
+            else {}
+        )
+        summary = status_summary(plan, health, address)
+    else:
+        summary = plan_summary(plan, warm_entry(plan), order, changed_on_the_index(plan))
+        refusal = preflight_refusal(plan)
+        if refusal:  # what the deploy's pre-flight would stop this host with
+            summary.update(refusal=refusal, changes=False)
+    request.write(host.name, summary)

@@ -1,0 +1,240 @@
+"""The router: its own system user and release (a venv of ``vllm-router``, hash-locked like the
+stack) in ``releases/<id>``, on a host with ``serve_router = "host"`` (its unit is written,
+restarted through its gate and kept in step with the instances by the host's converge,
+``remote/instances.py``) or on each host of ``serve_router_group`` with ``"fleet"``: there the
+router is all the host runs, over every instance of the run's other hosts, which each serving
+host joins while it is planned (:class:`FleetRouting`); its unit is made when it runs, once
+every host is known."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FunctionCommand, operation
+from pyinfra.operations import apt, server
+
+from servefleet.base.errors import DataError
+from servefleet.base.remote.layout import (
+    PLANS,
+    PROXY_CONF,
+    PROXY_UNIT,
+    ROUTER_ADMIN_MAP,
+    SECRETS_DIR,
+    UNIT_DIR,
+)
+from servefleet.entry.steps import ensure
+from servefleet.entry.steps.lib import command, per_run
+from servefleet.entry.steps.operations import release, run_with_doc
+from servefleet.hostplan.router import RouterPlan, admin_url, fleet_order
+from servefleet.hostplan.types import NOLOGIN, HostPlan
+from servefleet.settings.check_words import API_KEY_ALLOWED
+from servefleet.settings.table import Settings, settings_from
+
+NO_HOME = "/nonexistent"  # the router user's home: it keeps nothing
+
+
+def address_of(h: Any) -> str:
+    """How the inventory reaches a host (its ``ssh_hostname``, else its name)."""
+    return str(h.data.get("ssh_hostname") or h.name)
+
+
+def fleet_routers(settings: Settings) -> list[str]:
+    """With ``serve_router = "fleet"``: the worker API of each router host of the inventory
+    (the hosts of ``serve_router_group``, each at its own ``serve_router_port``)."""
+    if settings.serve_router != "fleet":
+        return []
+    group = host.state.inventory.get_group(settings.serve_router_group, None) or []
+    out = []
+    for h in group:
+        theirs = settings_from(h.data.get, keys=h.data.dict().keys())
+        out.append(admin_url(theirs, address_of(h)))
+    return out
+
+
+def check_data(plan: HostPlan) -> None:
+    """What a deploy needs besides valid data: with ``serve_router = "fleet"``, the routers'
+    admin key (DataError, one line)."""
+    s = plan.settings
+    if s.serve_router == "fleet" and not s.router_admin_key:
+        raise DataError(
+            f"creds_router_admin_key_env: serve_router is fleet, and ${s.creds_router_admin_key_env}"
+            " is not set: the fleet's hosts reach the routers' worker API with it; allowed: a "
+            f"key of {API_KEY_ALLOWED}"
+        )
+
+
+def is_router_host(settings: Settings) -> bool:
+    return settings.serve_router == "fleet" and settings.serve_router_group in host.groups
+
+
+@dataclass
+class FleetRouting:
+    """The instances of one pyinfra run that fleet routers route to: each serving host's
+    workers, joined while it is planned, in inventory order."""
+
+    order: list[str]
+    workers: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # (url, role)
+    changing: set[str] = field(default_factory=set)  # hosts whose servers this run restarts
+
+    @classmethod
+    def of_run(cls, state: Any) -> FleetRouting:
+        return per_run(state, cls, cls)
+
+    def every(self) -> tuple[list[str], list[str]]:
+        """Every worker, in the fleet router's order (:func:`servefleet.hostplan.router.fleet_order`),
+        and their roles (none when every one serves whole requests)."""
+        role_of = {w: r for name in self.order for w, r in self.workers.get(name, ())}
+        workers = fleet_order(list(role_of))
+        pd = any(r != "main" for r in role_of.values())
+        return workers, [role_of[w] for w in workers] if pd else []
+
+
+def join(plan: HostPlan) -> None:
+    """A serving host's instances, for the fleet routers of this run."""
+    if plan.settings.serve_router == "fleet" and not plan.router_host:
+        workers = tuple((i.worker, i.role) for i in plan.instances if i.worker)
+        run = FleetRouting.of_run(host.state)
+        run.workers[host.name] = workers
+        if not plan.converged:
+            run.changing.add(host.name)
+
+
+def proxy(plan: HostPlan) -> None:
+    """The router's proxy (nginx, installed from the host's Debian mirror when missing): its
+    configuration, unit and (``serve_router = "fleet"``) admin key written where they differ;
+    restarted when it runs another unit text, else reloaded (gracefully: what it has in flight
+    finishes) when it runs another configuration or key. What it runs is read from its runtime
+    copies, so a run that died after a write restarts or reloads it the next time."""
+    r = plan.router
+    assert r is not None and r.proxy is not None
+    p = r.proxy
+    if not p.nginx:
+        apt.packages(name="Install nginx (the router's proxy)", packages=["nginx"],
+                     update=True, cache_time=3600, no_recommends=True)  # fmt: skip
+    conf_new = ensure.upload(plan, "Write the router proxy's configuration", p.conf.encode(),
+                             PROXY_CONF)  # fmt: skip
+    unit_new = ensure.upload(plan, f"Write {PROXY_UNIT}", p.unit_text.encode(),
+                             f"{UNIT_DIR}/{PROXY_UNIT}")  # fmt: skip
+    key_new = False
+    if p.admin_map is not None:
+        ensure.directory(plan, SECRETS_DIR, mode="700")
+        key_new = ensure.secret(plan, "Write the routers' admin key (0600)", ROUTER_ADMIN_MAP,
+                                p.admin_map)  # fmt: skip
+    if unit_new or not p.running:
+        server.shell(name=f"(Re)start {PROXY_UNIT}", commands=[
+            "systemctl daemon-reload", f"systemctl enable --quiet {PROXY_UNIT}",
+            f"systemctl restart {PROXY_UNIT}"])  # fmt: skip
+    elif conf_new or key_new or not p.loaded:
+        server.shell(name=f"Reload {PROXY_UNIT}", commands=[f"systemctl reload {PROXY_UNIT}"])
+
+
+def install(plan: HostPlan) -> None:
+    """The router's user and release (none when it runs already from a complete release), then
+    its proxy."""
+    r, s = plan.router, plan.settings
+    if r is None:
+        return
+    if not (r.release_complete and r.active == "active"):
+        user = s.serve_router_user
+        server.group(name=f"Create group {user}", group=user, system=True)
+        server.user(name=f"Create system user {user} (the router's)", user=user, group=user,
+                    system=True, home=NO_HOME, create_home=False, shell=NOLOGIN)  # fmt: skip
+        plan_file = f"{s.serve_root}/{PLANS}/{r.release.id}.json"
+        plan_json = json.dumps(r.release.to_json(), indent=1, sort_keys=True) + "\n"
+        ensure.upload(plan, f"Upload the plan of router release {r.release.id}",
+                      plan_json.encode(), plan_file)  # fmt: skip
+        if not r.release_complete:
+            release(
+                name=f"Install router release {r.release.id} (vllm-router "
+                f"{s.serve_router_version})",
+                plan_file=plan_file,
+                marker=r.release.marker,
+                installer=f"{plan.lib}/install_release.py",
+            )
+    proxy(plan)
+
+
+def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # noqa: F811
+    """Run time: the router over every instance the run's hosts joined, unless it runs so
+    (pyinfra passes ``state`` and ``host`` by these names)."""
+    assert plan.router is not None
+    s = plan.settings
+    run = FleetRouting.of_run(state)
+    router: RouterPlan = plan.router.over(s, *run.every())
+    all_healthy = router.healthy is not None and all(router.healthy.get(w) for w in router.workers)
+    if router.converged and all_healthy and not run.changing:
+        return True  # it runs this list, finds every instance healthy, and none restarts now
+    doc = {
+        "router": router.to_json(),
+        "model": plan.desired_state()["model"],
+        "host": s.serve_host,
+        "health_timeout": s.serve_health_timeout,
+        "keyless": bool(s.api_key),  # the servers' key stays with them
+    }
+    cmd = command(s.serve_root, "instances.py", "router", "-")
+    return run_with_doc(host, cmd, doc, "the fleet router failed")
+
+
+@operation(is_idempotent=False)
+def fleet_router(plan: HostPlan):
+    """
+    The fleet router of this host over every instance of the run's other hosts, through its
+    gate; its worker list is made when this runs (every host is planned by then).
+
+    + plan: this router host's plan
+    """
+    yield FunctionCommand(_converge_fleet_router, (plan,), {})
+
+
+def converge_fleet_router(plan: HostPlan) -> None:
+    fleet_router(name="Converge the fleet router over every instance of the run", plan=plan)
+
+
+@operation()
+def _fleet_servers_done():
+    """
+    Nothing to do: an ordering point. pyinfra orders one run's operations by each host's own
+    sequence, and an operation added from one line of code on several hosts is one step, so
+    a router host's fleet router (after this) runs after every serving host's servers (before
+    this) converged.
+    """
+    host.noop("every host's servers have converged")
+    return
+    yield  # an operation with no command
+
+
+def after_servers() -> None:
+    """With ``serve_router = "fleet"``, on every host: the point after the servers' steps."""
+    _fleet_servers_done(name="The fleet's servers are converged (the fleet router comes next)")
+
+
+def _recheck_decodes(state: Any, host: Any, plan: HostPlan) -> bool:  # noqa: F811
+    """Run time: when a host of this run restarts servers, this host's decodes take one
+    request from each prefill of the run (``instances.py peers``)."""
+    run = FleetRouting.of_run(state)
+    if not run.changing:
+        return True  # no server of the run restarts: the pools are as they were checked
+    prefills = [w for name in run.order for w, r in run.workers.get(name, ()) if r == "prefill"]
+    doc = {**plan.desired_state(), "prefills": prefills}
+    cmd = command(plan.settings.serve_root, "instances.py", "peers", plan.state_dir, "-")
+    return run_with_doc(host, cmd, doc, "the prefill/decode re-check failed")
+
+
+@operation(is_idempotent=False)
+def recheck_decodes(plan: HostPlan):
+    """
+    This decode host's decodes re-checked against every prefill of the run, after the run's
+    servers converged (a decode that cannot read from a restarted prefill restarts).
+
+    + plan: this host's plan
+    """
+    yield FunctionCommand(_recheck_decodes, (plan,), {})
+
+
+def recheck(plan: HostPlan) -> None:
+    """With ``serve_router = "fleet"``, on a host serving decodes: after :func:`after_servers`."""
+    if any(i.role == "decode" for i in plan.instances):
+        recheck_decodes(name="Re-check this host's decodes against the run's prefills", plan=plan)
