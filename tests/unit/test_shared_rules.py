@@ -41,3 +41,23 @@ def test_every_side_takes_the_same_variable_names(name: str) -> None:
     assert bool(layout.ENV_NAME.fullmatch(name)) is want
     assert bool(check_words.ENV_NAME.fullmatch(name)) is want
     assert bool(fetch_model.ENV_NAME_RE.fullmatch(name)) is want
+
+
+def test_serve_router_is_read_in_one_place() -> None:
+    """#33: ``serve_router`` was compared with its words in 16 places; the settings table says
+    what each word means once (``router_off``, ``router_per_host``, ``router_fleet``)."""
+    import ast
+    from pathlib import Path
+
+    import servefleet
+
+    src = Path(servefleet.__file__).resolve().parent
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(n, ast.Attribute) and n.attr == "serve_router" for n in ast.walk(node)
+            ):
+                found.append(f"{path.relative_to(src)}:{node.lineno}")
+    assert [f for f in found if not f.startswith("settings/table.py:")] == []
+    assert len(found) == 3

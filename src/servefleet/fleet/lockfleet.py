@@ -95,7 +95,7 @@ def fleet_lock(
             raise DataError(f"{name}: serve_recipe/serve_selection: {e}") from None
         for st in alternatives(unlocked, spec):
             stacks.setdefault(st, unlocked)
-        if settings.serve_router != "none":  # the router's own release
+        if not settings.router_off:  # the router's own release
             router = plan_router_release(unlocked).stack
             assert router is not None
             stacks.setdefault(router, unlocked)

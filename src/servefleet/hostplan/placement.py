@@ -39,7 +39,7 @@ def place_pd(
         )
     if settings.serve_roles:
         return _place_by_group(settings, spec, groups, host_groups, address)
-    if settings.serve_router != "host":
+    if not settings.router_per_host:
         raise DataError(
             f"serve_router: {settings.serve_router!r}, but the selection has the roles prefill "
             "and decode, which are served behind the host's router (or set serve_roles); "
@@ -77,7 +77,7 @@ def _place_by_group(
 ) -> tuple[ServeSpec, list[tuple[Server | None, str]], str | None]:
     """``serve_roles``: this host serves the role whose inventory group it is in."""
     roles = settings.serve_roles
-    if settings.serve_router != "fleet" or set(roles) != {PREFILL, DECODE}:
+    if not settings.router_fleet or set(roles) != {PREFILL, DECODE}:
         raise DataError(
             f"serve_roles: {dict(roles)!r} places each role on the hosts of a group, behind a "
             "fleet router; allowed: both prefill and decode named, with serve_router = 'fleet'"

@@ -116,8 +116,8 @@ def plan_host(
             "allowed: a system user servefleet creates (no login shell)"
         )
     groups = [] if router_host else platform.groups(settings, spec, hardware)
-    fleet = settings.serve_router == "fleet"
-    routed = settings.serve_router == "host" or (fleet and bool(fleet_routers))
+    fleet = settings.router_fleet
+    routed = settings.router_per_host or (fleet and bool(fleet_routers))
     devices_env = platform.devices_env_for(hardware)
     placed: list[tuple[Server | None, str]] = [(None, "main")] * len(groups)
     if is_pd(spec) and not (builder or router_host):
@@ -148,7 +148,7 @@ def plan_host(
         )
     names = {inst.unit for inst in instances}
     router, router_release, routers = None, None, tuple(fleet_routers) if fleet else ()
-    if settings.serve_router == "host" and not builder:
+    if settings.router_per_host and not builder:
         router = host_router(settings, [i.port for i in instances],
                              [i.worker or "" for i in instances], [i.role for i in instances],
                              probe)  # fmt: skip

@@ -60,7 +60,7 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     for i in dict.fromkeys(release_ids) if settings.serve_files else ():
         top = f"{root}/{RELEASES}/{i}/{RELEASE_FILES}"
         shipped += [top, *(f"{top}/{f.name}" for f in shipped_files(settings))]
-    if settings.serve_router != "none":  # the router's release: its plan file
+    if not settings.router_off:  # the router's release: its plan file
         with contextlib.suppress(DataError):  # not locked: plan_host says why
             plans.append(f"{root}/{PLANS}/{plan_router_release(settings).id}.json")
     proxy = [PROXY_CONF, f"{UNIT_DIR}/{PROXY_UNIT}", ROUTER_ADMIN_MAP, ROUTER_ADMIN_KEY]
@@ -69,7 +69,7 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
 
 def _router_admin(settings: Settings) -> str | None:
     """Where the probe asks the host's router which workers it lists (None: no router)."""
-    return None if settings.serve_router == "none" else admin_url(settings)
+    return None if settings.router_off else admin_url(settings)
 
 
 def probe_args(

@@ -235,7 +235,7 @@ def render_proxy(settings: Settings) -> tuple[str, str, str, str | None]:
     + settings: validated data (``serve_router_*``; with fleet, the admin key)
     """
     s = settings
-    fleet = s.serve_router == "fleet"
+    fleet = s.router_fleet
     conf = render_proxy_conf(
         listen=_listen(s.serve_host, s.serve_router_port),
         backend=f"{LOOPBACK}:{s.serve_router_backend_port}",

@@ -438,6 +438,22 @@ class Settings:
         name = canonical_name(package)
         return next((i for i in self.pip_indexes if name in i.packages), None)
 
+    # serve_router, read in one place: what the plan, the steps and the lock ask of it
+    @property
+    def router_off(self) -> bool:
+        """No vllm-router (``serve_router = "none"``)."""
+        return self.serve_router == "none"
+
+    @property
+    def router_per_host(self) -> bool:
+        """One router on each host over its own instances (``"host"``)."""
+        return self.serve_router == "host"
+
+    @property
+    def router_fleet(self) -> bool:
+        """Routers on ``serve_router_group``'s hosts over the run's other hosts (``"fleet"``)."""
+        return self.serve_router == "fleet"
+
 
 KEYS = tuple(f.name for f in fields(Settings) if "check" in f.metadata)  # every data key, in order
 DEFAULTS: dict[str, Any] = {

@@ -96,11 +96,11 @@ def serve(plan: HostPlan | None) -> None:
         credentials.api_key(plan)
         credentials.router_admin_key(plan)
         prewarm.converge(plan)
-    if plan.settings.serve_router == "fleet":  # one step of every host's: the order point
+    if plan.settings.router_fleet:  # one step of every host's: the order point
         router_step.after_servers()
     if plan.router_host:
         router_step.converge_fleet_router(plan)
-    elif plan.settings.serve_router == "fleet":
+    elif plan.settings.router_fleet:
         router_step.recheck(plan)
 
 

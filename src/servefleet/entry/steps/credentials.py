@@ -36,7 +36,7 @@ def secrets_dir(plan: HostPlan) -> None:
 def _router_admin(plan: HostPlan) -> str | None:
     """The routers' admin key a serving host drains with, behind fleet routers."""
     s = plan.settings
-    return s.router_admin_key if s.serve_router == "fleet" and not plan.router_host else None
+    return s.router_admin_key if s.router_fleet and not plan.router_host else None
 
 
 def router_admin_key(plan: HostPlan) -> None:

@@ -44,7 +44,7 @@ def address_of(h: Any) -> str:
 def fleet_routers(settings: Settings) -> list[str]:
     """With ``serve_router = "fleet"``: the worker API of each router host of the inventory
     (the hosts of ``serve_router_group``, each at its own ``serve_router_port``)."""
-    if settings.serve_router != "fleet":
+    if not settings.router_fleet:
         return []
     group = host.state.inventory.get_group(settings.serve_router_group, None) or []
     out = []
@@ -58,7 +58,7 @@ def check_data(plan: HostPlan) -> None:
     """What a deploy needs besides valid data: with ``serve_router = "fleet"``, the routers'
     admin key (DataError, one line)."""
     s = plan.settings
-    if s.serve_router == "fleet" and not s.router_admin_key:
+    if s.router_fleet and not s.router_admin_key:
         raise DataError(
             f"creds_router_admin_key_env: serve_router is fleet, and ${s.creds_router_admin_key_env}"
             " is not set: the fleet's hosts reach the routers' worker API with it; allowed: a "
@@ -67,7 +67,7 @@ def check_data(plan: HostPlan) -> None:
 
 
 def is_router_host(settings: Settings) -> bool:
-    return settings.serve_router == "fleet" and settings.serve_router_group in host.groups
+    return settings.router_fleet and settings.serve_router_group in host.groups
 
 
 @dataclass
@@ -94,7 +94,7 @@ class FleetRouting:
 
 def join(plan: HostPlan) -> None:
     """A serving host's instances, for the fleet routers of this run."""
-    if plan.settings.serve_router == "fleet" and not plan.router_host:
+    if plan.settings.router_fleet and not plan.router_host:
         workers = tuple((i.worker, i.role) for i in plan.instances if i.worker)
         run = FleetRouting.of_run(host.state)
         run.workers[host.name] = workers
