@@ -192,7 +192,8 @@ def test_an_unreachable_host_keeps_its_instances_with_the_unreachable_label() ->
 
 
 def test_the_ports_last_seen_come_from_the_previous_file(tmp_path: Path) -> None:
-    from servefleet.fleet.fleetview import dumps, missing_status, seen_ports, write_atomic
+    from servefleet.base.files import write_atomic
+    from servefleet.fleet.fleetview import dumps, missing_status, seen_ports
 
     path = tmp_path / "targets.json"
     assert seen_ports(path) == {}
@@ -215,7 +216,7 @@ def test_the_prometheus_file_is_replaced_whole(
     A plain write_text would leave the file truncated at that moment: this test would fail."""
     import os
 
-    from servefleet.fleet.fleetview import write_atomic
+    from servefleet.base.files import write_atomic
 
     path = tmp_path / "targets.json"
     old = json.dumps([{"targets": ["a:1"], "labels": {}}])
@@ -265,7 +266,7 @@ def whole_reads(path: Path, rewrite: Callable[[], None]) -> list[bool]:
 
 def test_a_reader_polling_the_file_never_sees_a_partial_one(tmp_path: Path) -> None:
     """(A plain write_text here gives the reader thousands of partial files.)"""
-    from servefleet.fleet.fleetview import write_atomic
+    from servefleet.base.files import write_atomic
 
     path = tmp_path / "targets.json"
     versions = [

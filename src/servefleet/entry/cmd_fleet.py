@@ -150,6 +150,7 @@ def status_cmd(
     running vs desired unit and health. Every host is shown: one that cannot be reached as
     unreachable, with pyinfra's reason. Exits 1 naming every host that is unreachable, drifts
     or is unhealthy. On a terminal, stderr counts the hosts done."""
+    from servefleet.base.files import write_atomic
     from servefleet.fleet.fleetview import (
         dumps,
         missing_status,
@@ -158,7 +159,6 @@ def status_cmd(
         seen_ports,
         status_problems,
         status_table,
-        write_atomic,
     )
 
     if prometheus and not prometheus.parent.is_dir():  # before any host is asked

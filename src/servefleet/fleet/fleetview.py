@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -458,37 +457,6 @@ def seen_ports(path: Path) -> dict[str, list[int]]:
         return out
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return {}
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a reader sees the old file or the new one, whole:
-    a temporary file in the same directory, written and fsynced, renamed over it, and the
-    directory fsynced. It keeps the old file's mode (new: 0644).
-
-    + path: the file
-    + text: its new content
-    """
-    path = Path(path)
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fchmod(out.fileno(), mode)
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _cell(value: Any) -> str:
