@@ -28,7 +28,7 @@ from servefleet.kinds.vllm import (
     resolve_vllm,
     single_node_strategies,
 )
-from servefleet.kinds.vllm.hardware import _keys, _variant_runs, fits_one_node, is_cpu
+from servefleet.kinds.vllm.hardware import fits_one_node, hardware_keys, is_cpu, variant_runs
 from servefleet.kinds.vllm.pd import is_pd
 from servefleet.kinds.vllm.words import items, words
 from servefleet.spec import ServeSpec
@@ -132,7 +132,7 @@ def test_every_shipped_recipe_resolves_on_every_listed_hardware(path: Path, gpu:
     for strategy in r.compatible_strategies:
         for variant in r.variants:
             kw: dict[str, Any] = {"hardware": gpu, "strategy": strategy, "variant": variant}
-            runs = _variant_runs(r, variant, gpu) and fits_one_node(r, variant, gpu)
+            runs = variant_runs(r, variant, gpu) and fits_one_node(r, variant, gpu)
             if is_pd(r, strategy) and runs:
                 # prefill/decode: two roles, each a sane command of one node, and the router
                 pd_spec = resolve_vllm(r, **kw)
@@ -162,7 +162,7 @@ def test_every_shipped_recipe_resolves_on_every_listed_hardware(path: Path, gpu:
                 _check_opt_in_alone(r, kw, feature)
     # Nothing resolves only where no variant fits one node (DeepSeek-V3.2 on h100).
     assert resolved or not any(
-        _variant_runs(r, v, gpu) and fits_one_node(r, v, gpu) for v in r.variants
+        variant_runs(r, v, gpu) and fits_one_node(r, v, gpu) for v in r.variants
     )
 
 
@@ -181,7 +181,7 @@ def _check_opt_in_alone(r: VllmRecipe, kw: dict[str, Any], feature: str) -> None
     spec_block = r.features[feature]["modes"][mode] if mode else r.features[feature]
     gpu = kw["hardware"]
     overrides = spec_block.get("hardware_overrides") or {}
-    keys = _keys(gpu, r.profiles[gpu])
+    keys = hardware_keys(gpu, r.profiles[gpu])
     block = next((overrides[k] for k in keys if overrides.get(k) is not None), {})
     own = dedupe_args(words(items(block.get("args") or spec_block.get("args"), feature)))
     if own:
@@ -271,7 +271,7 @@ def test_omni_recipe_on_every_offered_hardware_and_variant() -> None:
         r = _edge(name)
         for gpu in offered_hardware(r):
             for variant in r.variants:
-                if _variant_runs(r, variant, gpu):
+                if variant_runs(r, variant, gpu):
                     argv = resolve_vllm(r, hardware=gpu, variant=variant).servers[0].argv
                     assert argv[-1] == "--omni" and argv.count("--omni") == 1
 

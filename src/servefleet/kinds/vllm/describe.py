@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from servefleet.base.errors import RecipeError
-from servefleet.kinds.vllm.hardware import _variant_runs, offered_hardware, single_node_strategies
+from servefleet.kinds.vllm.hardware import offered_hardware, single_node_strategies, variant_runs
 from servefleet.kinds.vllm.pd import is_pd, pool_modes
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.resolve import kv_offload_offered, resolve_vllm
@@ -71,7 +71,7 @@ def describe_vllm(recipe: VllmRecipe) -> dict[str, Any]:
             "model_id": str(v.get("model_id") or r.model_id),
             "precision": v.get("precision"),
             "vram_minimum_gb": v.get("vram_minimum_gb"),
-            "hardware": [g for g in offered if _variant_runs(r, name, g)],
+            "hardware": [g for g in offered if variant_runs(r, name, g)],
         }
         if v.get("default_modes"):
             variants[name]["forces_features"] = [f for f in v["default_modes"] if f in r.features]

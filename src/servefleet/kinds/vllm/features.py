@@ -7,14 +7,21 @@ from typing import Any
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.vllm_args import env_map
-from servefleet.kinds.vllm.hardware import _generation, _keys
+from servefleet.kinds.vllm.hardware import generation, hardware_keys
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.words import Item, items
 
 
-def _parse_features(
+def parse_features(
     r: VllmRecipe, features: list[str], no_features: list[str]
 ) -> dict[str, str | None]:
+    """The features asked for by name -> mode (None: no mode given); unknown names, an empty
+    mode and a feature both on and off are errors.
+
+    + r: the recipe
+    + features: ``NAME`` or ``NAME=MODE``
+    + no_features: names turned off
+    """
     known = r.features
     names = ", ".join(known) or "none"
     wanted: dict[str, str | None] = {}
@@ -39,12 +46,12 @@ def _mode_allowed(mode: dict[str, Any], vname: str, gpu: str, prof: dict[str, An
         return False
     hw = mode.get("hardware")
     if isinstance(hw, dict):
-        if hw.get(_generation(prof)) == "unsupported" or hw.get(gpu) == "unsupported":
+        if hw.get(generation(prof)) == "unsupported" or hw.get(gpu) == "unsupported":
             return False
     return True
 
 
-def _select_features(
+def select_features(
     r: VllmRecipe,
     vname: str,
     strategy: str | None,
@@ -60,7 +67,7 @@ def _select_features(
 
     ``strategy`` is None for a recipe without strategies: a feature limited to some strategies
     (``strategies``) is then not offered."""
-    wanted = _parse_features(r, features, no_features)
+    wanted = parse_features(r, features, no_features)
     prof, variant = r.profiles[gpu], r.variants[vname]
     defaults = r.default_features(vname, gpu)
     on: dict[str, str | None] = {}
@@ -108,7 +115,7 @@ def _select_features(
     return on
 
 
-def _feature_block(
+def feature_block(
     r: VllmRecipe, name: str, mode: str | None, gpu: str
 ) -> tuple[list[Item], dict[str, str]]:
     """The argument items and env a feature (or its mode) contributes; a hardware override
@@ -117,7 +124,9 @@ def _feature_block(
     spec = (feat["modes"][mode] or {}) if mode is not None else feat
     w = f"{r.name}: features.{name}" + (f".modes.{mode}" if mode is not None else "")
     overrides = spec.get("hardware_overrides") or {}
-    key = next((k for k in _keys(gpu, r.profiles[gpu]) if overrides.get(k) is not None), None)
+    key = next(
+        (k for k in hardware_keys(gpu, r.profiles[gpu]) if overrides.get(k) is not None), None
+    )
     ho = overrides[key] if key is not None else {}
     hw = f"{w}.hardware_overrides.{key}"
     args = items(ho["args"], f"{hw}.args") if ho.get("args") is not None else None

@@ -24,7 +24,7 @@ def _generations(profile: dict[str, Any]) -> list[str]:
     return [str(g) for g in (gen if isinstance(gen, list) else [gen]) if g]
 
 
-def _generation(profile: dict[str, Any]) -> str | None:
+def generation(profile: dict[str, Any]) -> str | None:
     """The generation that keys overrides (the first of a list, as the site normalizes it)."""
     gens = _generations(profile)
     return gens[0] if gens else None
@@ -41,10 +41,10 @@ def _brand(profile: dict[str, Any]) -> str | None:
     return brand.lower() if isinstance(brand, str) else None
 
 
-def _keys(gpu: str, profile: dict[str, Any]) -> list[str]:
+def hardware_keys(gpu: str, profile: dict[str, Any]) -> list[str]:
     """The keys of a hardware-keyed map, most specific first: GPU id, generation, brand
     (lowercase), ``default``."""
-    keys = [gpu, _generation(profile), _brand(profile), "default"]
+    keys = [gpu, generation(profile), _brand(profile), "default"]
     return [k for k in keys if k is not None]
 
 
@@ -52,17 +52,17 @@ def _keyed(mapping: Any, gpu: str, profile: dict[str, Any]) -> Any:
     """A hardware-keyed value: exact GPU id > generation > brand > ``default``."""
     if not isinstance(mapping, dict):
         return None
-    for key in _keys(gpu, profile):
+    for key in hardware_keys(gpu, profile):
         if mapping.get(key) is not None:
             return mapping[key]
     return None
 
 
-def _generation_block(overrides: Any, profile: dict[str, Any]) -> dict[str, Any] | None:
+def generation_block(overrides: Any, profile: dict[str, Any]) -> dict[str, Any] | None:
     """The override block for the profile's generation, else for its brand (``nvidia``)."""
     if not isinstance(overrides, dict):
         return None
-    gen, brand = _generation(profile), _brand(profile)
+    gen, brand = generation(profile), _brand(profile)
     block = overrides.get(gen) if gen else None
     if block is None and brand:
         block = overrides.get(brand)
@@ -86,7 +86,7 @@ def _precision_ok(profile: dict[str, Any], variant: dict[str, Any]) -> bool:
     return not need.get("generation") or need["generation"] in _generations(profile)
 
 
-def _variant_runs(r: VllmRecipe, vname: str, gpu: str) -> bool:
+def variant_runs(r: VllmRecipe, vname: str, gpu: str) -> bool:
     """Whether a variant may run on a GPU: precision, ``supported_hardware``, and for
     non-scalable hardware (one box, no scale-out) its ``vram_minimum_gb``."""
     v, prof = r.variants[vname], r.profiles[gpu]
@@ -116,15 +116,15 @@ def offered_hardware(r: VllmRecipe) -> list[str]:
             continue
         if prof.get("restricted") and gpu not in declared:
             continue
-        if any(_variant_runs(r, v, gpu) for v in r.variants):
+        if any(variant_runs(r, v, gpu) for v in r.variants):
             out.append(gpu)
     return out
 
 
-def _default_hardware(r: VllmRecipe, vname: str) -> str:
+def default_hardware(r: VllmRecipe, vname: str) -> str:
     """The site's landing hardware for a variant: ``meta.default_hardware``, B200/GB200 for
     Blackwell-only precisions, H200, else NVIDIA first then alphabetical."""
-    offered = [g for g in offered_hardware(r) if _variant_runs(r, vname, g)]
+    offered = [g for g in offered_hardware(r) if variant_runs(r, vname, g)]
     if not offered:
         raise RecipeError(f"{r.name}: variant {vname} runs on none of the recipe's hardware")
     authored = (r.data.get("meta") or {}).get("default_hardware")
@@ -140,11 +140,18 @@ def _default_hardware(r: VllmRecipe, vname: str) -> str:
     return sorted(offered, key=lambda g: (order.get(str(r.profiles[g].get("brand")), 9), g))[0]
 
 
-def _default_variant(r: VllmRecipe, gpu: str, preferred: str | None) -> str:
+def default_variant(r: VllmRecipe, gpu: str, preferred: str | None) -> str:
+    """The variant the site lands on for a GPU: ``preferred``, ``default``, else the largest
+    footprint that runs there.
+
+    + r: the recipe
+    + gpu: the GPU id
+    + preferred: the recommended variant, if any
+    """
     for cand in (preferred, "default"):
-        if cand in r.variants and _variant_runs(r, cand, gpu):
+        if cand in r.variants and variant_runs(r, cand, gpu):
             return str(cand)
-    fitting = [v for v in r.variants if _variant_runs(r, v, gpu)]
+    fitting = [v for v in r.variants if variant_runs(r, v, gpu)]
     if not fitting:
         raise RecipeError(
             f"{r.name}: no variant runs on {gpu}; hardware offered: "
@@ -155,14 +162,26 @@ def _default_variant(r: VllmRecipe, gpu: str, preferred: str | None) -> str:
     return fitting[0]
 
 
-def _strategy_on(r: VllmRecipe, strategy: str, gpu: str) -> bool:
+def strategy_on(r: VllmRecipe, strategy: str, gpu: str) -> bool:
+    """Whether the recipe offers a strategy on this GPU (``strategy_hardware``, else its
+    compatible strategies).
+
+    + r: the recipe
+    + strategy: the strategy
+    + gpu: the GPU id
+    """
     gate = _keyed((r.data.get("strategy_hardware") or {}).get(strategy), gpu, r.profiles[gpu])
     if gate is not None:
         return gate != "unsupported"
     return strategy in (r.data.get("compatible_strategies") or r.compatible_strategies)
 
 
-def _single_node(r: VllmRecipe, strategy: str) -> bool:
+def single_node(r: VllmRecipe, strategy: str) -> bool:
+    """Whether a strategy deploys as one node (``deploy_type: single_node``, the default).
+
+    + r: the recipe
+    + strategy: the strategy
+    """
     return r.strategies[strategy].get("deploy_type", "single_node") == "single_node"
 
 
@@ -257,7 +276,7 @@ def multi_node_fits(r: VllmRecipe, vname: str, gpu: str) -> list[tuple[str, int]
         return []
     out = []
     for s in r.compatible_strategies:
-        if not _strategy_on(r, s, gpu) or r.strategies[s].get("deploy_type") != "multi_node":
+        if not strategy_on(r, s, gpu) or r.strategies[s].get("deploy_type") != "multi_node":
             continue
         nodes = nodes_needed(r, vname, s, gpu)
         if nodes <= MAX_NODES:
@@ -296,11 +315,17 @@ def single_node_strategies(r: VllmRecipe, gpu: str) -> list[str]:
     return [
         s
         for s in r.compatible_strategies
-        if _strategy_on(r, s, gpu) and _single_node(r, s) and _gpus_ok(r, s, gpu)
+        if strategy_on(r, s, gpu) and single_node(r, s) and _gpus_ok(r, s, gpu)
     ]
 
 
-def _default_strategy(r: VllmRecipe, gpu: str) -> str:
+def default_strategy(r: VllmRecipe, gpu: str) -> str:
+    """The single-node strategy the site lands on for a GPU (the recommended one, the recipe's
+    ``default_strategy``, ``single_node_tp``, else the first usable); none: a one-line error.
+
+    + r: the recipe
+    + gpu: the GPU id
+    """
     usable = single_node_strategies(r, gpu)
     rec = (r.recommended or {}).get("strategy")
     for cand in (rec, r.data.get("default_strategy"), "single_node_tp"):
@@ -308,10 +333,10 @@ def _default_strategy(r: VllmRecipe, gpu: str) -> str:
             return str(cand)
     if usable:
         return usable[0]
-    here = [s for s in r.compatible_strategies if _strategy_on(r, s, gpu)]
-    single = [s for s in here if _single_node(r, s)]
+    here = [s for s in r.compatible_strategies if strategy_on(r, s, gpu)]
+    single = [s for s in here if single_node(r, s)]
     why = "; ".join(gpu_shortfall(r, s, gpu) for s in single)
-    multi = [s for s in here if not _single_node(r, s)]
+    multi = [s for s in here if not single_node(r, s)]
     raise RecipeError(
         f"{r.name}: no single-node strategy runs on {gpu}"
         + (f" ({why})" if why else f" (compatible: {', '.join(here) or 'none'})")

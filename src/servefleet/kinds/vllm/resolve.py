@@ -43,22 +43,22 @@ from servefleet.kinds.base import draft_model
 from servefleet.kinds.loader import load_json_text
 from servefleet.kinds.roles import PD_ROLES, pd_router
 from servefleet.kinds.vllm import pd
-from servefleet.kinds.vllm.features import _feature_block, _parse_features, _select_features
+from servefleet.kinds.vllm.features import feature_block, parse_features, select_features
 from servefleet.kinds.vllm.hardware import (
-    _default_hardware,
-    _default_strategy,
-    _default_variant,
-    _generation,
-    _generation_block,
-    _single_node,
-    _strategy_on,
-    _variant_runs,
+    default_hardware,
+    default_strategy,
+    default_variant,
     fits_one_node,
+    generation,
+    generation_block,
     gpu_shortfall,
     offered_hardware,
     parallel_size,
+    single_node,
     single_node_strategies,
+    strategy_on,
     too_big_for_one_node,
+    variant_runs,
 )
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.words import Item, items, words
@@ -187,15 +187,15 @@ def _override_layers(
         out["strategy_overrides"] = (role_args, {**env_map(so.get("env"), f"{sw}.env"), **role_env})
         r_gpu = (rb.get("hardware_overrides") or {}).get(gpu)
         out["role_gpu"] = _block_layer(r_gpu, f"{rw}.hardware_overrides.{gpu}", *extra)
-    strategy_gen = _generation_block(s_ho, prof)
+    strategy_gen = generation_block(s_ho, prof)
     if strategy_gen is not None:
         out["strategy_generation"] = _block_layer(strategy_gen, f"{sw}.hardware_overrides", *extra)
     else:
         out["recipe_generation"] = _block_layer(
-            _generation_block(r_ho, prof), f"{n}: hardware_overrides", *extra
+            generation_block(r_ho, prof), f"{n}: hardware_overrides", *extra
         )
         out["variant_generation"] = _block_layer(
-            _generation_block(v_ho, prof), f"{n}: variants.{vname}.hardware_overrides", *extra
+            generation_block(v_ho, prof), f"{n}: variants.{vname}.hardware_overrides", *extra
         )
     return out
 
@@ -259,14 +259,14 @@ def resolve_vllm(
         rec_variant = str(rec.get("variant"))
         vpick = variant or (rec_variant if rec_variant in r.variants else "default")
         rec_hw = str(rec.get("hardware"))
-        if rec_hw in offered and _variant_runs(r, vpick, rec_hw):
+        if rec_hw in offered and variant_runs(r, vpick, rec_hw):
             hardware = rec_hw
         else:
-            hardware = _default_hardware(r, vpick)
+            hardware = default_hardware(r, vpick)
     if variant is None:
-        variant = _default_variant(r, hardware, rec.get("variant"))
-    elif not _variant_runs(r, variant, hardware):
-        where = [g for g in offered if _variant_runs(r, variant, g)]
+        variant = default_variant(r, hardware, rec.get("variant"))
+    elif not variant_runs(r, variant, hardware):
+        where = [g for g in offered if variant_runs(r, variant, g)]
         raise RecipeError(
             f"{r.name}: variant {variant} does not run on {hardware} "
             f"(hardware for {variant}: {', '.join(where) or 'none'})"
@@ -294,9 +294,9 @@ def resolve_vllm(
     if task is not None:
         raise RecipeError(f"{r.name}: task {task!r} given, but only omni recipes have tasks")
     if strategy is None:
-        strategy = _default_strategy(r, hardware)
+        strategy = default_strategy(r, hardware)
     usable = single_node_strategies(r, hardware)
-    if strategy not in r.compatible_strategies or not _strategy_on(r, strategy, hardware):
+    if strategy not in r.compatible_strategies or not strategy_on(r, strategy, hardware):
         what = "unknown strategy" if strategy not in r.strategies else "strategy not compatible:"
         raise RecipeError(
             f"{r.name}: {what} {strategy!r} on {hardware} "
@@ -306,7 +306,7 @@ def resolve_vllm(
         return _resolve_pd(
             r, variant, hardware, strategy, tp, features, no_features, kv_offload, pool_parallelism
         )
-    if not _single_node(r, strategy):
+    if not single_node(r, strategy):
         raise RecipeError(
             f"{r.name}: strategy {strategy} is {r.strategies[strategy].get('deploy_type')} and "
             f"cannot be rendered for one host (single-node strategies: {', '.join(usable) or 'none'})"
@@ -320,7 +320,7 @@ def resolve_vllm(
             f"{', '.join(usable) or 'none'})"
         )
     size = parallel_size(r, variant, strategy, hardware) if tp is None else tp
-    enabled = _select_features(r, variant, strategy, hardware, features, no_features)
+    enabled = select_features(r, variant, strategy, hardware, features, no_features)
     kv = _kv_option(r, kv_offload, strategy, hardware)
     flag = str(r.strategies[strategy].get("parallel_flag") or "--tensor-parallel-size")
     args, env = _build(r, variant, strategy, hardware, size, enabled, kv)
@@ -367,7 +367,7 @@ def _resolve_pd(
             "servefleet renders one node per pool and cannot render pools spanning several "
             "nodes yet"
         )
-    enabled = _select_features(r, variant, strategy, hardware, features, no_features)
+    enabled = select_features(r, variant, strategy, hardware, features, no_features)
     helpers = [f for f in enabled if (r.features[f].get("companion") or {}).get("command")]
     if helpers:
         raise RecipeError(
@@ -424,7 +424,7 @@ def _resolve_unstrategied(
             raise RecipeError(f"{r.name}: task {task!r} given, but only omni recipes have tasks")
         if not fits_one_node(r, variant, hardware):
             raise RecipeError(too_big_for_one_node(r, variant, hardware))
-        enabled = _select_features(r, variant, None, hardware, features, no_features)
+        enabled = select_features(r, variant, None, hardware, features, no_features)
         kv = _kv_option(r, kv_offload, None, hardware)
         args, env = _build(r, variant, None, hardware, 0, enabled, kv)
         model_id = str(r.variants[variant].get("model_id") or r.data["model"]["model_id"])
@@ -432,7 +432,7 @@ def _resolve_unstrategied(
         return _spec(
             r, selection, enabled, kv_offload, launcher, _with_size(args, None, tp), env, kv
         )
-    _parse_features(r, features, no_features)  # unknown names are errors all the same
+    parse_features(r, features, no_features)  # unknown names are errors all the same
     if features:
         raise RecipeError(
             f"{r.name}: an omni recipe renders no features (the site's omni command takes "
@@ -522,7 +522,7 @@ def _build(
     feature_args: list[Item] = []
     feature_env: dict[str, str] = {}
     for name, mode in enabled.items():
-        f_args, f_env = _feature_block(r, name, mode, gpu)
+        f_args, f_env = feature_block(r, name, mode, gpu)
         feature_args += f_args
         feature_env.update(f_env)
     layers["features"] = (feature_args, feature_env)
@@ -576,10 +576,10 @@ def _build_omni(
             {},
         ),
         "recipe_generation": _block_layer(
-            _generation_block(r_ho, prof), f"{n}: hardware_overrides", *extra
+            generation_block(r_ho, prof), f"{n}: hardware_overrides", *extra
         ),
         "variant_generation": _block_layer(
-            _generation_block(v_ho, prof), f"{n}: variants.{vname}.hardware_overrides", *extra
+            generation_block(v_ho, prof), f"{n}: variants.{vname}.hardware_overrides", *extra
         ),
         "variant_gpu": _block_layer(
             v_ho.get(gpu), f"{n}: variants.{vname}.hardware_overrides.{gpu}", *extra
@@ -759,7 +759,7 @@ def _devices(r: VllmRecipe, gpu: str, args: list[str]) -> int:
         total *= n
     count = int(r.profiles[gpu]["gpu_count"])
     # A CPU profile's gpu_count is no physical limit (the site does not cap its TP either).
-    if total > count and _generation(r.profiles[gpu]) != "cpu":
+    if total > count and generation(r.profiles[gpu]) != "cpu":
         sizes = " x ".join(f"{f} {v}" for f, v in _parallel_values(args).values())
         raise RecipeError(
             f"{r.name}: the command asks for {total} GPUs ({sizes}) but {gpu} has {count}"
