@@ -4,12 +4,15 @@ root-owned, never the serve user's. Every other step runs the programs this one 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import shlex
+import tarfile
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pyinfra.operations import files
+from pyinfra.operations import files, server
 
 from servefleet.base.remote import REMOTE
 from servefleet.base.remote.layout import LIB, PLANS, RELEASES
@@ -34,9 +37,17 @@ def upload(plan: HostPlan) -> None:
         plan.state_dir,
     ):
         ensure.directory(plan, path)
+    stale = {}
     for script in REMOTE_SCRIPTS:
         data = (REMOTE / script).read_bytes()
+        dest = f"{plan.lib}/{script}"
+        if not plan.has(dest, "file", "644", sha256=hashlib.sha256(data).hexdigest()):
+            stale[script] = data
+    if len(stale) == 1:
+        ((script, data),) = stale.items()
         ensure.upload(plan, f"Upload {script}", data, f"{plan.lib}/{script}")
+    elif stale:  # one upload and one command, not one operation a program (a first deploy: 18)
+        programs(plan, stale)
     uv = plan.release.uv
     found = plan.paths.get(uv or "") or {}
     if plan.release.uv_wheel:  # install_release.py takes it from the wheel, by its sha256
@@ -50,6 +61,58 @@ def upload(plan: HostPlan) -> None:
             group="root",
             mode="755",
         )
+
+
+BUNDLE = ".programs.tar"  # in lib/: the host programs on their way, unpacked and renamed in
+UNPACKED = ".programs.new"
+
+
+def bundle(scripts: dict[str, bytes]) -> bytes:
+    """``scripts`` (name -> bytes) as one tar, the same bytes for the same files: root's, 0644,
+    mtime 0.
+
+    + scripts: the host programs to send
+    """
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in sorted(scripts.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def programs(plan: HostPlan, stale: dict[str, bytes]) -> None:
+    """The host programs that differ on the host, sent as one tar and unpacked beside them, each
+    renamed into place (a program is the old file or the new one, never part of either; a run
+    that dies in between sends them again). lib/ is root's: nothing else writes there."""
+    files.put(
+        name=f"Upload the host programs ({len(stale)}: {', '.join(sorted(stale))})",
+        src=io.BytesIO(bundle(stale)),
+        dest=f"{plan.lib}/{BUNDLE}",
+        user="root",
+        group="root",
+        mode="600",
+    )
+    server.shell(name="Put the host programs in place", commands=[unpack_command(plan.lib)])
+
+
+def unpack_command(lib_dir: str) -> str:
+    """The shell command that unpacks :data:`BUNDLE` in ``lib_dir`` and renames each program
+    into place.
+
+    + lib_dir: ``<serve_root>/lib``
+    """
+    lib = shlex.quote(lib_dir)
+    tar, new = shlex.quote(f"{lib_dir}/{BUNDLE}"), shlex.quote(f"{lib_dir}/{UNPACKED}")
+    return (
+        f"rm -rf {new} && mkdir -m 700 {new} && "
+        f"tar -x --no-same-owner --no-same-permissions -f {tar} -C {new} && "
+        f'chmod 644 {new}/* && for f in {new}/*; do mv -f "$f" {lib}/; done && '
+        f"rmdir {new} && rm -f {tar}"
+    )
 
 
 T = TypeVar("T")
