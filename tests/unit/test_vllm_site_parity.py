@@ -22,7 +22,7 @@ from servefleet.base.errors import RecipeError
 from servefleet.base.vllm_args import flag_name, is_flag
 from servefleet.entry.cli import main
 from servefleet.kinds.vllm import describe_vllm, list_vllm_recipes, load_vllm_recipe, resolve_vllm
-from servefleet.kinds.vllm.resolve import ARG_ORDER, ENV_ORDER
+from servefleet.kinds.vllm.layers import ARG_ORDER, ENV_ORDER
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

@@ -6,8 +6,10 @@ keys plus a ``recommended_command``. Both resolve with the same code. Pure: no p
 
 Modules: ``recipe`` (the loaded recipe), ``load`` (reading, listing), ``schema`` (the checks
 of every field), ``words`` (argument lists as the site's shell command splits them),
-``hardware`` (what runs where, defaults, parallel size), ``features``, ``resolve`` (the layering,
-the strategy-less and omni commands, KV offload), ``describe``.
+``hardware`` (what runs where, defaults, parallel size), ``features``, ``layers`` (the layer
+engine), ``omni`` (an omni recipe's command), ``kv_offload``, ``companions``, ``sizing`` (the GPUs
+a command takes), ``pd`` (pd_cluster roles), ``resolve`` (a selection checked, defaulted and
+resolved), ``describe``.
 """
 
 from servefleet.kinds.vllm.describe import describe_vllm

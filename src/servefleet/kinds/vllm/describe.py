@@ -6,9 +6,10 @@ from typing import Any
 
 from servefleet.base.errors import RecipeError
 from servefleet.kinds.vllm.hardware import offered_hardware, single_node_strategies, variant_runs
+from servefleet.kinds.vllm.kv_offload import kv_offload_offered
 from servefleet.kinds.vllm.pd import is_pd, pool_modes
 from servefleet.kinds.vllm.recipe import VllmRecipe
-from servefleet.kinds.vllm.resolve import kv_offload_offered, resolve_vllm
+from servefleet.kinds.vllm.resolve import resolve_vllm
 
 _PROFILE_KEYS = ("display_name", "description", "brand", "generation", "gpu_count", "vram_gb")
 _STRATEGY_KEYS = (
