@@ -23,7 +23,7 @@ from servefleet.base.shipped import FILES
 from servefleet.entry.cli import main
 from servefleet.kinds import find
 from servefleet.kinds.loader import load_json, load_yaml
-from servefleet.kinds.rbln.card import card_from_dict
+from servefleet.kinds.rbln.card_checks import card_from_dict
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.kind import KIND as VLLM

@@ -43,7 +43,7 @@ from systemd_parse import parse_unit
 
 from servefleet.base.shipped import FILES
 from servefleet.kinds.base import LAUNCHERS, MODEL_ID, MODEL_PATH
-from servefleet.kinds.rbln.card import MAX_NPUS
+from servefleet.kinds.rbln.card_checks import MAX_NPUS
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 SEED_CARD = FILES / "recipes" / "rbln" / "gpt-oss-120b.json"

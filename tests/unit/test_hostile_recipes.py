@@ -17,7 +17,8 @@ from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import FILES
 from servefleet.entry.cli import main
 from servefleet.kinds.loader import MAX_DEPTH, load_json, load_yaml
-from servefleet.kinds.rbln.card import card_from_dict, decode_card_text
+from servefleet.kinds.rbln.card import decode_card_text
+from servefleet.kinds.rbln.card_checks import card_from_dict
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe
 

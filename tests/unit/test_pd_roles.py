@@ -26,7 +26,8 @@ from test_vllm_site_parity import EXPECTED, SITE, _argv_units
 from servefleet.base.errors import RecipeError
 from servefleet.entry.cli import main
 from servefleet.hostplan.extras import resolve_for
-from servefleet.kinds.rbln.card import card_from_dict, load_card
+from servefleet.kinds.rbln.card import load_card
+from servefleet.kinds.rbln.card_checks import card_from_dict
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.roles import bind, placeholders, serving_roles, shell_word
 from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm

@@ -11,12 +11,8 @@ from rbln_cases import BROKEN, SEED, SEED_PAGE, TINY, seed
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import FILES
 from servefleet.kinds import detect_kind, find_recipe, list_recipes, load_rbln
-from servefleet.kinds.rbln.card import (
-    decode_card_text,
-    load_card,
-    parse_arg_fragment,
-    parse_env_fragment,
-)
+from servefleet.kinds.rbln.card import decode_card_text, load_card
+from servefleet.kinds.rbln.card_checks import parse_arg_fragment, parse_env_fragment
 
 RECIPES = FILES / "recipes"
 
