@@ -41,6 +41,10 @@ MUTMUT = "mutmut==3.8.1"
 CORE = {
     "rbln.resolve": "kinds/rbln/resolve.py",
     "rbln.fingerprint": "kinds/rbln/fingerprint.py",
+    "rbln.compile_values": "kinds/rbln/compile_values.py",
+    "rbln.compile_table": "kinds/rbln/compile_table.py",
+    "rbln.argv_flags": "kinds/rbln/argv_flags.py",
+    "rbln.argv_scan": "kinds/rbln/argv_scan.py",
     "vllm.resolve": "kinds/vllm/resolve.py",
     "systemd": "render/systemd.py",
     "render": "render/units.py",

@@ -256,12 +256,12 @@ def test_simulated_rbln_config_is_vllm_rblns(rbln: dict[str, Any], sim: Any) -> 
 def test_servefleet_fingerprint_reads_vllm_rblns_variables(rbln: dict[str, Any]) -> None:
     """The compile fingerprint reads each RBLNConfig field from the variables vllm-rbln reads
     for it, in its order."""
-    from servefleet.kinds.rbln import fingerprint
+    from servefleet.kinds.rbln import compile_table
 
     real = {f["name"]: f["env"] for f in rbln["rbln_config"]["fields"]}
     ours = {
         c.key.removeprefix("rbln."): list(c.env)
-        for c in fingerprint.COMPILE_INPUTS
+        for c in compile_table.COMPILE_INPUTS
         if c.key.startswith("rbln.") and c.key.removeprefix("rbln.") in real
     }
     assert ours == {name: real[name] for name in ours}

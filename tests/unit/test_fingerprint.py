@@ -7,15 +7,13 @@ from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.base.errors import RecipeError
-from servefleet.kinds.rbln.fingerprint import (
+from servefleet.kinds.rbln.compile_table import (
     ADDED_AT_DEFAULT_OMITTED,
     COMPILE_INPUTS,
     NOT_COUNTED,
-    _bool,
-    compile_fingerprint,
-    compile_inputs,
-    compiler_minor,
 )
+from servefleet.kinds.rbln.compile_values import parse_bool
+from servefleet.kinds.rbln.fingerprint import compile_fingerprint, compile_inputs, compiler_minor
 from servefleet.kinds.rbln.resolve import resolve_rbln
 
 SEED = seed()
@@ -50,7 +48,7 @@ def test_table_has_one_key_each_and_reasons() -> None:
 
 
 def _changed_value(entry) -> list[str]:  # type: ignore[no-untyped-def]
-    if entry.parse is _bool:
+    if entry.parse is parse_bool:
         return [] if not entry.default else None  # type: ignore[return-value]
     if entry.key.endswith("manual_buckets"):
         return ["1,2,4"]
@@ -60,7 +58,7 @@ def _changed_value(entry) -> list[str]:  # type: ignore[no-untyped-def]
         return ["linear"]
     if entry.key.endswith("gpu_memory_utilization"):
         return ["0.5"]
-    return ["7"] if entry.parse.__name__ in ("_int", "_human_int") else ["bf16"]
+    return ["7"] if entry.parse.__name__ in ("parse_int", "parse_human_int") else ["bf16"]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The compile fingerprint's value normalisers (kinds/rbln/fingerprint.py), found unchecked by
+"""The compile fingerprint's value normalisers (kinds/rbln/compile_values.py), found unchecked by
 the mutation campaign (issue #37, bench/mutation.py): the same input in another spelling gives
 the same compile inputs (``exp`` is ``exponential`` in any case, a bucket list as JSON or as a
 comma list, ``1k``/``1K`` lengths), another value other ones, and a value that is none of its

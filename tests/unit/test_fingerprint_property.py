@@ -27,7 +27,7 @@ from lab_sim_support import load_sim
 from rbln_cases import COMPILER
 
 from servefleet.base import flags
-from servefleet.kinds.rbln import fingerprint as fpm
+from servefleet.kinds.rbln import compile_table, fingerprint as fpm
 
 BASE = ["vllm", "serve", "m/x"]
 ENV = {"RBLN_VISIBLE_DEVICES": "0"}
@@ -101,7 +101,10 @@ def test_a_flag_changes_the_fingerprint_exactly_when_it_changes_the_compile_key(
 def test_the_property_covers_the_table() -> None:
     """Every flag the fingerprint reads is compared, and nearly every flag of the table."""
     counted = {
-        "--" + n for e in fpm.COMPILE_INPUTS if e.source in ("flag", "json") for n in e.names
+        "--" + n
+        for e in compile_table.COMPILE_INPUTS
+        if e.source in ("flag", "json")
+        for n in e.names
     }
     counted = {f for f in counted if f in VERDICTS}
     assert counted <= set(COMPARED), sorted(counted - set(COMPARED))

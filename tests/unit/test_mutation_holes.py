@@ -31,7 +31,7 @@ from rbln_cases import COMPILER, TINY
 from servefleet.base import flags
 from servefleet.base.errors import RecipeError
 from servefleet.fleet.rollout import Rollout
-from servefleet.kinds.rbln import fingerprint as fpm
+from servefleet.kinds.rbln import compile_table, fingerprint as fpm
 from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
@@ -307,11 +307,11 @@ SPEC_B = '{"method": "suffix", "model": "d/2", "num_speculative_tokens": 3, "x":
 
 _READ = {
     n
-    for e in fpm.COMPILE_INPUTS
+    for e in compile_table.COMPILE_INPUTS
     if e.source in ("model", "flag", "json", "presence")
     for n in e.names
 }
-_SPEC = any(e.source == "spec" for e in fpm.COMPILE_INPUTS)
+_SPEC = any(e.source == "spec" for e in compile_table.COMPILE_INPUTS)
 
 
 def _counted(dest: str) -> bool:
@@ -320,7 +320,7 @@ def _counted(dest: str) -> bool:
         return True
     if dest == "speculative_config":
         return _SPEC
-    return dest.startswith("rbln_") and dest[len("rbln_") :] not in fpm.RBLN_NOT_COMPILED
+    return dest.startswith("rbln_") and dest[len("rbln_") :] not in compile_table.RBLN_NOT_COMPILED
 
 
 COUNTED = [e for e in FLAGS if _counted(e["dest"])]
@@ -366,7 +366,9 @@ def test_the_table_splits_vllms_flags_and_quantization_counts() -> None:
     assert _READ <= table
     # what the fingerprint documents as not counted is on the other side
     not_counted = {n for e in NOT_COUNTED for n in e["flags"]}
-    assert {k for k in fpm.NOT_COUNTED if k.startswith("--") and " " not in k} <= not_counted
+    assert {
+        k for k in compile_table.NOT_COUNTED if k.startswith("--") and " " not in k
+    } <= not_counted
     assert len(COUNTED) > 30 and len(NOT_COUNTED) > 200
 
 
@@ -392,8 +394,8 @@ def test_every_other_flag_leaves_the_fingerprint(entry: dict[str, Any]) -> None:
 
 
 def test_compile_env_vars_change_it_and_the_others_of_vllms_list_do_not() -> None:
-    counted = {e.names[0] for e in fpm.COMPILE_INPUTS if e.source == "env"}
-    counted |= {v for e in fpm.COMPILE_INPUTS for v in e.env}
+    counted = {e.names[0] for e in compile_table.COMPILE_INPUTS if e.source == "env"}
+    counted |= {v for e in compile_table.COMPILE_INPUTS for v in e.env}
     base = _fp(BASE)
     for var in sorted(counted):
         assert _fp(BASE, {var: "1"}) != _fp(BASE, {var: "0"}), var

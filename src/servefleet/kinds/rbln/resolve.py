@@ -24,9 +24,10 @@ from collections.abc import Mapping
 
 from servefleet.base.errors import RecipeError
 from servefleet.kinds.base import draft_model
+from servefleet.kinds.rbln.argv_scan import json_flag, scan_argv
 from servefleet.kinds.rbln.card_schema import Card, Grid, Option, Strategy
 from servefleet.kinds.rbln.defaults import default_compiler_version as pinned
-from servefleet.kinds.rbln.fingerprint import compile_fingerprint, json_flag, scan_argv
+from servefleet.kinds.rbln.fingerprint import compile_fingerprint
 from servefleet.kinds.roles import DECODE, PD_ROLES, PREFILL, pd_router
 from servefleet.spec import Requirements, Server, ServeSpec
 
