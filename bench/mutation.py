@@ -46,6 +46,8 @@ CORE = {
     "rbln.argv_flags": "kinds/rbln/argv_flags.py",
     "rbln.argv_scan": "kinds/rbln/argv_scan.py",
     "vllm.resolve": "kinds/vllm/resolve.py",
+    "vllm.layers": "kinds/vllm/layers.py",
+    "vllm.sizing": "kinds/vllm/sizing.py",
     "systemd": "render/systemd.py",
     "render": "render/units.py",
     "checks": "settings/checks.py",

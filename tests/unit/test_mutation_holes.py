@@ -3,11 +3,11 @@
 Each was shown failing under its mutant (applied by hand to the source, then reverted):
 
 1. ``kinds/rbln/resolve.py``: option deltas applied before mode deltas.
-2. ``kinds/vllm/resolve.py``: ``ENV_ORDER`` with kv_offload after strategy_overrides.
-3. ``kinds/vllm/resolve.py``: a parallel size of 0 accepted.
-4. ``remote/trusted.py``: ``read()`` opening without ``O_NOFOLLOW``.
-5. ``remote/instances.py``: ``converge`` never rolling back.
-6. ``steps/facts.py``: ``WheelhouseFiles.process`` returning the raw output (in
+2. ``kinds/vllm/layers.py``: ``ENV_ORDER`` with kv_offload after strategy_overrides.
+3. ``kinds/vllm/sizing.py``: a parallel size of 0 accepted.
+4. ``base/remote/trusted.py``: ``read()`` opening without ``O_NOFOLLOW``.
+5. ``base/remote/instances.py``: ``converge`` never rolling back.
+6. ``entry/steps/facts.py``: ``WheelhouseFiles.process`` returning the raw output (in
    test_facts_process.py, with every fact's ``process()``).
 7. ``rollout.py``: ``--max-failures`` counted per batch instead of over the rollout.
 8. The compile fingerprint: every flag of vLLM's own table that the fingerprint's table counts
