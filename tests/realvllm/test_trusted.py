@@ -186,7 +186,7 @@ def test_servefleet_calls_real_routes(upstream: dict[str, Any]) -> None:
     """Every vLLM path servefleet's host programs call: /health (gate, router health check) and
     POST /v1/chat/completions (gate, pd probe, lab chat)."""
     real = _real_routes(upstream)
-    health = (SERVEFLEET / "remote" / "health.py").read_text()
+    health = (SERVEFLEET / "base" / "remote" / "health.py").read_text()
     assert '"/health"' in health and '"/v1/chat/completions"' in health
     assert (
         '"--health-check-endpoint", "/health"'
@@ -343,7 +343,7 @@ def test_process_titles_only_in_children(upstream: dict[str, Any], rbln: dict[st
         assert titles["prefix_default"] == "VLLM"
         assert titles["format"] == "setproctitle.setproctitle(f'{prefix}::{name}')"
         assert {c["source"] for c in titles["calls"]} == CHILD_ENTRIES
-    probe = (SERVEFLEET / "remote" / "instances.py").read_text()
+    probe = (SERVEFLEET / "base" / "remote" / "instances.py").read_text()
     assert "/proc/{pid}/cmdline" in probe and "/proc/{pid}/environ" in probe
 
 

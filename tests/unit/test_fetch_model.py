@@ -7,6 +7,7 @@ is not (401, 403, 404: one request, one line)."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -166,8 +167,11 @@ Member = tuple[Any, ...]  # (kind, name, payload or link target, [mode])
 
 
 def tgz(members: list[Member]) -> bytes:
+    """The archive of ``members``, the same bytes each call (gzip's header time is 0: with the
+    current time, two calls a second apart differed, and a test comparing their sha256s was
+    flaky)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for kind, name, *rest in members:
             info = tarfile.TarInfo(name)
             info.mode = rest[1] if len(rest) > 1 else 0o644
@@ -185,7 +189,7 @@ def tgz(members: list[Member]) -> bytes:
             elif kind == "fifo":
                 info.type = tarfile.FIFOTYPE
             tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)
 
 
 def hf_layout(snapshot: str = REV, main: str = REV) -> list[Member]:
