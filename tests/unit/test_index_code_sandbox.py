@@ -183,3 +183,31 @@ def test_an_index_that_cannot_be_reached_is_unreachable_not_bad_data(
     )
     with pytest.raises(Unreachable, match=r"stack x: uv lock could not reach an index \("):
         resolving.resolve(st)
+
+
+def test_root_takes_the_wheel_without_following_a_link_the_build_planted(tmp_path: Path) -> None:
+    """The build user owns the directory the wheel is left in: a link planted as that directory
+    or as the wheel makes root copy nothing else (a root-only file would reach the hosts)."""
+    from servefleet.release.sdists import SdistError, take_wheel
+
+    secret = tmp_path / "root-only.whl"
+    secret.write_text(SECRET)
+    out = tmp_path / "out"
+    out.mkdir()
+    linked_dir = tmp_path / "dist-link"
+    linked_dir.symlink_to(tmp_path)  # the directory itself is a link to root's files
+    with pytest.raises(SdistError, match="made no single wheel"):
+        take_wheel(linked_dir, out, None, "evil-0.1.tar.gz")
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "evil-0.1-py3-none-any.whl").symlink_to(secret)  # the wheel is a link
+    with pytest.raises(SdistError, match="not a plain file"):
+        take_wheel(dist, out, None, "evil-0.1.tar.gz")
+    assert list(out.iterdir()) == []
+    (dist / "evil-0.1-py3-none-any.whl").unlink()
+    (dist / "evil-0.1-py3-none-any.whl").write_bytes(b"wheel")
+    wrong_owner = (os.geteuid() + 1, os.getegid())  # as root: a file not the build user's
+    with pytest.raises(SdistError, match="not a plain file of the build user"):
+        take_wheel(dist, out, wrong_owner, "evil-0.1.tar.gz")
+    got = take_wheel(dist, out, None, "evil-0.1.tar.gz")
+    assert got.read_bytes() == b"wheel"

@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import sys
 import urllib.error
 import urllib.request
@@ -129,11 +130,40 @@ def build_wheel(inputs: Mapping[str, Any], sdist: Path, python: str, out: Path) 
                 f"{sdist.name}: the build failed on the controller: "
                 f"{said[-1].strip() if said else last_error(proc.stderr)}"
             )
-        wheels = [p for p in dist.glob("*.whl") if p.is_file() and not p.is_symlink()]
-        if len(wheels) != 1:
-            raise SdistError(f"{sdist.name}: the build made no single wheel")
-        wheel = out / wheels[0].name
-        shutil.copyfile(wheels[0], wheel)
+        return take_wheel(dist, out, space.ids, sdist.name)
+
+
+def take_wheel(dist: Path, out: Path, ids: tuple[int, int] | None, what: str) -> Path:
+    """The one wheel in ``dist`` (the build user's directory) copied to ``out``, read through
+    descriptors that follow no link: a build that planted a link there (``dist`` itself, or the
+    wheel) makes root read nothing else. As root, the file must be the build user's.
+
+    + dist: where ``uv build`` left the wheel
+    + out: the controller's directory it is copied to
+    + ids: the build user (None: the controller's own)
+    + what: the sdist's name (for the message)
+    """
+    try:
+        dfd = os.open(dist, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        raise SdistError(f"{what}: the build made no single wheel") from None
+    try:
+        names = [n for n in os.listdir(dfd) if n.endswith(".whl")]
+        if len(names) != 1:
+            raise SdistError(f"{what}: the build made no single wheel")
+        try:
+            fd = os.open(names[0], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        except OSError:
+            raise SdistError(f"{what}: the build's wheel is not a plain file") from None
+        with os.fdopen(fd, "rb") as src:
+            st = os.fstat(src.fileno())
+            if not stat.S_ISREG(st.st_mode) or (ids is not None and st.st_uid != ids[0]):
+                raise SdistError(f"{what}: the build's wheel is not a plain file of the build user")
+            wheel = out / os.path.basename(names[0])
+            with open(wheel, "wb") as dest:
+                shutil.copyfileobj(src, dest)
+    finally:
+        os.close(dfd)
     return wheel
 
 
