@@ -11,6 +11,7 @@ from test_deploy_plan import CREDS, probe, settings
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.types import Place
 from servefleet.kinds.roles import placeholders
 from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.settings.table import load_defaults, settings_from
@@ -107,9 +108,9 @@ def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() 
     from servefleet.release.plan import plan_release
 
     s = settings(**GLM)
-    routers = ["http://10.0.0.3:8080"]
+    routers = ("http://10.0.0.3:8080",)
     for groups, role, addr in ((["pre"], "prefill", "10.0.0.1"), (["dec"], "decode", "10.0.0.2")):
-        plan = plan_host(s, probe(**H200), address=addr, fleet_routers=routers, host_groups=groups)
+        plan = plan_host(s, probe(**H200), place=Place(addr, tuple(groups), fleet_routers=routers))
         assert plan.refusal is None, plan.refusal
         assert [(i.role, i.worker) for i in plan.instances] == [(role, f"http://{addr}:8000")]
         env = dict(plan.instances[0].env)
@@ -117,15 +118,14 @@ def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() 
         assert plan.routers == ()  # a P/D worker is never taken out of rotation
         assert "nixl" in plan.spec.requirements.packages  # NixlConnector imports it
         assert "nixl==1.5.1" in plan_release(s, plan.spec, None).requirements
-    neither = plan_host(s, probe(**H200), address="10.0.0.9", fleet_routers=routers,
-                        host_groups=["other"])  # fmt: skip
+    neither = plan_host(s, probe(**H200), place=Place("10.0.0.9", ("other",), fleet_routers=routers))
     assert neither.refusal == (
         "serve_roles: this host is in neither of the groups 'pre' (prefill) and 'dec' (decode); "
         "allowed: a host of one of them"
     )
     assert neither.instances == ()
     with pytest.raises(DataError) as e:
-        plan_host(settings(**{**GLM, "serve_router": "host"}), probe(**H200), host_groups=["pre"])
+        plan_host(settings(**{**GLM, "serve_router": "host"}), probe(**H200), place=Place(groups=("pre",)))
     assert "serve_roles: {'prefill': 'pre', 'decode': 'dec'} places each role" in str(e.value)
 
 
@@ -133,7 +133,7 @@ def test_a_fleet_router_routes_prefill_and_decode_in_pd_mode() -> None:
     from servefleet.hostplan.router import fleet_order
 
     s = settings(**GLM)
-    host = plan_host(s, probe(), router_host=True)
+    host = plan_host(s, probe(), place=Place(router_host=True))
     assert host.router is not None and host.instances == ()
     workers = fleet_order(["http://10.0.0.2:8000", "http://10.0.0.1:8000"])
     roles = {"http://10.0.0.1:8000": "prefill", "http://10.0.0.2:8000": "decode"}

@@ -14,6 +14,7 @@ from test_deploy_plan import probe
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.types import Place
 from servefleet.kinds import find, kind_of as platform_for
 from servefleet.kinds.vllm.kind import _nvidia, torch_backend
 from servefleet.settings.table import load_defaults, settings_from
@@ -123,7 +124,7 @@ def test_gpu_data_must_pin_vllm_and_rbln_data_its_sdk() -> None:
 
 def test_a_build_host_is_refused_for_gpu_recipes() -> None:
     with pytest.raises(DataError, match="serve_prewarm_host: gpu hosts do not compile"):
-        plan_host(gpu_settings(), gpu_probe(), builder=True)
+        plan_host(gpu_settings(), gpu_probe(), place=Place(builder=True))
 
 
 def test_nvidia_smi_csv_is_read_strictly() -> None:

@@ -25,6 +25,7 @@ from test_deploy_plan import probe, settings
 
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host
+from servefleet.hostplan.types import Place
 from servefleet.hostplan.router import (
     ADMIN_PATHS,
     CLIENT_PATHS,
@@ -265,7 +266,7 @@ def test_the_plan_restarts_or_reloads_what_runs_otherwise() -> None:
 
     def fleet_proxy(admin: bool) -> Any:
         router = plan_host(
-            f, probe(router={"proxy": {**entry, "admin": admin}}), router_host=True
+            f, probe(router={"proxy": {**entry, "admin": admin}}), place=Place(router_host=True)
         ).router
         assert router is not None and router.proxy is not None
         return router.proxy

@@ -1,6 +1,5 @@
 """The steps' host programs as the steps run them: the status check through the deploy's own
-gate (sent inline), ``current`` pointed by ``instances.py`` alone, the command a step runs, and
-one run's fleet pre-warm roles."""
+gate (sent inline), ``current`` pointed by ``instances.py`` alone, and the command a step runs."""
 
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from lab_sim_support import REPO
 
 from servefleet.base.remote import REMOTE, layout
 from servefleet.entry.steps.facts import STATUS
-from servefleet.entry.steps.fleet import FleetPrewarm
 from servefleet.entry.steps.lib import command
 from servefleet.hostplan.probe_input import REMOTE_SCRIPTS
-from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
 
 UNITS = [layout.unit_name(0), layout.unit_name(1)]
 MODEL = "openai/gpt-oss-120b"
@@ -93,22 +90,6 @@ def test_every_module_a_host_program_imports_is_shipped_with_it() -> None:
     fetcher = ast.parse((REMOTE / "fetch_model.py").read_text())
     imported = {a.name for n in ast.walk(fetcher) if isinstance(n, ast.Import) for a in n.names}
     assert {"http_client", "store_source", "hub_source", "snapshot_place"} <= imported
-
-
-def test_the_fleet_prewarm_roles_follow_the_inventory() -> None:
-    def entry(host: str, warm: bool = False) -> WarmEntry:
-        return WarmEntry(host=host, fingerprint="fp", fleet=True, warm=warm, kept=False,
-                         builder=False)  # fmt: skip
-
-    run = FleetPrewarm(["a", "b", "c"])
-    for e in (entry("c"), entry("b"), entry("a")):  # hosts join in any order
-        run.join(e)
-    seed = run.role_is("a", "seed")
-    want = prewarm_roles([entry("a"), entry("b"), entry("c")])
-    assert seed() is (want["a"] == "seed")
-    assert {h: run.role(h) for h in "abc"} == want
-    run.join(entry("d"))  # roles are decided once, when the first operation asks
-    assert run.role("d") is None
 
 
 def test_status_sends_the_units_api_key(tmp_path: Path) -> None:

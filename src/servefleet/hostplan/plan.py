@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from servefleet.base.errors import DataError, RecipeError
@@ -17,7 +16,7 @@ from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.instance_unit import instance_unit
 from servefleet.hostplan.placement import place_pd
 from servefleet.hostplan.router import host_router, plan_router, worker_url
-from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance
+from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance, Place
 from servefleet.kinds import Hardware, kind_of
 from servefleet.kinds.roles import is_pd
 from servefleet.release.glibc import glibc_refusal, host_glibc
@@ -29,6 +28,7 @@ from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
 
 _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")  # `uname -r`, as apt names take it
+ALONE = Place()  # a host planned on its own: no fleet around it
 LOGIN_SHELLS_EXCLUDED = (NOLOGIN, "/sbin/nologin", "/bin/false", "/usr/bin/false")
 
 
@@ -43,27 +43,18 @@ def plan_host(
     settings: Settings,
     probe: dict[str, Any],
     spec: ServeSpec | None = None,
-    builder: bool = False,
+    place: Place = ALONE,
     secret_key: bytes = b"",
-    router_host: bool = False,
-    address: str | None = None,
-    fleet_routers: Sequence[str] = (),
-    host_groups: Sequence[str] = (),
 ) -> HostPlan:
-    """Everything one host needs, from its validated data and its probe.
+    """Everything one host needs, from its validated data, its place in the fleet and its probe.
 
     + settings: the host's validated data
     + probe: the output of the probe (``remote/probe.py``) on the host
     + spec: ``resolve_for(settings)``, when the caller has it already
-    + builder: the host is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles
-      (compile only) for the recipe's first SKU, as the first instance of a host with NPUs
+    + place: where the host stands in the fleet (the fleet plan's; default: a host alone)
     + secret_key: the key the probe was given for the secrets' digests (``probe_args(keyed)``)
-    + router_host: ``serve_router = "fleet"`` and the host is in ``serve_router_group``: it runs
-      a router only (no device, driver or server of its own)
-    + address: how other hosts reach this one (the inventory's): a fleet router's workers
-    + fleet_routers: the worker APIs of the fleet's routers (``serve_router = "fleet"``)
-    + host_groups: the inventory groups of the host (``serve_roles`` places a role by group)
     """
+    builder, router_host, address = place.builder, place.router_host, place.address
     platform = kind_of(settings.serve_recipe)
     spec = spec or resolve_for(settings)
     hardware = platform.hardware(probe)
@@ -117,11 +108,11 @@ def plan_host(
         )
     groups = [] if router_host else platform.groups(settings, spec, hardware)
     fleet = settings.router_fleet
-    routed = settings.router_per_host or (fleet and bool(fleet_routers))
+    routed = settings.router_per_host or (fleet and bool(place.fleet_routers))
     devices_env = platform.devices_env_for(hardware)
     placed: list[tuple[Server | None, str]] = [(None, "main")] * len(groups)
     if is_pd(spec) and not (builder or router_host):
-        spec, placed, pd_refusal = place_pd(settings, spec, groups, host_groups, address)
+        spec, placed, pd_refusal = place_pd(settings, spec, groups, place.groups, address)
         refusal = refusal or pd_refusal
         groups = groups[: len(placed)]
     instances = []
@@ -147,7 +138,7 @@ def plan_host(
             f"{instances[-1].port}; allowed: the whole range within 1-{MAX_PORT}"
         )
     names = {inst.unit for inst in instances}
-    router, router_release, routers = None, None, tuple(fleet_routers) if fleet else ()
+    router, router_release, routers = None, None, place.fleet_routers if fleet else ()
     if settings.router_per_host and not builder:
         router = host_router(settings, [i.port for i in instances],
                              [i.worker or "" for i in instances], [i.role for i in instances],

@@ -29,6 +29,27 @@ NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 
 
 @dataclass(frozen=True)
+class Place:
+    """A host's place in the fleet, as the fleet plan (:mod:`servefleet.fleet.fleetplan`) gives
+    it; the default is a host alone.
+
+    + address: how other hosts reach it (the inventory's): a fleet router's workers
+    + groups: its inventory groups (``serve_roles`` places a role by group)
+    + builder: it is ``serve_prewarm_host``: it needs no NPU and no driver; it compiles (compile
+      only) for the recipe's first SKU, as the first instance of a host with NPUs
+    + router_host: ``serve_router = "fleet"`` and it is in ``serve_router_group``: it runs a
+      router only (no device, driver or server of its own)
+    + fleet_routers: the worker APIs of the fleet's routers (``serve_router = "fleet"``)
+    """
+
+    address: str | None = None
+    groups: tuple[str, ...] = ()
+    builder: bool = False
+    router_host: bool = False
+    fleet_routers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Instance:
     """One ``vllm serve`` process: a unit, a port, a group of NPUs."""
 

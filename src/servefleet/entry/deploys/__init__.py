@@ -85,7 +85,6 @@ def serve(plan: HostPlan | None) -> None:
     if plan.router_host:
         router_step.install(plan)
     else:
-        router_step.join(plan)
         credentials.secrets_dir(plan)
         wheelhouse.copy(plan, ["driver", "release", "models"])
         driver_step.install(plan)

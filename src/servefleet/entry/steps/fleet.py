@@ -1,62 +1,49 @@
-"""The state of one run's fleet pre-warm (``serve_prewarm_scope = "fleet"``): which hosts take
-part, and each one's role (who compiles, who gives its cache, who gets the copy).
+"""The fleet plan of one pyinfra run (:mod:`servefleet.fleet.fleetplan`), made from pyinfra's
+inventory on first use: every host's name, address, groups and (when the plan needs it) data.
 
-Deploy code runs for every host before any operation runs, so hosts join while planning, and
-each pre-warm operation asks for its host's role when it runs (``_if``), once every host is
-known: see :func:`servefleet.release.prewarm_store.prewarm_roles`.
+Deploy code runs for every host before any operation runs, so each host takes its place from it
+while it is planned, and joins its plan; operations that decide when they run (the fleet
+router's workers, the decodes' re-check, a fleet pre-warm's roles) read the joined plans then.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyinfra import host
 
 from servefleet.entry.steps.lib import per_run
-from servefleet.hostplan.types import HostPlan
-from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.fleet.fleetplan import FleetHost, FleetPlan, fleet_of
+from servefleet.settings.table import Settings, settings_from
 
 
-def warm_entry(plan: HostPlan) -> WarmEntry:
-    """This host as fleet pre-warm sees it."""
-    s, fingerprint = plan.settings, plan.spec.compile_fingerprint
-    fleet = s.serve_prewarm_scope == "fleet" and bool(fingerprint)
-    return WarmEntry(
-        host=host.name,
-        fingerprint=fingerprint,
-        fleet=fleet,
-        warm=plan.warm,
-        kept=fleet and Store(s.serve_prewarm_store).has(fingerprint or ""),
-        builder=plan.builder,
+def address_of(h: Any) -> str:
+    """How the inventory reaches a host (its ``ssh_hostname``, else its name)."""
+    return str(h.data.get("ssh_hostname") or h.name)
+
+
+def _settings_of(h: Any) -> Settings:
+    return settings_from(h.data.get, keys=h.data.dict().keys())
+
+
+def _of_inventory(state: Any) -> FleetPlan:
+    return fleet_of(
+        [
+            FleetHost(h.name, address_of(h), tuple(h.groups), functools.partial(_settings_of, h))
+            for h in state.inventory
+        ]
     )
 
 
-@dataclass
-class FleetPrewarm:
-    """The hosts of one pyinfra run that take part in a fleet pre-warm.
+def run_plan(state: Any | None = None) -> FleetPlan:
+    """The fleet plan of the run ``state`` (pyinfra's State; default this host's run)."""
+    return per_run(state or host.state, FleetPlan, _of_inventory)
 
-    + order: the run's hosts, in inventory order (who comes first compiles)
-    """
 
-    order: list[str]
-    entries: dict[str, WarmEntry] = field(default_factory=dict)
-    roles: dict[str, str] | None = None  # decided once, when the first operation asks
-
-    @classmethod
-    def of_run(cls, state: Any) -> FleetPrewarm:
-        """The fleet pre-warm of the run ``state`` (pyinfra's State), made on first use."""
-        return per_run(state, cls, cls)
-
-    def join(self, entry: WarmEntry) -> None:
-        self.entries[entry.host] = entry
-
-    def role(self, name: str) -> str | None:
-        if self.roles is None:
-            self.roles = prewarm_roles([self.entries[h] for h in self.order if h in self.entries])
-        return self.roles.get(name)
-
-    def role_is(self, name: str, *wanted: str) -> Callable[[], bool]:
-        """An ``_if`` for host ``name``: true when, at run time, its role is one of ``wanted``."""
-        return lambda: self.role(name) in wanted
+def role_is(name: str, *wanted: str) -> Callable[[], bool]:
+    """An ``_if`` for host ``name``: true when, at run time, its fleet pre-warm role is one of
+    ``wanted``."""
+    run = run_plan()
+    return lambda: run.prewarm_role(name) in wanted

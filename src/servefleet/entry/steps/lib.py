@@ -119,17 +119,17 @@ T = TypeVar("T")
 _PER_RUN: weakref.WeakKeyDictionary[Any, dict[type, Any]] = weakref.WeakKeyDictionary()
 
 
-def per_run(state: Any, kind: type[T], make: Callable[[list[str]], T]) -> T:
+def per_run(state: Any, kind: type[T], make: Callable[[Any], T]) -> T:
     """The one ``kind`` of the pyinfra run ``state`` (what its hosts join while they are
-    planned, for operations that decide when they run), made on first use from the run's host
-    names in inventory order; gone with the run.
+    planned, for operations that decide when they run), made on first use from the run's state;
+    gone with the run.
 
     + state: pyinfra's State
     + kind: the class of what is kept
-    + make: builds it from the host names
+    + make: builds it from the state
     """
     kept = _PER_RUN.setdefault(state, {})
     if kind not in kept:
-        kept[kind] = make([h.name for h in state.inventory])
+        kept[kind] = make(state)
     found: T = kept[kind]
     return found

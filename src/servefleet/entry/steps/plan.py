@@ -16,6 +16,7 @@ from servefleet.base.errors import ProbeError
 from servefleet.entry.steps import connection, driver, router
 from servefleet.entry.steps.errors import fail_host, one_line, unexpected
 from servefleet.entry.steps.facts import HostProbe
+from servefleet.entry.steps.fleet import run_plan
 from servefleet.entry.steps.operations import Stdin
 from servefleet.entry.steps.wheelhouse import with_wheelhouse
 from servefleet.entry.steps.wheels import with_built_wheels
@@ -53,14 +54,12 @@ def plan_or_failure(files: bool = False) -> HostPlan | str:
             probe = host.get_fact(HostProbe, args=args, _stdin=Stdin(key.hex()))
             if probe is None:  # pyinfra has failed the host and shown the probe's output
                 return "the host probe failed (its output is above)"
-            builder = host.name == settings.serve_prewarm_host
-            plan = plan_host(settings, probe, spec, builder=builder, secret_key=key,
-                             router_host=router.is_router_host(settings),
-                             address=router.address_of(host),
-                             fleet_routers=router.fleet_routers(settings),
-                             host_groups=list(host.groups))  # fmt: skip
+            fleet = run_plan()
+            place = fleet.place(host.name, settings)
+            plan = plan_host(settings, probe, spec, place, secret_key=key)
             driver.check_data(plan)
             plan = with_wheelhouse(with_built_wheels(plan))
+            fleet.join(host.name, plan)
     except ProbeError as e:
         return str(e)
     except PyinfraError:

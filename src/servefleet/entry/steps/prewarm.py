@@ -14,8 +14,8 @@ from pyinfra import host
 from pyinfra.operations import server
 
 from servefleet.base.remote.layout import BUILD_CACHE, BUILD_USER, PREWARM, PREWARM_COPIES
-from servefleet.entry.steps import units
-from servefleet.entry.steps.fleet import FleetPrewarm, warm_entry
+from servefleet.entry.steps import fleet, units
+from servefleet.entry.steps.fleet import run_plan
 from servefleet.entry.steps.lib import command
 from servefleet.entry.steps.operations import prewarm_pull, prewarm_push
 from servefleet.hostplan.types import NOLOGIN, HostPlan
@@ -53,15 +53,13 @@ def compile_only(plan: HostPlan, when: Callable[[], bool]) -> None:
 
 def converge(plan: HostPlan) -> None:
     """The instances through the health gate, pre-warmed as serve_prewarm_scope says."""
-    entry = warm_entry(plan)
+    entry = run_plan().warm[host.name]
     if not entry.fleet:
         units.converge(plan)
         return
-    run = FleetPrewarm.of_run(host.state)
-    run.join(entry)
 
     def role_is(*wanted: str) -> Callable[[], bool]:
-        return run.role_is(host.name, *wanted)
+        return fleet.role_is(host.name, *wanted)
 
     # pyinfra runs each operation on every host before the next, so the order of these lines is
     # the fleet's: the seed or build host compiles, its cache goes to the store, the others get

@@ -11,9 +11,9 @@ from typing import Any
 from pyinfra import host
 
 from servefleet.entry.steps.facts import InstanceHealth, PreflightRefusal, preflight_command
-from servefleet.entry.steps.fleet import warm_entry
 from servefleet.entry.steps.plan import plan_or_failure
 from servefleet.entry.steps.wheels import changed_on_the_index
+from servefleet.fleet.fleetplan import warm_entry
 from servefleet.fleet.fleetview import ReportRequest, plan_summary, status_summary
 from servefleet.hostplan.types import HostPlan
 
@@ -80,7 +80,7 @@ def report() -> None:
         )
         summary = status_summary(plan, health, address)
     else:
-        summary = plan_summary(plan, warm_entry(plan), order, changed_on_the_index(plan))
+        summary = plan_summary(plan, warm_entry(host.name, plan), order, changed_on_the_index(plan))
         refusal = preflight_refusal(plan)
         if refusal:  # what the deploy's pre-flight would stop this host with
             summary.update(refusal=refusal, changes=False)

@@ -3,13 +3,12 @@ stack) in ``releases/<id>``, on a host with ``serve_router = "host"`` (its unit 
 restarted through its gate and kept in step with the instances by the host's converge,
 ``remote/instances.py``) or on each host of ``serve_router_group`` with ``"fleet"``: there the
 router is all the host runs, over every instance of the run's other hosts, which each serving
-host joins while it is planned (:class:`FleetRouting`); its unit is made when it runs, once
-every host is known."""
+host joins while it is planned (the run's fleet plan: :mod:`servefleet.entry.steps.fleet`); its
+unit is made when it runs, once every host is known."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyinfra import host
@@ -26,32 +25,14 @@ from servefleet.base.remote.layout import (
     UNIT_DIR,
 )
 from servefleet.entry.steps import ensure
-from servefleet.entry.steps.lib import command, per_run
+from servefleet.entry.steps.fleet import run_plan
+from servefleet.entry.steps.lib import command
 from servefleet.entry.steps.operations import release, run_with_doc
-from servefleet.hostplan.router import RouterPlan, admin_url, fleet_order
+from servefleet.hostplan.router import RouterPlan
 from servefleet.hostplan.types import NOLOGIN, HostPlan
 from servefleet.settings.check_words import API_KEY_ALLOWED
-from servefleet.settings.table import Settings, settings_from
 
 NO_HOME = "/nonexistent"  # the router user's home: it keeps nothing
-
-
-def address_of(h: Any) -> str:
-    """How the inventory reaches a host (its ``ssh_hostname``, else its name)."""
-    return str(h.data.get("ssh_hostname") or h.name)
-
-
-def fleet_routers(settings: Settings) -> list[str]:
-    """With ``serve_router = "fleet"``: the worker API of each router host of the inventory
-    (the hosts of ``serve_router_group``, each at its own ``serve_router_port``)."""
-    if not settings.router_fleet:
-        return []
-    group = host.state.inventory.get_group(settings.serve_router_group, None) or []
-    out = []
-    for h in group:
-        theirs = settings_from(h.data.get, keys=h.data.dict().keys())
-        out.append(admin_url(theirs, address_of(h)))
-    return out
 
 
 def check_data(plan: HostPlan) -> None:
@@ -64,42 +45,6 @@ def check_data(plan: HostPlan) -> None:
             " is not set: the fleet's hosts reach the routers' worker API with it; allowed: a "
             f"key of {API_KEY_ALLOWED}"
         )
-
-
-def is_router_host(settings: Settings) -> bool:
-    return settings.router_fleet and settings.serve_router_group in host.groups
-
-
-@dataclass
-class FleetRouting:
-    """The instances of one pyinfra run that fleet routers route to: each serving host's
-    workers, joined while it is planned, in inventory order."""
-
-    order: list[str]
-    workers: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # (url, role)
-    changing: set[str] = field(default_factory=set)  # hosts whose servers this run restarts
-
-    @classmethod
-    def of_run(cls, state: Any) -> FleetRouting:
-        return per_run(state, cls, cls)
-
-    def every(self) -> tuple[list[str], list[str]]:
-        """Every worker, in the fleet router's order (:func:`servefleet.hostplan.router.fleet_order`),
-        and their roles (none when every one serves whole requests)."""
-        role_of = {w: r for name in self.order for w, r in self.workers.get(name, ())}
-        workers = fleet_order(list(role_of))
-        pd = any(r != "main" for r in role_of.values())
-        return workers, [role_of[w] for w in workers] if pd else []
-
-
-def join(plan: HostPlan) -> None:
-    """A serving host's instances, for the fleet routers of this run."""
-    if plan.settings.router_fleet and not plan.router_host:
-        workers = tuple((i.worker, i.role) for i in plan.instances if i.worker)
-        run = FleetRouting.of_run(host.state)
-        run.workers[host.name] = workers
-        if not plan.converged:
-            run.changing.add(host.name)
 
 
 def proxy(plan: HostPlan) -> None:
@@ -162,10 +107,10 @@ def _converge_fleet_router(state: Any, host: Any, plan: HostPlan) -> bool:  # no
     (pyinfra passes ``state`` and ``host`` by these names)."""
     assert plan.router is not None
     s = plan.settings
-    run = FleetRouting.of_run(state)
-    router: RouterPlan = plan.router.over(s, *run.every())
+    run = run_plan(state)
+    router: RouterPlan = plan.router.over(s, *run.fleet_workers())
     all_healthy = router.healthy is not None and all(router.healthy.get(w) for w in router.workers)
-    if router.converged and all_healthy and not run.changing:
+    if router.converged and all_healthy and not run.changing():
         return True  # it runs this list, finds every instance healthy, and none restarts now
     doc = {
         "router": router.to_json(),
@@ -214,11 +159,10 @@ def after_servers() -> None:
 def _recheck_decodes(state: Any, host: Any, plan: HostPlan) -> bool:  # noqa: F811
     """Run time: when a host of this run restarts servers, this host's decodes take one
     request from each prefill of the run (``instances.py peers``)."""
-    run = FleetRouting.of_run(state)
-    if not run.changing:
+    run = run_plan(state)
+    if not run.changing():
         return True  # no server of the run restarts: the pools are as they were checked
-    prefills = [w for name in run.order for w, r in run.workers.get(name, ()) if r == "prefill"]
-    doc = {**plan.desired_state(), "prefills": prefills}
+    doc = {**plan.desired_state(), "prefills": run.prefills()}
     cmd = command(plan.settings.serve_root, "instances.py", "peers", plan.state_dir, "-")
     return run_with_doc(host, cmd, doc, "the prefill/decode re-check failed")
 
