@@ -98,20 +98,23 @@ class Server:
     + argv: the full command, launcher first: ``["vllm", "serve", MODEL, "--flag", "value", ...]``
     + env: environment variables the recipe sets, in the card's order
     + npus: devices this server takes (``RBLN_VISIBLE_DEVICES`` gets this many)
+    + rank: its node's rank in a group spanning several hosts (0: the head; always 0 in a spec
+      of one node)
     """
 
     role: str
     argv: list[str]
     env: dict[str, str]
     npus: int = 1
+    rank: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "argv": list(self.argv),
-            "env": dict(self.env),
-            "npus": self.npus,
-        }
+    def to_json(self, ranked: bool = False) -> dict[str, Any]:
+        """The server as JSON; with ``ranked`` (a spec of several nodes) its rank too."""
+        out: dict[str, Any] = {"role": self.role}
+        if ranked:
+            out["rank"] = self.rank
+        out.update(argv=list(self.argv), env=dict(self.env), npus=self.npus)
+        return out
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,9 @@ class ServeSpec:
     + skus: device SKUs the recipe is verified on (RBLN only)
     + router: the ``vllm-router`` argv in front of a prefill/decode pair (empty for one role);
       shown in JSON only when there is one
+    + nodes: the hosts the selection spans (a multi-node strategy: one server per rank,
+      ``0..nodes-1``, each on its own host); shown in JSON, with each server's rank, only when
+      it is more than 1
     """
 
     recipe: str
@@ -162,24 +168,50 @@ class ServeSpec:
     compile_fingerprint: str | None = None
     skus: list[str] = field(default_factory=list)
     router: list[str] = field(default_factory=list)
+    nodes: int = 1
 
     def __post_init__(self) -> None:
-        problems = [
-            _argv_problem(s.argv, f"{self.recipe}: the {s.role} server")
-            or _env_problem(s.env, f"{self.recipe}: the {s.role} server")
-            for s in self.servers
-        ]
+        ranks = self._ranks_problem()
+        if ranks:
+            raise RecipeError(ranks)
+        problems = []
+        for s in self.servers:
+            where = f"{self.recipe}: the {s.role} server" + (
+                f" (rank {s.rank})" if self.nodes > 1 else ""
+            )
+            problems.append(_argv_problem(s.argv, where) or _env_problem(s.env, where))
         problems.append(_argv_problem(self.router, f"{self.recipe}: the router"))
         first = next((p for p in problems if p), None)
         if first:
             raise RecipeError(first)
 
+    def _ranks_problem(self) -> str | None:
+        """Why the servers' ranks do not make a group of ``nodes`` (one server per rank
+        ``0..nodes-1``), or None."""
+        nodes = self.nodes
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            return (
+                f"{self.recipe}: nodes {str(nodes)[:40]!r} is not a node count; allowed: 1 or more"
+            )
+        ranks = sorted(s.rank for s in self.servers)
+        if ranks != (list(range(nodes)) if nodes > 1 else [0] * len(ranks)):
+            return (
+                f"{self.recipe}: the servers' ranks {ranks} are not one per node of {nodes}; "
+                f"allowed: {', '.join(map(str, range(nodes)))}"
+            )
+        return None
+
     def to_json(self) -> dict[str, Any]:
+        ranked = self.nodes > 1
         out: dict[str, Any] = {
             "recipe": self.recipe,
             "kind": self.kind,
             "selection": dict(self.selection),
-            "servers": [s.to_json() for s in self.servers],
+        }
+        if ranked:
+            out["nodes"] = self.nodes
+        out |= {
+            "servers": [s.to_json(ranked) for s in self.servers],
             "requirements": self.requirements.to_json(),
             "compile_fingerprint": self.compile_fingerprint,
             "skus": list(self.skus),

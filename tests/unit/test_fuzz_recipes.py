@@ -601,8 +601,14 @@ def check_spec(spec: dict[str, Any], kind: str) -> None:
         check_words(argv, f"{server['role']} argv")
         check_words(list(server["env"].values()), f"{server['role']} env")
         assert all(ENV_NAME.match(k) and isinstance(v, str) for k, v in server["env"].items())
-        npus = server["npus"]  # a companion (a KV cache server) takes none
-        assert isinstance(npus, int) and (1 if i == 0 else 0) <= npus <= MAX_NPUS, npus
+        npus = server["npus"]  # a companion (a KV cache server) takes none; a rank its node's
+        assert isinstance(npus, int) and (1 if i == 0 or "rank" in server else 0) <= npus, npus
+        assert npus <= MAX_NPUS, npus
+    if "nodes" in spec:  # a group over several hosts: one server per rank, 0 the head
+        assert spec["nodes"] >= 2, spec["nodes"]
+        assert [s["rank"] for s in spec["servers"]] == list(range(spec["nodes"]))
+    else:
+        assert not any("rank" in s for s in spec["servers"]), "a rank outside a group"
     models = spec["requirements"]["models"]
     local = MODEL_PATH if kind == "vllm" else MODEL_ID  # vLLM's recipes may name a directory
     assert models and all(MODEL_ID.match(m) or local.match(m) for m in models), f"models: {models}"
@@ -714,7 +720,7 @@ VLLM_SEEDS = [yaml.safe_load(p.read_text()) for p in (SEED_VLLM, *MORE_VLLM)]
 SITE_JSON_SEED = json.loads(SEED_SITE_JSON.read_text())
 vllm_options = st.tuples(
     option("--hardware", ["h200", "h100", "b200", "mi300x", "mi355x", "dgx_spark_gb10", "-h"]),
-    option("--strategy", ["single_node_tp", "multi_node_tp", "nope"]),
+    option("--strategy", ["single_node_tp", "multi_node_tp", "multi_node_dep", "nope"]),
     option("--variant", ["default", "amd_fp8", "nope", "\n"]),
     option("--tp", [1, 2, 8, 0, -1, 10**6]),
     st.lists(

@@ -29,6 +29,7 @@ from servefleet.kinds.vllm import (
     single_node_strategies,
 )
 from servefleet.kinds.vllm.hardware import fits_one_node, hardware_keys, is_cpu, variant_runs
+from servefleet.kinds.vllm.multinode import is_multi_node, node_floor
 from servefleet.kinds.vllm.pd import is_pd
 from servefleet.kinds.vllm.words import items, words
 from servefleet.spec import ServeSpec
@@ -145,6 +146,18 @@ def test_every_shipped_recipe_resolves_on_every_listed_hardware(path: Path, gpu:
                     "round_robin",
                     "--vllm-pd-disaggregation",
                 ]
+                continue
+            if is_multi_node(r, strategy) and variant_runs(r, variant, gpu):
+                # a group: one sane command per rank of its floor's nodes, only rank 0 the head
+                group = resolve_vllm(r, **kw)
+                assert group.nodes == node_floor(r, variant, strategy, gpu) >= 2
+                assert [s.rank for s in group.servers] == list(range(group.nodes))
+                for server in group.servers:
+                    one = replace(group, servers=[replace(server, rank=0)], nodes=1)
+                    _assert_sane(one, r, gpu, variant)
+                    assert server.env == group.servers[0].env
+                    headless = "--headless" in server.argv
+                    assert headless == (server.rank > 0 and "--nnodes" in server.argv)
                 continue
             if strategy not in usable or not runs:
                 with pytest.raises(RecipeError) as err:

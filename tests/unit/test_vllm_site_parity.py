@@ -277,8 +277,23 @@ def _argv_units(argv: list[str]) -> tuple[list[str], dict[str, str | None], list
     return argv[:3], flags, positionals
 
 
-def _site_entries() -> list[dict[str, Any]]:
-    return [e for e in json.loads(EXPECTED.read_text()) if e["deploy_type"] == "single_node"]
+def _site_entries(deploy_type: str = "single_node") -> list[dict[str, Any]]:
+    return [e for e in json.loads(EXPECTED.read_text()) if e["deploy_type"] == deploy_type]
+
+
+def _site_key(e: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (e["recipe"], e["hardware"], e["strategy"], e["variant"])
+
+
+def _resolve_entry(e: dict[str, Any]) -> Any:
+    """A site entry's selection resolved by servefleet (its recipe in shared/)."""
+    r = load_vllm_recipe(SITE / "models" / f"{e['recipe']}.yaml")
+    return resolve_vllm(r, hardware=e["hardware"], strategy=e["strategy"], variant=e["variant"])
+
+
+def _feature_names(spec: Any) -> list[str]:
+    """The names of a spec's enabled features, in order (as the site lists them)."""
+    return [f.partition("=")[0] for f in spec.selection["features"].split(",") if f]
 
 
 @pytest.mark.skipif(not EXPECTED.is_file(), reason=f"no {EXPECTED} beside the repository")
@@ -287,17 +302,14 @@ def test_every_single_node_selection_matches_the_site() -> None:
     assert len(entries) > 100
     differences, refused = [], {}
     for e in entries:
-        key = (e["recipe"], e["hardware"], e["strategy"], e["variant"])
-        r = load_vllm_recipe(SITE / "models" / f"{e['recipe']}.yaml")
+        key = _site_key(e)
         try:
-            spec = resolve_vllm(
-                r, hardware=e["hardware"], strategy=e["strategy"], variant=e["variant"]
-            )
+            spec = _resolve_entry(e)
         except RecipeError as err:
             refused[key] = str(err)
             continue
         server = spec.servers[0]
-        ours = [f.partition("=")[0] for f in spec.selection["features"].split(",") if f]
+        ours = _feature_names(spec)
         if ours != e["features"]:
             differences.append(f"{key}: features {ours} != {e['features']}")
         if _argv_units(server.argv) != _argv_units(e["argv"]):

@@ -8,11 +8,17 @@ placement knows stays symbolic at resolve time, spelled as the site's shell vari
 which also name the NIXL side-channel hosts), a DEP pool's coordinator port
 (``$PREFILL_DP_RPC_PORT``, ``$DECODE_DP_RPC_PORT``) and the router's own address
 (``$ROUTER_HOST``, ``$ROUTER_PORT``). :func:`bind` fills them in per host; a deploy refuses a
-selection it cannot place yet (:func:`deployable`). Pure.
+selection it cannot place yet (:func:`deployable`).
+
+A group spanning several hosts (a vLLM multi-node strategy: one server per rank) holds the
+site's two placeholders of a multi-node command: ``$HEAD_IP`` (rank 0's address: the
+rendezvous and DP coordinator host) and ``$IFACE_NAME`` (the interface NCCL and Gloo use); a
+host plan binds them with :func:`bind_group`. Pure.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Mapping
@@ -32,14 +38,28 @@ ROUTER_POLICIES = ("round_robin", "random", "consistent_hash", "power_of_two", "
 ROUTER = "vllm-router"
 VLLM_DEFAULT_PORT = "8000"  # what vllm serve listens on without --port
 
+# A group's placeholders (the site's multi-node commands): rank 0's address, the NCCL/Gloo NIC.
+HEAD_IP = "HEAD_IP"
+IFACE_NAME = "IFACE_NAME"
+GROUP_PLACEHOLDERS = (HEAD_IP, IFACE_NAME)
+
 # The placeholders a resolved selection may hold, as the recipes site names them.
 PLACEHOLDER = re.compile(
     r"\$((?:PREFILL|DECODE)_NODE_[1-9][0-9]{0,2}|(?:PREFILL|DECODE)_DP_RPC_PORT"
-    r"|ROUTER_HOST|ROUTER_PORT)(?![A-Za-z0-9_])"
+    r"|ROUTER_HOST|ROUTER_PORT|HEAD_IP|IFACE_NAME)(?![A-Za-z0-9_])"
 )
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_./=:@,+%-]*\Z")  # a piece the shell takes as it is
 # What a bound placeholder may become: a host name, an address or a port (never shell words).
 _BOUND = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}\Z|\[[0-9A-Fa-f:.]{2,45}\]\Z")
+# A host name (RFC 1123 labels); its last label is not all digits (that is a bad IPv4 address).
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+# A network interface as Linux names one: at most 15 bytes (IFNAMSIZ), no '/', ':' or space
+# (the set here: letters, digits and . _ -, as ip-link names them: eth0, ens5f0np0, br-lab.10).
+_IFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}\Z")
+HOST_ALLOWED = (
+    "an IPv4 or IPv6 address (bare, no brackets) or a host name (letters, digits, - and .)"
+)
+IFACE_ALLOWED = "an interface name: 1-15 letters, digits and . _ - (eth0, ens5f0np0)"
 
 
 def node(role: str, i: int = 1) -> str:
@@ -150,11 +170,9 @@ def bind(spec: ServeSpec, values: Mapping[str, str]) -> ServeSpec:
             "host, address or port for each placeholder the selection holds"
         )
     for name, value in values.items():
-        if not _BOUND.match(str(value)):
-            raise RecipeError(
-                f"{spec.recipe}: ${name}={str(value)[:60]!r} is not a host, address or port; "
-                "allowed: letters, digits and . : _ - (or an [IPv6] address)"
-            )
+        problem = _value_problem(name, str(value))
+        if problem:
+            raise RecipeError(f"{spec.recipe}: ${name}={str(value)[:60]!r} {problem}")
 
     def sub(text: str) -> str:
         return PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)
@@ -164,6 +182,69 @@ def bind(spec: ServeSpec, values: Mapping[str, str]) -> ServeSpec:
         for s in spec.servers
     ]
     return replace(spec, servers=servers, router=[sub(a) for a in spec.router])
+
+
+def _value_problem(name: str, value: str) -> str | None:
+    """Why ``value`` cannot stand for the placeholder ``name``, or None."""
+    if name == HEAD_IP:
+        return (
+            None if is_host(value) else f"is not an address or host name; allowed: {HOST_ALLOWED}"
+        )
+    if name == IFACE_NAME:
+        return (
+            None if _IFACE.match(value) else f"is not an interface name; allowed: {IFACE_ALLOWED}"
+        )
+    if not _BOUND.match(value):
+        return (
+            "is not a host, address or port; allowed: letters, digits and . : _ - (or an [IPv6] "
+            "address)"
+        )
+    return None
+
+
+def is_host(text: str) -> bool:
+    """Whether ``text`` is an IP address (IPv4, or bare IPv6) or a host name.
+
+    + text: the address or name
+    """
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    labels = text[:-1].split(".") if text.endswith(".") else text.split(".")
+    return (
+        0 < len(text) <= 253
+        and all(_LABEL.match(label) for label in labels)
+        and not labels[-1].isdigit()
+    )
+
+
+def group_values(head: str, iface: str) -> dict[str, str]:
+    """The values of a group's placeholders, checked: ``$HEAD_IP`` is rank 0's address on the
+    serving network, ``$IFACE_NAME`` the interface that carries it (NCCL's and Gloo's socket
+    interface on every rank).
+
+    + head: rank 0's IP address or host name
+    + iface: the interface name (``serve_iface``, or the one the probe finds for that address)
+    """
+    values = {HEAD_IP: head, IFACE_NAME: iface}
+    for name, value in values.items():
+        problem = _value_problem(name, value) if isinstance(value, str) else "is not text"
+        if problem:
+            raise RecipeError(f"${name}={str(value)[:60]!r} {problem}")
+    return values
+
+
+def bind_group(spec: ServeSpec, head: str, iface: str) -> ServeSpec:
+    """A group spec with ``$HEAD_IP`` and ``$IFACE_NAME`` bound in every rank's argv and env
+    (:func:`group_values`); a spec of one node holds neither and comes back as it is.
+
+    + spec: a resolved spec
+    + head: rank 0's IP address or host name
+    + iface: the interface NCCL and Gloo use on every rank
+    """
+    return bind(spec, group_values(head, iface))
 
 
 # What a deploy binds on one host (:func:`one_host_values`): each pool's one node, the router

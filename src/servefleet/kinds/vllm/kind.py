@@ -173,6 +173,7 @@ class Vllm(Kind):
             kv_offload=options.get("kv_offload"),
             task=options.get("task"),
             pool_parallelism=options.get("pool_parallelism"),
+            nodes=options.get("nodes"),
         )
 
     # -- hosts
@@ -196,6 +197,7 @@ class Vllm(Kind):
             variant=settings.serve_variant,
             features=on,
             no_features=off,
+            one_host=True,  # a group of several hosts is not placed yet
         )
         usable = single_node_strategies(recipe, spec.selection["hardware"])
         spec = deployable(spec, f"serve_strategy of one host: {', '.join(usable) or 'none'}")

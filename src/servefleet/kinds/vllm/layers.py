@@ -36,7 +36,8 @@ from servefleet.kinds.vllm.words import Item, items, words
 # + base: ``model.base_args`` / ``base_env``
 # + variant: ``variants.<v>.extra_args`` / ``extra_env`` (the ``default`` variant too)
 # + variant_gpu: ``variants.<v>.hardware_overrides.<gpu>`` (exact GPU id)
-# + strategy: ``strategies/<s>.yaml`` ``vllm_args``, then its parallel flag with the size / ``env``
+# + strategy: ``strategies/<s>.yaml`` ``vllm_args``, then its parallel flag with the size (a
+#   multi-node rank: its parallel and rendezvous arguments instead) / ``env``
 # + strategy_overrides: ``strategy_overrides.<s>`` ``extra_args`` + ``vllm_args`` /
 #   ``env`` + ``extra_env``
 # + strategy_generation: ``strategy_overrides.<s>.hardware_overrides.<generation>`` (brand as
@@ -177,10 +178,13 @@ def build_layers(
     kv: dict[str, Any] | None,
     role: str | None = None,
     pool_mode: str = "tp",
+    parallel: list[Item] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The deduplicated arguments (after the model) and the env of a selection
     (:data:`ARG_ORDER`, :data:`ENV_ORDER`); of one pd_cluster role and its pool's parallelism
-    ``pool_mode`` when ``role`` is given."""
+    ``pool_mode`` when ``role`` is given; with ``parallel``, the strategy layer's parallel
+    arguments (a multi-node rank's, :mod:`servefleet.kinds.vllm.multinode`) in place of its
+    parallel flag and ``size``."""
     n = r.name
     model = r.data["model"]
     variant = r.variants[vname]
@@ -203,9 +207,10 @@ def build_layers(
     elif strategy:
         strat = r.strategies[strategy]
         flag = str(strat.get("parallel_flag") or "--tensor-parallel-size")
+        sized = [(flag, f"strategy {strategy}.parallel_flag"), (str(size), "parallel size")]
         layers["strategy"] = (
             items(strat.get("vllm_args"), f"strategy {strategy}.vllm_args")
-            + [(flag, f"strategy {strategy}.parallel_flag"), (str(size), "parallel size")],
+            + (sized if parallel is None else parallel),
             env_map(strat.get("env"), f"strategy {strategy}.env"),
         )
     feature_args: list[Item] = []

@@ -1,9 +1,11 @@
-"""Resolve a selection of a vLLM recipe to one host's ``vllm serve`` argv and env.
+"""Resolve a selection of a vLLM recipe to one host's ``vllm serve`` argv and env, or to a
+group's: one server per rank of a multi-node strategy.
 
 The selection's axes (hardware, variant, strategy, features, KV offload, an omni task, a
-pd_cluster's pool parallelism) are checked and defaulted here; the arguments and env come from
-the layer engine (:mod:`servefleet.kinds.vllm.layers`), an omni recipe's from
-:mod:`servefleet.kinds.vllm.omni`, the KV-offload option from
+pd_cluster's pool parallelism, a multi-node strategy's node count) are checked and defaulted
+here; the arguments and env come from the layer engine (:mod:`servefleet.kinds.vllm.layers`),
+an omni recipe's from :mod:`servefleet.kinds.vllm.omni`, a multi-node rank's parallel arguments
+and node count from :mod:`servefleet.kinds.vllm.multinode`, the KV-offload option from
 :mod:`servefleet.kinds.vllm.kv_offload`, the helper processes from
 :mod:`servefleet.kinds.vllm.companions` and the GPUs a server takes from
 :mod:`servefleet.kinds.vllm.sizing`.
@@ -17,7 +19,9 @@ Refused on purpose (the site prints a command that cannot start there): a varian
 the multi-node strategies that would fit), a strategy whose ``hardware_match`` GPU range or
 ``strategy_min_gpus`` floor excludes the hardware, and a command asking for more GPUs than the
 host has (tensor x data x pipeline parallel size; CPU hardware is not capped). A feature's or
-the KV-offload option's ``companion`` runs as a second server beside it.
+the KV-offload option's ``companion`` runs as a second server beside it (not beside a
+pd_cluster's roles or a multi-node group's ranks: the site renders none there, so a selection
+enabling one is refused).
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ from servefleet.kinds.vllm.hardware import (
 )
 from servefleet.kinds.vllm.kv_offload import install_names, kv_option
 from servefleet.kinds.vllm.layers import build_layers
+from servefleet.kinds.vllm.multinode import (
+    group_servers,
+    is_multi_node,
+    multi_node_strategies,
+    node_count,
+)
 from servefleet.kinds.vllm.omni import build_omni, omni_task
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.kinds.vllm.sizing import devices, with_size
@@ -66,9 +76,13 @@ def resolve_vllm(
     kv_offload: str | None = None,
     task: str | None = None,
     pool_parallelism: str | None = None,
+    nodes: int | None = None,
+    one_host: bool = False,
 ) -> ServeSpec:
     """Resolve a selection of a vLLM recipe to the ``vllm serve`` argv and env of one host, or,
-    for a ``pd_cluster`` strategy, of its prefill and decode roles and the router in front.
+    for a ``pd_cluster`` strategy, of its prefill and decode roles and the router in front, or,
+    for a ``multi_node`` strategy, of each rank of its group (``ServeSpec.nodes`` servers, rank
+    0 the head; ``$HEAD_IP`` and ``$IFACE_NAME`` left for a host plan to bind).
 
     Unset axes take the recipe's defaults (the JSON form: its ``recommended_command``).
 
@@ -84,6 +98,10 @@ def resolve_vllm(
     + task: an omni recipe's task (``omni.tasks`` key or id; default: the first)
     + pool_parallelism: ``pd_cluster`` only: both pools' parallelism (``tp``, ``tep``, ``dep``;
       default: each role's own, see :mod:`servefleet.kinds.vllm.pd`)
+    + nodes: ``multi_node`` only: the nodes the group spans (default: the fewest it runs on,
+      :func:`servefleet.kinds.vllm.multinode.node_floor`)
+    + one_host: refuse a ``multi_node`` strategy, as one host cannot serve it (the deploy path,
+      until a host plan places groups)
     """
     r = recipe
     rec = r.recommended or {}
@@ -129,6 +147,7 @@ def resolve_vllm(
                 f"{r.name}: strategy {strategy!r} given, but {kind} has none: it renders "
                 f"one server as it is (strategies: none)"
             )
+        _no_nodes(r, None, hardware, nodes)
         return _resolve_unstrategied(
             r, variant, hardware, tp, features, no_features, kv_offload, task
         )
@@ -143,9 +162,15 @@ def resolve_vllm(
             f"{r.name}: {what} {strategy!r} on {hardware} "
             f"(single-node strategies: {', '.join(usable) or 'none'})"
         )
+    if not is_multi_node(r, strategy):
+        _no_nodes(r, strategy, hardware, nodes)
     if pd.is_pd(r, strategy):
         return _resolve_pd(
             r, variant, hardware, strategy, tp, features, no_features, kv_offload, pool_parallelism
+        )
+    if is_multi_node(r, strategy) and not one_host:
+        return _resolve_group(
+            r, variant, hardware, strategy, tp, nodes, features, no_features, kv_offload
         )
     if not single_node(r, strategy):
         raise RecipeError(
@@ -209,12 +234,7 @@ def _resolve_pd(
             "nodes yet"
         )
     enabled = select_features(r, variant, strategy, hardware, features, no_features)
-    helpers = [f for f in enabled if (r.features[f].get("companion") or {}).get("command")]
-    if helpers:
-        raise RecipeError(
-            f"{r.name}: feature {helpers[0]} runs a companion beside its server, which "
-            f"{strategy} does not render; allowed: --no-feature {helpers[0]}"
-        )
+    _no_companions(r, strategy, enabled, None)
     count = int(r.profiles[hardware]["gpu_count"])
     model_id = str(r.variants[variant].get("model_id") or r.data["model"]["model_id"])
     servers, modes, locals_ = [], [], []
@@ -246,6 +266,72 @@ def _resolve_pd(
     models = list(dict.fromkeys(m for s in servers for m in _models(model_id, s.argv[3:])))
     requirements = replace(spec.requirements, models=models)
     return replace(spec, servers=servers, router=router, requirements=requirements)
+
+
+def _resolve_group(
+    r: VllmRecipe,
+    variant: str,
+    hardware: str,
+    strategy: str,
+    tp: int | None,
+    nodes: int | None,
+    features: list[str],
+    no_features: list[str],
+    kv_offload: str | None,
+) -> ServeSpec:
+    """A ``multi_node`` selection: one server per rank of its group
+    (:mod:`servefleet.kinds.vllm.multinode`). Refused: ``--tp`` (the node count sizes it), a
+    feature or KV-offload option that runs a companion (the site renders none beside a rank),
+    a node count below the floor or above the site's limit, and hardware that does not scale
+    out."""
+    if tp is not None:
+        raise RecipeError(
+            f"{r.name}: --tp sizes a single-node strategy; {strategy} takes every GPU of each "
+            "of its nodes (allowed: a node count)"
+        )
+    count = node_count(r, variant, strategy, hardware, nodes)
+    enabled = select_features(r, variant, strategy, hardware, features, no_features)
+    kv = kv_option(r, kv_offload, strategy, hardware)
+    _no_companions(r, strategy, enabled, kv_offload, kv)
+    group = group_servers(r, variant, strategy, hardware, count, enabled, kv)
+    head = group[0]
+    selection = {"hardware": hardware, "strategy": strategy, "variant": variant}
+    launcher = head.argv[:3]
+    return _spec(r, selection, enabled, kv_offload, launcher, head.argv[3:], head.env, kv, group)
+
+
+def _no_nodes(r: VllmRecipe, strategy: str | None, hardware: str, nodes: int | None) -> None:
+    """A node count is refused for a strategy of one node (or a pd_cluster's one-node pools)."""
+    if nodes is None:
+        return
+    multi = multi_node_strategies(r, hardware)
+    raise RecipeError(
+        f"{r.name}: a node count ({str(nodes)[:40]}) sizes a multi-node strategy; "
+        f"{strategy or 'a recipe without strategies'} runs on one node (multi-node strategies "
+        f"on {hardware}: {', '.join(multi) or 'none'})"
+    )
+
+
+def _no_companions(
+    r: VllmRecipe,
+    strategy: str,
+    enabled: dict[str, str | None],
+    kv_key: str | None,
+    kv: dict[str, Any] | None = None,
+) -> None:
+    """A feature's or the KV-offload option's companion is refused where the site renders none
+    (a pd_cluster's roles, a multi-node group's ranks)."""
+    helpers = [f for f in enabled if (r.features[f].get("companion") or {}).get("command")]
+    if helpers:
+        raise RecipeError(
+            f"{r.name}: feature {helpers[0]} runs a companion beside its server, which "
+            f"{strategy} does not render; allowed: --no-feature {helpers[0]}"
+        )
+    if kv is not None and (kv.get("companion") or {}).get("command"):
+        raise RecipeError(
+            f"{r.name}: KV offload {kv_key} runs a companion beside its server, which "
+            f"{strategy} does not render; allowed: no --kv-offload, or another option"
+        )
 
 
 def _resolve_unstrategied(
@@ -300,14 +386,20 @@ def _spec(
     args: list[str],
     env: dict[str, str],
     kv: dict[str, Any] | None,
+    group: list[Server] | None = None,
 ) -> ServeSpec:
+    """The spec of one main server (``launcher`` + ``args``) and its companions, or of a
+    multi-node ``group``'s ranks (``args``: rank 0's, which names the models)."""
     gpu = selection["hardware"]
     selection["features"] = ",".join(n if m is None else f"{n}={m}" for n, m in enabled.items())
     if kv is not None and kv_offload is not None:
         selection["kv_offload"] = kv_offload
-    npus = devices(r, gpu, args)
-    servers = [Server(role="main", argv=[*launcher, *args], env=env, npus=npus)]
-    servers += companions(r, enabled, kv_offload, kv)
+    if group is None:
+        npus = devices(r, gpu, args)
+        servers = [Server(role="main", argv=[*launcher, *args], env=env, npus=npus)]
+        servers += companions(r, enabled, kv_offload, kv)
+    else:
+        servers = group
     packages = install_names(r, kv.get("install")) if kv is not None else []
     return ServeSpec(
         recipe=r.name,
@@ -316,6 +408,7 @@ def _spec(
         servers=servers,
         requirements=Requirements(packages=packages, models=_models(launcher[-1], args)),
         compile_fingerprint=None,
+        nodes=len(servers) if group is not None else 1,
     )
 
 

@@ -1,9 +1,12 @@
 """Parallel sizing of a server's final arguments: an explicit ``--tp`` written into the
-strategy's parallel flag, and the GPUs the server takes (tensor x data x pipeline parallel size),
-checked against the host's GPUs (CPU hardware is not capped).
+strategy's parallel flag, and the GPUs the server takes (tensor x data x pipeline parallel size;
+a multi-node rank: its share on its node), checked against the host's GPUs (CPU hardware is not
+capped).
 """
 
 from __future__ import annotations
+
+import math
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.vllm_args import flag_name, is_flag
@@ -19,6 +22,8 @@ _PARALLEL = {
     "--pipeline-parallel-size": "pp",
     "-pp": "pp",
 }
+# A node's data-parallel ranks in a group spanning nodes (not a factor of one server's GPUs).
+_LOCAL = {"--data-parallel-size-local": "dp_local", "-dpl": "dp_local"}
 
 
 def _canonical(tok: str) -> str:
@@ -26,11 +31,15 @@ def _canonical(tok: str) -> str:
     return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
-def _parallel_values(args: list[str]) -> dict[str, tuple[str, str]]:
-    """The last value of each parallel size flag: kind -> (flag as written, value)."""
+def _parallel_values(
+    args: list[str], table: dict[str, str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """The last value of each parallel size flag (of ``table``, default :data:`_PARALLEL`):
+    kind -> (flag as written, value)."""
+    table = _PARALLEL if table is None else table
     out: dict[str, tuple[str, str]] = {}
     for i, tok in enumerate(args):
-        kind = _PARALLEL.get(_canonical(tok)) if is_flag(tok) else None
+        kind = table.get(_canonical(tok)) if is_flag(tok) else None
         if kind is None:
             continue
         if "=" in tok:
@@ -67,24 +76,81 @@ def with_size(args: list[str], flag: str | None, tp: int | None) -> list[str]:
     return out if found else [*out, flag, str(tp)]
 
 
+def _count(r: VllmRecipe, gpu: str, flag: str, value: str) -> int:
+    """A parallel size flag's value as a positive whole number."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise RecipeError(
+            f"{r.name}: {flag} {value!r} on {gpu} is not a whole number of GPUs"
+        ) from None
+    if n < 1:
+        raise RecipeError(f"{r.name}: {flag} {value} on {gpu} is not a positive GPU count")
+    return n
+
+
+def _sizes(r: VllmRecipe, gpu: str, args: list[str]) -> tuple[dict[str, int], str]:
+    """Each parallel size of the final arguments (tp, dp, pp) and how they are written."""
+    values = _parallel_values(args)
+    sizes = {kind: _count(r, gpu, flag, value) for kind, (flag, value) in values.items()}
+    return sizes, " x ".join(f"{f} {v}" for f, v in values.values())
+
+
+def _capped(r: VllmRecipe, gpu: str) -> int | None:
+    """The GPUs one node has, or None on CPU hardware (its ``gpu_count`` is no physical limit:
+    the site does not cap its TP either)."""
+    return None if generation(r.profiles[gpu]) == "cpu" else int(r.profiles[gpu]["gpu_count"])
+
+
 def devices(r: VllmRecipe, gpu: str, args: list[str]) -> int:
     """GPUs the server takes: tensor x data x pipeline parallel size of its final arguments."""
-    total = 1
-    for flag, value in _parallel_values(args).values():
-        try:
-            n = int(value)
-        except ValueError:
-            raise RecipeError(
-                f"{r.name}: {flag} {value!r} on {gpu} is not a whole number of GPUs"
-            ) from None
-        if n < 1:
-            raise RecipeError(f"{r.name}: {flag} {value} on {gpu} is not a positive GPU count")
-        total *= n
-    count = int(r.profiles[gpu]["gpu_count"])
-    # A CPU profile's gpu_count is no physical limit (the site does not cap its TP either).
-    if total > count and generation(r.profiles[gpu]) != "cpu":
-        sizes = " x ".join(f"{f} {v}" for f, v in _parallel_values(args).values())
+    sizes, shown = _sizes(r, gpu, args)
+    total = math.prod(sizes.values())
+    count = _capped(r, gpu)
+    if count is not None and total > count:
         raise RecipeError(
-            f"{r.name}: the command asks for {total} GPUs ({sizes}) but {gpu} has {count}"
+            f"{r.name}: the command asks for {total} GPUs ({shown}) but {gpu} has {count}"
         )
     return total
+
+
+def rank_devices(r: VllmRecipe, gpu: str, args: list[str], nodes: int, rank: int) -> int:
+    """GPUs one rank of a multi-node group takes on its node: tensor x pipeline parallel size x
+    its data-parallel ranks here (``--data-parallel-size-local``; the data-parallel size must be
+    the nodes' local ranks together), else the group's tensor x data x pipeline parallel size
+    shared evenly by its nodes.
+
+    + r: the recipe
+    + gpu: the GPU id
+    + args: the rank's final arguments
+    + nodes: the group's node count
+    + rank: the rank
+    """
+    sizes, shown = _sizes(r, gpu, args)
+    local = _parallel_values(args, _LOCAL).get("dp_local")
+    if local is not None:
+        here = _count(r, gpu, *local)
+        ranks = sizes.get("dp", 1)
+        if ranks != here * nodes:  # vLLM waits for data-parallel ranks no node starts
+            raise RecipeError(
+                f"{r.name}: {shown} asks for {ranks} data-parallel ranks but {nodes} nodes of "
+                f"{local[0]} {here} start {here * nodes}; allowed: a data-parallel size of "
+                "nodes x local ranks"
+            )
+        per = sizes.get("tp", 1) * sizes.get("pp", 1) * here
+        shown = f"{shown}; {local[0]} {here} on each node"
+    else:
+        world = math.prod(sizes.values())
+        if world % nodes:
+            raise RecipeError(
+                f"{r.name}: the command spans {world} GPUs ({shown}), which {nodes} nodes "
+                f"cannot share evenly; allowed: a node count dividing {world}"
+            )
+        per = world // nodes
+        shown = f"{shown} over {nodes} nodes"
+    count = _capped(r, gpu)
+    if count is not None and per > count:
+        raise RecipeError(
+            f"{r.name}: rank {rank} asks for {per} GPUs of its node ({shown}) but {gpu} has {count}"
+        )
+    return per
