@@ -1,6 +1,7 @@
 """The CUDA build (vllm 0.30.0 from PyPI, on GPU hosts): torch's CUDA build, nvidia-smi's GPUs as
-CUDA_VISIBLE_DEVICES shows them, the parallel sizes' GPUs and their memory claims, the simulated
-weight loading. A SIMULATION for the servefleet lab."""
+CUDA_VISIBLE_DEVICES shows them, the parallel sizes' GPUs (this node's share of them across
+nodes) and their memory claims, the group's rendezvous, the simulated weight loading. A
+SIMULATION for the servefleet lab."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from .common import (
     sim_path,
 )
 from .flag_table import _object
+from .group_head import join_group
+from .parallel_plan import Plan, group_args
 
 
 def check_cuda_packages(ns: argparse.Namespace) -> dict[str, Any]:
@@ -135,18 +138,19 @@ def visible_gpus(env: Mapping[str, str], gpus: Sequence[dict[str, Any]]) -> list
 
 
 def gpus_needed(
-    ns: argparse.Namespace, env: Mapping[str, str], visible: Sequence[dict[str, Any]]
+    ns: argparse.Namespace, env: Mapping[str, str], visible: Sequence[dict[str, Any]], plan: Plan
 ) -> list[dict[str, Any]]:
-    """The visible GPUs this server uses: the first tensor x pipeline parallel size of them per
-    local data parallel rank, refused as vLLM refuses when they are not there.
+    """The visible GPUs this server uses: a DP rank's workers on this node (tensor x pipeline
+    parallel size, or its share of them across ``--nnodes``) for each local DP rank, refused
+    as vLLM refuses when they are not there.
 
     + ns: the parsed arguments
     + env: the server's environment (CUDA_VISIBLE_DEVICES, for vLLM's message)
     + visible: the visible GPUs (:func:`visible_gpus`)
+    + plan: where the server stands (:func:`vllm.parallel_plan.plan_of`)
     """
     tp, pp, dp = ns.tensor_parallel_size, ns.pipeline_parallel_size, ns.data_parallel_size
-    dp_local = ns.data_parallel_size_local or dp
-    for name, value in (("tensor", tp), ("pipeline", pp), ("data", dp), ("local data", dp_local)):
+    for name, value in (("tensor", tp), ("pipeline", pp), ("data", dp)):
         if value < 1:
             raise SimError(f"ValueError: {name} parallel size must be at least 1, got {value}")
     if ns.distributed_executor_backend == "ray":
@@ -157,17 +161,27 @@ def gpus_needed(
                 f"ValueError: Failed to import Ray: {exc}. Please install Ray with `pip install "
                 "ray`."
             ) from None
-    world = tp * pp
-    if world > len(visible):
+    world, dp_local = plan.local_world, plan.dp_local
+    if plan.nnodes == 1 and tp * pp > len(visible):
         raise SimError(
             "pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig: "
-            f"Value error, World size ({world}) is larger than the number of available GPUs "
+            f"Value error, World size ({tp * pp}) is larger than the number of available GPUs "
             f"({len(visible)}) in this node. If this is intentional and you are using: - ray, "
             "set '--distributed-executor-backend ray'. - multiprocessing, set '--nnodes' "
             "appropriately."
         )
+    if plan.nnodes_within_dp > 1 and world > len(visible):  # the worker's device check
+        raise SimError(
+            f"AssertionError: DP adjusted local rank {len(visible)} is out of bounds for "
+            f"{len(visible)} devices."
+        )
     if world * dp_local > len(visible):
         rank = len(visible) // world  # the first local DP rank whose GPUs are not there
+        if rank == 0:
+            raise SimError(
+                f"AssertionError: DP adjusted local rank {len(visible)} is out of bounds for "
+                f"{len(visible)} devices."
+            )
         raise SimError(
             "Exception: Error setting CUDA_VISIBLE_DEVICES: local range: "
             f"[{rank * world}, {(rank + 1) * world}) base value: "
@@ -291,15 +305,21 @@ def load_seconds(env: Mapping[str, str]) -> float:
         return DEFAULT_LOAD_SECONDS
 
 
-def start_cuda(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[dict[str, Any], list[int]]:
+def start_cuda(
+    ns: argparse.Namespace, env: Mapping[str, str], plan: Plan, platform: str
+) -> tuple[dict[str, Any], list[int]]:
     """The CUDA build's start (``vllm 0.30.0``; upstream flag table): torch's CUDA build,
     ``nvidia-smi``'s GPUs as ``CUDA_VISIBLE_DEVICES`` shows them, the model (and draft) in the HF
-    cache, tensor x pipeline x data parallel size GPUs, the fail-start switch, the GPUs' memory
-    claimed, then /etc/rbln-sim/load-seconds of "loading". No compile, no mega-cache, no
-    vllm-rbln. Returns the server's info and its claims' fds.
+    cache, this node's GPUs for its part of the parallel sizes, the fail-start switch, the
+    GPUs' memory claimed, the group's rendezvous when it has one (:mod:`vllm.rendezvous`), then
+    /etc/rbln-sim/load-seconds of "loading" and, in a group, every rank ready. No compile, no
+    mega-cache, no vllm-rbln. Returns the server's info (``group``: its part in the group, or
+    None) and its claims' fds.
 
     + ns: the parsed arguments
     + env: the server's environment
+    + plan: where the server stands (:func:`vllm.parallel_plan.plan_of`)
+    + platform: the flag table's name
     """
     check_cuda_packages(ns)
     visible = visible_gpus(env, nvidia_smi(env))
@@ -308,19 +328,30 @@ def start_cuda(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[dict[str
     if draft:
         find_snapshot(env, str(draft))
     check_reasoning_parser(ns)  # the engine's config, once the tokenizer is read
-    used = gpus_needed(ns, env, visible)
+    used = gpus_needed(ns, env, visible, plan)
     switch = fault_switch(env, "fail-start", sys.argv)
     if switch is not None:
         raise SimError(f"simulated start failure: {switch}")
     fds = claim_gpus(ns, env, used)
     indexes = [g["index"] for g in used]
     _log(
-        f"CUDA GPUs {indexes} ({used[0]['name']}), "
+        f"CUDA GPUs {indexes} ({used[0]['name'] if used else 'none'}), "
         f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}, "
         f"{ns.gpu_memory_utilization} of their memory claimed"
     )
+    group = join_group(plan, group_args(ns), list(sys.argv), platform)
     seconds = load_seconds(env)
     _log(f"Starting to load model {ns.model}...")
     time.sleep(seconds)
     _log(f"Loading weights took {seconds:.2f} seconds (simulated)")
-    return {"compiled": False, "bundle": None, "sig": None, "gpus": indexes}, fds
+    if group is not None:
+        if plan.group == "nodes" and not plan.headless and plan.node_rank_within_dp > 0:
+            # an API server on a follower node: its engine asks its executor for the KV cache
+            raise SimError(
+                "AssertionError: collective_rpc should not be called on follower node "
+                "(RuntimeError: Engine core initialization failed. See root cause above. "
+                "Failed core proc(s): {'EngineCore': 1})"
+            )
+        group.ready()
+    info = {"compiled": False, "bundle": None, "sig": None, "gpus": indexes, "group": group}
+    return info, fds

@@ -53,6 +53,8 @@ GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 # vllm/v1/engine/__init__.py: FINISH_REASON_STRINGS (request_success_total's finished_reason)
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SHUTTING_DOWN = "The server is shutting down and takes no new requests."
+# vllm/v1/engine/exceptions.py: EngineDeadError's message
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 MAX_BODY = 1 << 24  # bytes of a request body the server reads
 
 
@@ -90,11 +92,13 @@ class _State:
         env: Mapping[str, str],
         info: dict[str, Any],
         kv: KVTransfer | None = None,
+        group: Any = None,
     ):
         self.ns = ns
         self.env = env
         self.info = info
         self.kv = kv  # the NIXL connector, None without one
+        self.group = group  # its part in a multi-node group (vllm.group_head), None alone
         self.argv = list(sys.argv)  # this process's command line, for the fail-health switch
         self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
         self.keys = api_key_hashes(ns, env)
@@ -115,6 +119,11 @@ class _State:
             self.finished[reason] = self.finished.get(reason, 0) + 1
             self.prompt_tokens += job.prompt_tokens
             self.generation_tokens += generated
+
+
+def engine_dead(state: _State) -> bool:
+    """Whether the server's engine is dead: a rank of its group went away after it served."""
+    return state.group is not None and state.group.dead.is_set()
 
 
 class _Cut(Exception):
@@ -154,7 +163,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 return
             path = self.path.split("?")[0]
             if path == "/health":
-                if state.requests.draining:  # vLLM: not ready while it drains
+                if state.requests.draining or engine_dead(state):  # vLLM: EngineDeadError
                     code = 503
                 else:
                     failing = fault_switch(state.env, "fail-health", state.argv) is not None
@@ -211,6 +220,10 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             except SimError as exc:
                 self._send(500, error_body(str(exc), "InternalServerError", 500))
                 return
+            if engine_dead(state):
+                _log("EngineDeadError: EngineCore encountered an issue.", "ERROR")
+                self._send(500, error_body(ENGINE_DEAD, "InternalServerError", 500))
+                return
             if not state.requests.admit():
                 self._send(503, error_body(SHUTTING_DOWN, "ServiceUnavailableError", 503))
                 return
@@ -219,6 +232,9 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             engine = state.kv.engine(self.headers.get("X-data-parallel-rank")) if state.kv else None
             self.ended = lambda: state.count(job, self.generated, role)  # once, see _end
             try:
+                if state.group is not None and state.group.stalled.is_set():
+                    state.requests.abort.wait()  # the DP wave waits for a head that is gone
+                    raise _Cut("the group's head went away")
                 if role != "decode" or self._load(job, engine):
                     self._generate(job, rate, role, engine)
             except _Cut:
@@ -338,9 +354,12 @@ def _metrics(state: _State) -> str:
             f'vllm:request_success_total{{{vllm_label},finished_reason="{reason}"}} {_sample(count)}'
         )
     label = f'model_name="{state.names[0]}"'
+    group = state.group
     for name, kind, value in (
         ("vllm_sim:compiled_at_start", "gauge", int(state.info["compiled"])),
         ("servefleet_sim_kv_leases", "gauge", state.kv.blocks.count() if state.kv else 0),
+        ("servefleet_sim_group_size", "gauge", group.size if group else 1),
+        ("servefleet_sim_group_ranks", "gauge", group.alive if group else 1),
     ):
         out += [f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
     out.append("# TYPE servefleet_sim_requests_total counter")

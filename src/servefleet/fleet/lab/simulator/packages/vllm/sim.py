@@ -13,7 +13,10 @@ namespace; the server is split by concern into the package's modules: :mod:`vllm
 :mod:`vllm.compile_cache` (the cache key), :mod:`vllm.checks` (start-up checks, warm-up, fault
 switches), :mod:`vllm.cuda` (the CUDA build), :mod:`vllm.http_api` (the HTTP API and its API
 key), :mod:`vllm.generation` (the reply, its token rate and its streamed events) and
-:mod:`vllm.lifecycle` (the requests in flight and the shutdown).
+:mod:`vllm.lifecycle` (the requests in flight and the shutdown), and for the CUDA build across
+nodes :mod:`vllm.parallel_plan` (where a server stands in its group: vLLM's node and data
+parallel ranks, its refusals, the arguments a group agrees on), :mod:`vllm.rendezvous` and
+:mod:`vllm.group_head` (the group's rendezvous over TCP, and how it lives and dies).
 
 It behaves like a vLLM 0.30 + vllm-rbln 0.12 server from the outside: the real ``vllm serve``
 flag set (exit 2 on anything else), import checks of the RBLN packages, a Hugging Face cache
@@ -63,6 +66,15 @@ the NIXL side channel on ``$VLLM_NIXL_SIDE_CHANNEL_HOST``:``$VLLM_NIXL_SIDE_CHAN
 prefill's ``kv_transfer_params``, a decode's fetch over TCP and its failures as vLLM's
 (:mod:`vllm.kv_transfer`); ``servefleet_sim_requests_total{role=...}`` counts the requests by
 the part they played.
+
+Multi-node (the CUDA build; the CPU build with vllm-rbln refuses it): ``--nnodes``,
+``--node-rank``, ``--master-addr``/``--master-port`` and the ``--data-parallel-*`` flags place the
+server as vLLM 0.30.0 places it; node rank 0 (or the DP rank 0 front-end) listens for the other
+ranks and serves only once every rank joined with the same arguments and loaded the model. A
+``--headless`` rank opens no HTTP port and runs until SIGTERM, also after its head died
+(vllm#32136); a head whose other rank died answers /health 503 and exits 0 after vLLM's 5 s
+watchdog (vllm#48966). The main process keeps its command line: like vLLM, the simulator sets
+no process title there (vLLM sets them only in its child processes).
 
 Every path under /etc/rbln-sim, /run/rbln-sim and /var/log/rbln-sim is prefixed by
 ``$RBLN_SIM_ROOT`` when that is set (tests only; a deploy never sets it).
@@ -126,9 +138,12 @@ from .flag_table import (
 from .generation import tokens_per_second
 from .http_api import _make_handler, _State
 from .kv_transfer import kv_transfer
+from .parallel_plan import check_serve_modes, plan_of
+from .rendezvous import launch_line
 from .serve_args import engine_config_error, platform_of, validate_parsed_serve_args
 
 SHUTDOWN_SIGNALS = {signal.SIGTERM, signal.SIGINT}  # vLLM handles both alike
+WATCHDOG_SECONDS = 5.0  # vllm/entrypoints/launchers/launcher.py: VLLM_WATCHDOG_TIME_S
 
 # The console script's entry, and the simulated server's API in one namespace
 __all__ = [
@@ -260,13 +275,21 @@ def start(ns: argparse.Namespace, env: Mapping[str, str], platform: str) -> int:
         validate_parsed_serve_args(ns)
     except (TypeError, ValueError) as exc:
         raise SimError(f"{type(exc).__name__}: {exc}") from None
-    try:
-        setup_server(ns, reuse_port=False)
-    except KeyError as exc:  # an unregistered parser: vLLM's traceback ends in the KeyError
-        raise SimError(f"KeyError: {exc}") from None
+    check_serve_modes(ns)
+    if not ns.headless:  # a headless server sets up no API server
+        try:
+            setup_server(ns, reuse_port=False)
+        except KeyError as exc:  # an unregistered parser: vLLM's traceback ends in the KeyError
+            raise SimError(f"KeyError: {exc}") from None
     config_error = engine_config_error(ns, platform)
     if config_error is not None:
         raise SimError(f"pydantic_core._pydantic_core.ValidationError: {config_error}")
+    plan = plan_of(ns)
+    if plan.group is not None and BUILD["device"] != "cuda":
+        raise SimError(
+            "the lab's simulated vllm-rbln runs no multi-node group (--nnodes, --headless, data "
+            "parallel across nodes): Rebellions documents single-server deployments only"
+        )
     kv = kv_transfer(
         ns, env, sys.argv
     )  # the NIXL connector's configuration, checked before the model
@@ -280,17 +303,21 @@ def start(ns: argparse.Namespace, env: Mapping[str, str], platform: str) -> int:
     for name in unknown_env_vars(env, platform):
         _log(f"Unknown vLLM environment variable detected: {name}", "WARNING")
     _record(ns, env)
+    if plan.headless:
+        _log(launch_line(plan, VERSION))
     if BUILD["device"] == "cuda":
-        info, fds = start_cuda(ns, env)
+        info, fds = start_cuda(ns, env, plan, platform)
     else:
         info, fds = _start_rbln(ns, env)
     tokens_per_second(env)  # a bad rate file fails the start, not the first request
     if kv is not None:  # the engines' side channels, once the KV cache exists
         _log(f"KV transfer: {kv.connector} kv_role={kv.kv_role} policy={kv.policy}")
         kv.open()
-    state = _State(ns, env, info, kv)
     # from here SIGTERM and SIGINT wait for sigwait (every thread started below inherits the mask)
     signal.pthread_sigmask(signal.SIG_BLOCK, SHUTDOWN_SIGNALS)
+    if plan.headless:
+        return _headless(info, kv, fds)
+    state = _State(ns, env, info, kv, group=info.get("group"))
     httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
     httpd.daemon_threads = True
     # a short poll: httpd.shutdown() returns within 0.1 s of the drain's end
@@ -300,16 +327,57 @@ def start(ns: argparse.Namespace, env: Mapping[str, str], platform: str) -> int:
     _log(f"Starting vLLM API server on http://{host}:{ns.port}")
     try:
         loop.start()
-        _shut_down(state, signal.sigwait(SHUTDOWN_SIGNALS), ns.shutdown_timeout)
+        _serve_until_stopped(state, ns.shutdown_timeout)
         httpd.shutdown()
     finally:
         httpd.server_close()
-        if kv is not None:
-            kv.close()
-        for fd in fds:
-            os.close(fd)
+        _release(info, kv, fds)
         _log("Shutting down")
     return 0
+
+
+def _release(info: Mapping[str, Any], kv: Any, fds: Sequence[int]) -> None:
+    """Close what the server holds: its group's sockets, its side channels, its device locks."""
+    if info.get("group") is not None:
+        info["group"].close()
+    if kv is not None:
+        kv.close()
+    for fd in fds:
+        os.close(fd)
+
+
+def _headless(info: Mapping[str, Any], kv: Any, fds: Sequence[int]) -> int:
+    """A headless rank: no API server; it runs (or, once its head died, hangs: vllm#32136)
+    until SIGTERM or SIGINT, then exits 0 as vLLM's ``run_headless`` does."""
+    signum = signal.sigwait(SHUTDOWN_SIGNALS)
+    _log(f"Received {signal.Signals(signum).name}: shutting down the headless engines")
+    _release(info, kv, fds)
+    _log("Shutting down.")
+    return 0
+
+
+def _serve_until_stopped(state: _State, timeout: int) -> None:
+    """Serve until SIGTERM or SIGINT (then vLLM's shutdown), or until the group's engine died
+    (a rank went away): vLLM's watchdog then stops the API server within
+    ``VLLM_WATCHDOG_TIME_S`` (5 s) and the process exits 0 (vllm#48966), unless
+    ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH`` is set (then it stays, its /health at 503)."""
+    group = state.group
+    keep_alive = state.env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "0").strip() not in ("", "0")
+    died: float | None = None
+    while True:
+        info = signal.sigtimedwait(SHUTDOWN_SIGNALS, 0.2)
+        if info is not None:
+            _shut_down(state, info.si_signo, timeout)
+            return
+        if group is None or not group.dead.is_set() or keep_alive:
+            continue
+        died = time.monotonic() if died is None else died
+        if time.monotonic() - died >= WATCHDOG_SECONDS:
+            _log(
+                "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup", "WARNING"
+            )
+            state.requests.shut_down(0)
+            return
 
 
 def _shut_down(state: _State, signum: int, timeout: int) -> None:
