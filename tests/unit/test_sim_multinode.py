@@ -365,9 +365,10 @@ def claimed(root: Path) -> list[str]:
 
 def test_a_tp_group_serves_through_rank_0(group: Callable[..., Rank], tmp_path: Path) -> None:
     port = free_port()
-    worker = group("node1", *tp(port, 1), http_port=False)  # first: it retries for rank 0
+    nics = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}  # the recipes' env
+    worker = group("node1", *tp(port, 1), http_port=False, **nics)  # first: it retries for rank 0
     worker.wait_log("Waiting for node rank 0 at tcp://127.0.0.1")
-    head = group("node0", *tp(port, 0))
+    head = group("node0", *tp(port, 0), **nics)
     head.wait_serving()
     status, body = http(head.port or 0, "/v1/chat/completions", CHAT)
     assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3
@@ -479,6 +480,19 @@ def test_a_rank_0_not_there_yet_and_timeouts(group: Callable[..., Rank]) -> None
     assert head.wait_exit() == 1
     assert "torch.distributed.DistStoreError: Timed out after 3 seconds waiting for clients. " \
         "1/2 clients joined." in head.log()  # fmt: skip
+
+
+@pytest.mark.parametrize(("nics", "message"), [
+    ({"GLOO_SOCKET_IFNAME": "$IFACE_NAME"},
+     "ifa != nullptr. Unable to find address for: $IFACE_NAME"),
+    ({"NCCL_SOCKET_IFNAME": "=eth9"},
+     "NCCL WARN Bootstrap : no socket interface found; NCCL_SOCKET_IFNAME==eth9"),
+])  # fmt: skip
+def test_a_data_nic_that_is_not_there(
+    group: Callable[..., Rank], nics: dict[str, str], message: str
+) -> None:
+    rank = group("node1", *tp(free_port(), 1), http_port=False, **nics)
+    assert rank.wait_exit() == 1 and message in rank.log()
 
 
 def test_a_rank_1_without_headless_fails_as_vllm(group: Callable[..., Rank]) -> None:

@@ -339,7 +339,7 @@ def start_cuda(
         f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}, "
         f"{ns.gpu_memory_utilization} of their memory claimed"
     )
-    group = join_group(plan, group_args(ns), list(sys.argv), platform)
+    group = join_group(plan, group_args(ns), list(sys.argv), platform, env)
     seconds = load_seconds(env)
     _log(f"Starting to load model {ns.model}...")
     time.sleep(seconds)

@@ -18,7 +18,17 @@ from typing import Any
 
 from .common import SimError, _log
 from .parallel_plan import Plan, args_hash, differences
-from .rendezvous import REPLY_TIMEOUT, Lines, Member, connect_once, send, sockaddr, tcp_uri, who
+from .rendezvous import (
+    REPLY_TIMEOUT,
+    Lines,
+    Member,
+    check_interfaces,
+    connect_once,
+    send,
+    sockaddr,
+    tcp_uri,
+    who,
+)
 
 TORCH_IN_USE = (
     "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
@@ -405,7 +415,7 @@ def flag_names(platform: str) -> dict[str, str]:
 
 
 def join_group(
-    plan: Plan, args: Mapping[str, Any], argv: list[str], platform: str
+    plan: Plan, args: Mapping[str, Any], argv: list[str], platform: str, env: Mapping[str, str]
 ) -> Head | Member | None:
     """Take part in this server's group until it formed: the head listens and waits for every
     rank (a node rank 0 whose master address is another host's joins there, to be refused as
@@ -416,9 +426,11 @@ def join_group(
     + args: its :func:`vllm.parallel_plan.group_args`
     + argv: its command line
     + platform: the flag table (for the flags' names in log lines)
+    + env: the server's environment (the data NICs: :func:`vllm.rendezvous.check_interfaces`)
     """
     if plan.group is None:
         return None
+    check_interfaces(env)
     if plan.head:
         head = Head(plan, args, argv, flag_names(platform))
         if head.bind():

@@ -143,6 +143,34 @@ def connect_once(host: str, port: int, timeout: float) -> socket.socket | None:
     return sock
 
 
+def check_interfaces(env: Mapping[str, str]) -> None:
+    """The data NICs a group's collectives bind, as gloo and NCCL look them up when the process
+    group starts: every ``GLOO_SOCKET_IFNAME`` entry must be an interface of this host, and
+    ``NCCL_SOCKET_IFNAME`` (prefixes; ``=NAME`` exact; a ``^`` list excludes) must match one.
+    Raises SimError with their messages (an unbound ``$IFACE_NAME`` fails here).
+
+    + env: the server's environment
+    """
+    names = [name for _, name in socket.if_nameindex()]
+    for item in filter(None, (x.strip() for x in env.get("GLOO_SOCKET_IFNAME", "").split(","))):
+        if item not in names:
+            raise SimError(
+                "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+                f"device.cc:84] ifa != nullptr. Unable to find address for: {item}"
+            )
+    nccl = env.get("NCCL_SOCKET_IFNAME", "").strip()
+    if not nccl or nccl.startswith("^"):
+        return
+    exact = nccl.startswith("=")
+    wanted = [x.strip() for x in nccl.lstrip("=").split(",") if x.strip()]
+    if not any(n == w if exact else n.startswith(w) for n in names for w in wanted):
+        raise SimError(
+            "torch.distributed.DistBackendError: NCCL error: internal error - please report this "
+            f"issue to the NCCL developers (NCCL WARN Bootstrap : no socket interface found; "
+            f"NCCL_SOCKET_IFNAME={nccl}; this host has {', '.join(names)})"
+        )
+
+
 def join_message(plan: Plan, args: Mapping[str, Any], argv: list[str]) -> dict[str, Any]:
     """What a rank tells the head about itself."""
     return {
