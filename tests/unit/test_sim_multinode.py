@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from http import client as httpc
 from pathlib import Path
 from typing import Any
 
@@ -524,6 +525,29 @@ def test_dp_ranks_across_nodes_serve(group: Callable[..., Rank], tmp_path: Path)
     assert f'servefleet_sim_group_ranks{{model_name="{MODEL}"}} 4' in metrics
     worker.proc.kill()
     wait_for("the head's /health to fail", lambda: head.health() == 503, 5)
+
+
+def test_a_dp_node_whose_head_died_hangs(group: Callable[..., Rank]) -> None:
+    """A hybrid DP node serving its own ranks, its head killed: it stays up and healthy (its
+    engines are alive) and a generation request never ends (the DP wave waits for the head)."""
+    port = free_port()
+    head = group("node0", *dp(port, "--data-parallel-hybrid-lb"))
+    worker = group(
+        "node1", *dp(port, "--data-parallel-hybrid-lb", "--data-parallel-start-rank", "2")
+    )
+    worker.wait_serving()
+    head.proc.kill()
+    worker.wait_log("neither exit nor rejoin when the head dies (vllm#32136)")
+    assert worker.health() == 200
+    conn = httpc.HTTPConnection("127.0.0.1", worker.port or 0, timeout=2)
+    conn.request(
+        "POST", "/v1/chat/completions", json.dumps(CHAT), {"Content-Type": "application/json"}
+    )
+    with pytest.raises(TimeoutError):
+        conn.getresponse()
+    conn.close()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0
 
 
 def test_headless_dp_engines_and_the_headless_rule(group: Callable[..., Rank]) -> None:
