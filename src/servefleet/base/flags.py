@@ -24,9 +24,11 @@ from servefleet.base.errors import DataError
 from servefleet.base.shipped import VLLM_FLAGS_DIR
 from servefleet.base.vllm_args import is_flag
 
-# Kind.name (the hosts' platform) -> the flag table its servers parse with
-TABLE_OF_PLATFORM = {"rbln": "rbln", "gpu": "upstream"}
+# The shipped dumps by table name: what a kind's ``flag_table`` names (``rbln``: vLLM with the
+# vllm-rbln plugin; ``upstream``: vLLM alone)
 _FILES = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
+# Kind.name -> its flag_table, for the callers that still name a table by platform
+TABLE_OF_PLATFORM = {"rbln": "rbln", "gpu": "upstream"}
 _ENVS = "vllm-0.30.0-envs.json"
 _SHOWN = {"rbln": "vLLM 0.30.0 with vllm-rbln 0.12.0", "upstream": "vLLM 0.30.0"}
 _NO_VALUE = ("_StoreTrueAction", "BooleanOptionalAction", "_StoreRblnBool", "_HelpAction")
@@ -112,7 +114,7 @@ def _values(entry: Mapping[str, object]) -> str:
 
 @functools.cache
 def table(name: str) -> Table:
-    """The flag table ``rbln`` or ``upstream`` (see :data:`TABLE_OF_PLATFORM`)."""
+    """A flag table by name (``rbln`` or ``upstream``: a kind's ``flag_table``)."""
     dump = json.loads((VLLM_FLAGS_DIR / _FILES[name]).read_text(encoding="utf-8"))
     flags: dict[str, Flag] = {}
     for entry in dump["flags"]:
@@ -128,7 +130,8 @@ def table(name: str) -> Table:
 
 
 def table_for(platform: str) -> Table:
-    """The table of a hosts' platform (``Kind.name``: ``rbln``, ``gpu``)."""
+    """The table of a built-in hosts' platform (``Kind.name``: ``rbln``, ``gpu``); a kind's own
+    is ``table(kind.flag_table)``, which knows a registered kind's too."""
     return table(TABLE_OF_PLATFORM[platform])
 
 

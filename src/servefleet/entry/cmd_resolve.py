@@ -52,52 +52,43 @@ def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
     return unit()
 
 
-@click.command("resolve")
-@click.argument("recipe", shell_complete=common.complete_recipe)
-@click.option("--target", default=None, help="RBLN: Latency (default) or Throughput, any case.")
-@click.option("--strategy", default=None, help="Strategy slug (default: the recipe's).")
-@click.option("--set", "sets", multiple=True, metavar="AXIS=VALUE", help="RBLN: choose a value.")
-@click.option("--recommended", is_flag=True, help="RBLN: start from the recommended values.")
-@click.option("--sku", default=None, help="RBLN: NPU SKU (default: the option's first).")
-@click.option(
-    "--compiler-version",
-    default=None,
-    metavar="X.Y.Z",
-    help="RBLN: rebel-compiler version for the fingerprint (default: the data's pin).",
-)
-@click.option("--hardware", default=None, help="vLLM: GPU id (h200, mi300x, b200, ...).")
-@click.option("--variant", default=None, help="vLLM: recipe variant.")
-@click.option("--tp", type=int, default=None, help="vLLM: tensor-parallel size override.")
-@click.option(
-    "--feature",
-    "features",
-    multiple=True,
-    metavar="NAME[=MODE]",
-    help="vLLM: turn a feature on (or pick its mode).",
-)
-@click.option(
-    "--no-feature", "no_features", multiple=True, metavar="NAME", help="vLLM: turn a feature off."
-)
-@click.option(
-    "--kv-offload", default=None, metavar="NAME", help="vLLM: a KV-offload option of the taxonomy."
-)
-@click.option("--task", default=None, help="vLLM: an omni recipe's task (default: its first).")
-@click.option(
-    "--pool-parallelism",
-    default=None,
-    metavar="tp|tep|dep",
-    help="vLLM: pd_cluster only: the prefill and decode pools' parallelism (default: the recipe's).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["json", "shell", "unit"]),
-    default="json",
-    show_default=True,
-    help="Output: JSON spec, a pasteable shell line, a systemd unit: the unit deploys/serve.py "
-    "writes for instance 0 under the default data with this recipe as serve_recipe.",
-)
-def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> None:
+def resolve_command() -> click.Command:
+    """``servefleet resolve`` with the options of every registered kind (``Kind.options``, their
+    help prefixed with the kind's title), between ``--strategy`` and ``--format``."""
+    from servefleet.kinds import KINDS
+
+    params: list[click.Parameter] = [
+        click.Argument(["recipe"], shell_complete=common.complete_recipe),
+        click.Option(["--strategy"], default=None, help="Strategy slug (default: the recipe's)."),
+    ]
+    for kind in KINDS:
+        for o in kind.options:
+            params.append(
+                click.Option(
+                    [o.flag, o.key],
+                    default=None,
+                    help=f"{kind.title}: {o.help}",
+                    metavar=o.metavar,
+                    type=None if o.is_flag else o.type,
+                    multiple=o.multiple,
+                    is_flag=o.is_flag,
+                )
+            )
+    params.append(
+        click.Option(
+            ["--format", "fmt"],
+            type=click.Choice(["json", "shell", "unit"]),
+            default="json",
+            show_default=True,
+            help="Output: JSON spec, a pasteable shell line, a systemd unit: the unit "
+            "deploys/serve.py writes for instance 0 under the default data with this recipe as "
+            "serve_recipe.",
+        )
+    )
+    return click.Command("resolve", callback=_resolve, params=params, help=_resolve.__doc__)
+
+
+def _resolve(recipe: str, strategy: str | None, fmt: str, **options: Any) -> None:
     """Resolve a selection of RECIPE (a path or a name such as rbln/gpt-oss-120b) to the exact
     argv and env of each server.
 
@@ -105,31 +96,42 @@ def resolve_cmd(recipe: str, strategy: str | None, fmt: str, **options: Any) -> 
 
         servefleet resolve rbln/gpt-oss-120b --target throughput --set lmcache=cpu --format shell
     """
-    from servefleet.kinds import KINDS, find
+    from servefleet.kinds import find
 
     source, path = find(recipe)
-    flags = {flag: key for s in KINDS for flag, key in s.options.items()}
-    foreign = [f for f, key in flags.items() if f not in source.options and _given(options[key])]
+    mine = {o.flag for o in source.options}
+    foreign = [flag for flag, key in _flags(options) if flag not in mine and _given(options[key])]
     if foreign:
         raise RecipeError(
             f"{', '.join(foreign)} {'applies' if len(foreign) == 1 else 'apply'} to the other "
             f"kind of recipe only: {recipe} is {source.label} "
-            f"(its options: {', '.join((*source.options, *_COMMON_OPTIONS))})"
+            f"(its options: {', '.join((*(o.flag for o in source.options), *_COMMON_OPTIONS))})"
         )
-    own = {key: options[key] for key in source.options.values()}
+    own = {o.key: options.get(o.key) for o in source.options}
     spec = source.resolve(path, recipe, strategy, own)
-    click.echo(_render(spec, fmt, lambda: _unit(spec, own.get("compiler_version"))))
+    click.echo(_render(spec, fmt, lambda: _unit(spec, own)))
 
 
-def _unit(spec: Any, compiler_version: str | None) -> str:
+def _flags(options: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every registered kind's options this command was made with: (flag, keyword)."""
+    from servefleet.kinds import KINDS
+
+    return [(o.flag, o.key) for k in KINDS for o in k.options if o.key in options]
+
+
+resolve_cmd = resolve_command()
+
+
+def _unit(spec: Any, options: dict[str, Any]) -> str:
     """The unit ``deploys/serve.py`` writes for instance 0 of this selection (devices
-    ``0..n-1``) under the default data with ``serve_recipe`` set to the spec's recipe."""
+    ``0..n-1``) under the default data with ``serve_recipe`` set to the spec's recipe (and what
+    its kind reads of the options: RBLN's ``--compiler-version`` pinned)."""
     from servefleet.base.remote.layout import NETRC
     from servefleet.hostplan.instance_unit import render_instance
     from servefleet.release.plan import plan_release
     from servefleet.settings.table import default_settings
 
-    settings = default_settings(spec.recipe, compiler_version)
+    settings = default_settings(spec.recipe, options)
     devices = ",".join(str(d) for d in range(spec.servers[0].npus))
     release = plan_release(settings, spec, NETRC)
     return render_instance(settings, spec, release, 0, devices)[0].rstrip("\n")

@@ -17,14 +17,25 @@ import textwrap
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from servefleet.kinds import KINDS
-from servefleet.kinds.rbln import defaults as rbln
+from servefleet.kinds import KINDS, Kind, default_kind
 from servefleet.settings.checks import Refused
 from servefleet.settings.table import DEFAULTS, DOCS, Settings
 
 BEGIN = "<!-- data-table: begin (python -m servefleet.fleet.datadoc) -->"
 END = "<!-- data-table: end -->"
-KIND_DEFAULTS = "src/servefleet/kinds/rbln/defaults.py"  # where the RBLN stack's defaults live
+CELL = 40  # a default whose literal is longer is shown in the table by the file it lives in
+
+
+def defaults_file(kind: Kind, source: bool = True) -> str:
+    """Where a kind's defaults live: ``defaults.py`` beside its kind module (``source``: as the
+    repository names a file of servefleet's, under ``src/``).
+
+    + kind: the kind
+    + source: name it as the repository does
+    """
+    package = type(kind).__module__.rpartition(".")[0].replace(".", "/")
+    top = "src/" if source and package.startswith("servefleet/") else ""
+    return f"{top}{package}/defaults.py"
 
 
 class _Unlike:
@@ -76,9 +87,11 @@ class KeyDoc:
     + name: the key
     + type: its type as data gives it (``list[str]``, ``str | None``)
     + allowed: what its check allows, in the words of its refusal
-    + default: its default, as data gives it (the RBLN stack's for a kind's own keys)
-    + default_from: where a default that is not written in the key table lives, else ""
-    + kinds: the recipe kinds with a default of their own for it (``vllm``)
+    + default: its default, as data gives it (the default kind's for a key the kinds decide)
+    + default_from: where a default that is not written in the key table lives (the default
+      kind's defaults), else ""
+    + by: how the docs name the kind it is from (``RBLN``), else ""
+    + kinds: the other recipe kinds with a default of their own for it (``vllm``)
     + meaning: its one-line meaning
     """
 
@@ -89,37 +102,50 @@ class KeyDoc:
     default_from: str
     kinds: tuple[str, ...]
     meaning: str
+    by: str = ""
 
     def shown_default(self) -> str:
-        """The default as the data table shows it (a kind's defaults: where they live)."""
-        shown = f"(see {self.default_from})" if self.default_from else _literal(self.default)
+        """The default as the data table shows it (a kind's that is longer than a cell: where
+        it lives)."""
+        shown = _literal(self.default)
+        if self.default_from and len(shown) > CELL:
+            shown = f"(see {self.default_from})"
         if self.kinds:
-            shown += f"; {', '.join(self.kinds)} recipes: src/servefleet/kinds/{self.kinds[0]}/defaults.py"
+            shown += f"; {', '.join(self.kinds)} recipes: {_file_of(self.kinds[0], True)}"
         return shown
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "kinds": list(self.kinds)}
+        out = {**asdict(self), "kinds": list(self.kinds)}
+        del out["by"]
+        return out
 
 
 def key_docs() -> list[KeyDoc]:
     """Every data key of the key table, in its order."""
-    kind_values = [v for k, v in vars(rbln).items() if k.isupper()]
+    first = default_kind()
     field_of = {f.name: f for f in fields(Settings)}
     out = []
     for key, value in DEFAULTS.items():
         field = field_of[key]
+        kinds = tuple(k.kind for k in KINDS if k is not first and key in k.defaults)
         out.append(
             KeyDoc(
                 name=key,
                 type=_type(field.type),
                 allowed=_allowed(field.metadata["check"]),
                 default=copy.deepcopy(value),
-                default_from=KIND_DEFAULTS if any(value is v for v in kind_values) else "",
-                kinds=tuple(k.kind for k in KINDS if key in k.defaults),
+                default_from=defaults_file(first) if key in first.defaults else "",
+                kinds=kinds,
                 meaning=DOCS[key],
+                by=first.title if key in first.defaults or kinds else "",
             )
         )
     return out
+
+
+def _file_of(kind: str, source: bool = False) -> str:
+    """Where the defaults of the kind named ``kind`` live."""
+    return defaults_file(next(k for k in KINDS if k.kind == kind), source)
 
 
 def _python(value: Any, width: int = 92) -> list[str]:
@@ -142,9 +168,8 @@ def key_help(doc: KeyDoc) -> str:
     lines.append(f"    default: {default[0]}")
     lines += [f"             {line}" for line in default[1:]]
     if doc.default_from:
-        lines.append(f"    (the RBLN stack's, from {doc.default_from})")
-    lines += [f"    {kind} recipes: their own default (servefleet/kinds/{kind}/defaults.py)"
-              for kind in doc.kinds]  # fmt: skip
+        lines.append(f"    (the {doc.by} stack's, from {doc.default_from})")
+    lines += [f"    {kind} recipes: their own default ({_file_of(kind)})" for kind in doc.kinds]
     return "\n".join(lines)
 
 
@@ -155,7 +180,9 @@ def commented(doc: KeyDoc) -> list[str]:
     if doc.allowed:
         lines += _wrap(f"allowed: {doc.allowed}", "# ", "#          ")
     if doc.kinds:
-        lines.append(f"# default: the RBLN stack's; {', '.join(doc.kinds)} recipes have their own")
+        lines.append(
+            f"# default: the {doc.by} stack's; {', '.join(doc.kinds)} recipes have their own"
+        )
     value = _python(doc.default)
     pad = " " * len(f"{doc.name} = ")
     return [*lines, f"# {doc.name} = {value[0]}", *(f"# {pad}{line}" for line in value[1:])]

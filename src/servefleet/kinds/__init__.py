@@ -9,6 +9,9 @@
 The registry: :func:`detect` (the kind of a file, from its content), :func:`find` (a path or a
 qualified name -> its kind and file), :func:`list_recipes` (every qualified name),
 :func:`kind_named` (a spec's kind) and :func:`kind_of` (the kind of the recipe data names).
+:func:`register` adds a kind from outside this package (a platform of its own, a test's), and
+:func:`unregister` takes it out again; :func:`default_kind` is the one whose defaults a host
+takes when its data names no recipe.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from servefleet.kinds.rbln.card import Card, load_card
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.kinds.vllm.kind import KIND as VLLM
 
-# In the order files are tried: a card first, then a vLLM recipe (YAML or the site's JSON)
-KINDS: tuple[Kind, ...] = (RBLN, VLLM)
+# In the order files are tried: a card first, then the registered kinds, then a vLLM recipe
+# (YAML or the site's JSON: the last, it takes any file its loader can read). The first is the
+# default kind (its defaults name the default recipe).
+KINDS: list[Kind] = [RBLN, VLLM]
+_BUILT_IN = (RBLN, VLLM)
 
 __all__ = [
     "KINDS",
@@ -40,7 +46,44 @@ __all__ = [
     "kind_of",
     "list_recipes",
     "load_rbln",
+    "default_kind",
+    "register",
+    "unregister",
 ]
+
+
+def register(kind: Kind) -> None:
+    """Add a kind to the registry: its recipes are found (tried before vLLM's), planned and
+    deployed as the built-in kinds' are, and ``servefleet resolve`` made after this takes its
+    options. RecipeError when its name or one of its options is another kind's.
+
+    + kind: the kind's one instance
+    """
+    flags = {o.flag: k.kind for k in KINDS for o in k.options}
+    taken = [o.flag for o in kind.options if o.flag in flags]
+    if any(k.kind == kind.kind for k in KINDS) or taken:
+        what = f"option {taken[0]} is {flags[taken[0]]}'s" if taken else "the name is taken"
+        raise RecipeError(
+            f"kind {kind.kind!r} cannot be registered: {what}; allowed: a kind name and "
+            f"options no registered kind has (kinds: {', '.join(k.kind for k in KINDS)})"
+        )
+    KINDS.insert(KINDS.index(VLLM), kind)
+
+
+def unregister(kind: Kind) -> None:
+    """Take a kind :func:`register` added out of the registry (the built-in ones stay).
+
+    + kind: the kind's instance, as registered
+    """
+    if kind in _BUILT_IN:
+        raise RecipeError(f"kind {kind.kind!r} is built in; allowed: a kind register() added")
+    if kind in KINDS:
+        KINDS.remove(kind)
+
+
+def default_kind() -> Kind:
+    """The kind whose defaults a host takes when its data names no recipe (the first)."""
+    return KINDS[0]
 
 
 def detect(path: Path) -> Kind:

@@ -7,7 +7,10 @@ whether and how a driver is installed, the top package of a release and the pins
 device-selection variable of the units, how servers are grouped on devices, and how long a first
 start may take (RBLN compiles; GPU servers load). The host plan, units, health gate, releases,
 rollback and rollouts are shared and ask the spec's kind. A new platform is one package here
-plus data.
+plus data: its defaults (data key -> value, shipped in its package), the ``servefleet resolve``
+options it takes (:class:`ResolveOption`), the commands the host probe runs for its devices and
+how to read their output, and its driver change (:class:`DriverPlan`, which the driver step
+turns into operations), registered with :func:`servefleet.kinds.register`.
 
 A kind reads the deploy's settings through :class:`Wants` (the attributes it uses), so it never
 imports the settings layer above it. Pure: no pyinfra import.
@@ -91,6 +94,7 @@ class Wants(Protocol):
     """What a kind reads of a host's validated settings (:class:`servefleet.settings.table.Settings`).
 
     + serve_*: the selection; sdk_pins: name -> version; the timeouts and instance count
+    + driver_*: the driver a host needs and where its installer comes from; serve_root
     """
 
     @property
@@ -118,8 +122,88 @@ class Wants(Protocol):
     @property
     def driver_version(self) -> str: ...
     @property
+    def driver_runfile_url(self) -> str | None: ...
+    @property
+    def driver_sha256(self) -> dict[str, str]: ...
+    @property
+    def driver_installer_args(self) -> tuple[str, ...]: ...
+    @property
+    def driver_apt_packages(self) -> tuple[str, ...]: ...
+    @property
+    def driver_apt_repo(self) -> dict[str, str] | None: ...
+    @property
+    def serve_root(self) -> str: ...
+    @property
     def sdk_pins(self) -> dict[str, str]: ...
     def owner_of(self, package: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ResolveOption:
+    """One option of ``servefleet resolve`` that a kind takes (the CLI builds its click option
+    from it, its help prefixed with the kind's :attr:`Kind.title`).
+
+    + flag: the option (``--target``)
+    + key: the keyword :meth:`Kind.resolve` reads its value under (``target``)
+    + help: its one-line help
+    + metavar: how the help names its value (``AXIS=VALUE``), None for the type's own
+    + type: ``str`` or ``int``, what its value is read as
+    + multiple: it may be given more than once (a tuple of values)
+    + is_flag: a switch, without a value
+    """
+
+    flag: str
+    key: str
+    help: str
+    metavar: str | None = None
+    type: type = str
+    multiple: bool = False
+    is_flag: bool = False
+
+
+@dataclass(frozen=True)
+class DriverFile:
+    """The installer a driver change runs: fetched (or taken from the wheelhouse) and checked
+    against its sha256 before anything runs it.
+
+    + what: how the operations name it (``runfile``)
+    + url: where it is fetched from
+    + sha256: what it must be
+    + dest: where the host keeps it
+    """
+
+    what: str
+    url: str
+    sha256: str
+    dest: str
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    """A host's driver change, as its kind plans it (pure data): the driver step
+    (:mod:`servefleet.entry.steps.driver`) turns it into operations, in this order: the apt
+    source and the packages it needs, its installer fetched and checked, this host's servers
+    stopped, the install run (a failure shows the tail of its log and brings those servers
+    back), the version checked, and the servers of the last good state back through the health
+    gate.
+
+    + version: the driver version it installs
+    + install: the install command (argv)
+    + log: the file the install's output goes to
+    + check: the command whose JSON output names the installed version (argv), and the key it
+      names it under
+    + apt_packages: the packages it needs, None for no apt step
+    + apt_repo: an apt source for them (``{"src": ..., "key": ...}``), or None
+    + installer: the file it runs, or None when there is nothing to fetch
+    """
+
+    version: str
+    install: tuple[str, ...]
+    log: str
+    check: tuple[tuple[str, ...], str]
+    apt_packages: tuple[str, ...] | None = None
+    apt_repo: Mapping[str, str] | None = None
+    installer: DriverFile | None = None
 
 
 @dataclass(frozen=True)
@@ -150,26 +234,33 @@ class Kind:
     Recipes:
     + kind: the first part of its qualified names (``rbln/...``, ``vllm/...``) and the spec's kind
     + label: how errors name a recipe of this kind (``an RBLN recipe card``)
-    + options: the ``servefleet resolve`` options it takes: CLI flag -> keyword of
-      :meth:`resolve`
+    + title: how help and docs name it (``RBLN``, ``vLLM``)
+    + options: the ``servefleet resolve`` options it takes (:class:`ResolveOption`)
 
     Hosts:
     + name: the name of its hosts' platform (``rbln``, ``gpu``; a release's stack name)
-    + defaults: data key -> this kind's default, over the key table's (a host whose data sets
-      the key keeps its own)
+    + defaults: data key -> this kind's default, shipped in its package (``defaults.py``): over
+      the key table's platform-neutral ones, for a host whose data does not set the key (the
+      first kind's are every host's when its data names no recipe)
+    + flag_table: the ``vllm serve`` flag table its servers parse with
+      (:func:`servefleet.base.flags.table`)
     """
 
     kind = ""
     label = ""
-    options: Mapping[str, str] = {}
+    title = ""
+    options: tuple[ResolveOption, ...] = ()
     name = ""
     defaults: Mapping[str, Any] = {}
+    flag_table = "upstream"
     # what the host probe runs to find the devices: (name, argv, "json" or "lines", unless),
     # each output under its name for :meth:`hardware`; skipped when ``unless`` found something
     probe_commands: tuple[tuple[str, tuple[str, ...], str, str | None], ...] = ()
     devices_env = ""  # the unit variable that gives a server its devices
     device_word = "devices"  # how units and messages name them
-    driver_step = ""  # "runfile" (installed by servefleet) or "check" (must be there)
+    # "runfile" (servefleet installs it: :meth:`driver_plan`) or "check" (it must be there);
+    # the lock records a driver_runfile_url of a kind that has one
+    driver_step = ""
     compiles = False  # first starts compile a cache worth pre-warming (fingerprint)
 
     # -- recipes
@@ -230,7 +321,35 @@ class Kind:
         raise NotImplementedError
 
     def driver_needed(self, settings: Wants, hardware: Hardware) -> bool:
+        """Whether this host's driver must change (servefleet installs it)."""
         return False
+
+    def driver_problem(self, settings: Wants) -> str | None:
+        """What the data lacks to install the driver (one line naming the key), or None;
+        asked before any change, of a host whose driver is needed."""
+        return None
+
+    def driver_plan(self, settings: Wants, kernel: str) -> DriverPlan | None:
+        """The driver change of a host whose driver is needed, or None: this kind installs
+        none (its driver must be there).
+
+        + settings: the host's validated data
+        + kernel: the host's kernel release (``uname -r``)
+        """
+        return None
+
+    def release_extras(self, spec: ServeSpec) -> list[str]:
+        """The extras of the release's top package the selection needs (each brings the
+        packages ``sdk_extra_packages`` names for it; the others are not installed)."""
+        return []
+
+    def unit_data(self, options: Mapping[str, Any], data: dict[str, Any]) -> None:
+        """What :meth:`resolve`'s ``options`` set in the data a resolved unit is rendered under
+        (``servefleet resolve --format unit``), in place; nothing by default.
+
+        + options: the keywords of :attr:`options` and their values
+        + data: every data key, the defaults
+        """
 
     def required_pins(self) -> tuple[str, ...]:
         """Distributions the data must pin for this platform."""

@@ -313,10 +313,12 @@ def plan_release(
       it takes (:func:`servefleet.release.glibc.choose`; None: no host known, the highest glibc's)
     """
     req = spec.requirements
+    platform = kind_named(spec.kind)
+    extras = platform.release_extras(spec)  # of the top package (RBLN: vllm-rbln's)
     skipped = {
         pkg
         for extra, pkgs in settings.sdk_extra_packages.items()
-        if extra not in req.vllm_rbln_extras
+        if extra not in extras
         for pkg in pkgs
     }
     chosen = choose(settings.pip_indexes, glibc)
@@ -327,7 +329,6 @@ def plan_release(
         if name not in skipped and chosen[name] == index
     ]
     owned = {d.name for d in downloads} | skipped
-    platform = kind_named(spec.kind)
     first, top_name = platform.top_requirement(settings, spec)
     top = [first] if top_name not in owned else []
     for package in (canonical_name(p) for p in req.packages):
@@ -342,7 +343,7 @@ def plan_release(
     must_have = sorted(
         {d.name for d in downloads} | {top_name} | set(map(canonical_name, req.packages))
     )
-    for extra in req.vllm_rbln_extras:
+    for extra in extras:
         must_have = sorted(set(must_have) | set(settings.sdk_extra_packages.get(extra, ())))
     content = {
         "python": settings.sdk_python,
@@ -353,7 +354,7 @@ def plan_release(
         "imports": platform.imports(spec),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
-    name = [platform.name, *req.vllm_rbln_extras, *map(canonical_name, req.packages)]
+    name = [platform.name, *extras, *map(canonical_name, req.packages)]
     several = [p for p, found in owners(settings.pip_indexes).items() if len(found) > 1]
     if several:  # one stack for each choice of owners: named by the highest glibc it chose
         need = max((chosen[p].glibc or "0" for p in several), key=Version)

@@ -95,10 +95,9 @@ def _extras_known(values: dict[str, Any], environ: Mapping[str, str]) -> None:
     """serve_extra_args, serve_extra_env and serve_override_args against the flag table of the
     recipe's platform (whether the recipe sets them already is known once it is resolved)."""
     try:
-        platform = kind_of(values["serve_recipe"]).name
+        table = flags.table(kind_of(values["serve_recipe"]).flag_table)
     except RecipeError:  # serve_recipe's own error, where the recipe is resolved
         return
-    table = flags.table_for(platform)
     flags.extra_units("serve_extra_args", values["serve_extra_args"], table)
     flags.check_env("serve_extra_env", values["serve_extra_env"], table)
     flags.override_dests("serve_override_args", values["serve_override_args"], table)

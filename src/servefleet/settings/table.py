@@ -7,6 +7,12 @@ meaning (``key(check, default, doc)``), in the order the data table in docs/data
 per host (inventory host tuples) or per run (``pyinfra ... --data serve_target=Throughput``).
 Secrets are never data: data names the environment variables that hold them.
 
+The table's defaults are platform-neutral: a key a platform decides (its driver, its stack and
+the indexes that own it, their credentials' variables, the default recipe) is :data:`KIND` here,
+and a host's default for it is its recipe's kind's (``Kind.defaults``, shipped in the kind's
+package; the default kind's, :func:`servefleet.kinds.default_kind`, for a key its own kind does
+not set and for a host whose data names no recipe).
+
 Pure Python (no pyinfra import): the deploy files call :func:`settings_from` on ``host.data`` at
 the top, before any operation is added; a key the host has no data for takes its default here,
 the one place defaults are applied. The data is validated whole, one check per key in the table's
@@ -25,8 +31,7 @@ from typing import Any
 
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.base.remote import layout
-from servefleet.kinds import kind_of
-from servefleet.kinds.rbln import defaults as rbln
+from servefleet.kinds import default_kind, kind_of
 from servefleet.settings import (
     across,
     check_names as names,
@@ -41,6 +46,7 @@ from servefleet.settings.checks import Check
 __all__ = [
     "DEFAULTS",
     "KEYS",
+    "KIND",
     "PREFIXES",
     "Settings",
     "default_settings",
@@ -50,6 +56,16 @@ __all__ = [
 
 # A data key is a name with one of these prefixes, one per area
 PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_")
+
+
+class _FromKind:
+    """The default of a key each platform decides: its recipe's kind's (``Kind.defaults``)."""
+
+    def __repr__(self) -> str:
+        return "KIND"
+
+
+KIND: Any = _FromKind()  # a key's default in the table: the kind's
 
 
 @dataclass(frozen=True)
@@ -92,10 +108,11 @@ _host_name = c.one_line("an inventory host name", "a host name of the inventory"
 class Settings:
     """Validated deploy data for one host: one field per data key (see each key's meaning)."""
 
-    # --- driver: the RBLN kernel driver (KMD), from Rebellions' runfile (RBLN Portal download)
+    # --- driver: the platform's kernel driver, when servefleet installs it (RBLN: the KMD, from
+    # Rebellions' runfile, an RBLN Portal download)
     driver_version: str = key(
         names.pep440_version,
-        "3.5.1",
+        KIND,
         "wanted driver version, as `rbln-smi -j` reports it (KMD_version)",
     )
     driver_runfile_url: str | None = key(
@@ -110,12 +127,12 @@ class Settings:
     )
     driver_installer_args: tuple[str, ...] = key(
         c.listed(_installer_arg, "a list of arguments without control characters"),
-        ["--silent"],
+        KIND,
         "arguments for the runfile: unattended install",
     )
     driver_apt_packages: tuple[str, ...] = key(
         c.listed(_deb_package, names.DEB_PACKAGE_ALLOWED),
-        ["dkms", "linux-headers-{kernel}"],
+        KIND,
         "prerequisites; {kernel} = `uname -r`",
     )
     driver_apt_repo: dict[str, str] | None = key(
@@ -126,7 +143,7 @@ class Settings:
 
     # --- sdk: the serving stack (RBLN: the SDK, rbln.md §0; GPU hosts: upstream vLLM)
     sdk_pins: dict[str, str] = key(
-        names.sdk_pins, rbln.SDK_PINS, "exact pins of every SDK package; only `==` is accepted"
+        names.sdk_pins, KIND, "exact pins of every SDK package; only `==` is accepted"
     )
     sdk_extra_packages: dict[str, tuple[str, ...]] = key(
         c.entries(
@@ -134,7 +151,7 @@ class Settings:
             c.listed(names.package_name, names.PACKAGES_ALLOWED),
             "extra -> package names",
         ),
-        rbln.SDK_EXTRA_PACKAGES,
+        KIND,
         "vllm-rbln extra -> what it brings (installed only when the selection needs it)",
     )
     sdk_python: str = key(paths.command, "python3", "interpreter the release venvs are made with")
@@ -172,7 +189,7 @@ class Settings:
     # --- pip: where packages come from
     pip_indexes: tuple[Index, ...] = key(
         _Trusted(lambda trusted: names.indexes(net.url_check(trusted))),
-        rbln.PIP_INDEXES,
+        KIND,
         "index -> url, the packages it owns, the glibc its wheels need; each package comes only from its owner",
     )
     pip_public_index: str | None = key(
@@ -185,12 +202,8 @@ class Settings:
     )
 
     # --- creds: names of the controller's environment variables holding secrets (never the values)
-    creds_index_user_env: str = key(
-        _env_name, "RBLN_INDEX_USER", 'user name for indexes with "auth": True'
-    )
-    creds_index_password_env: str = key(
-        _env_name, "RBLN_INDEX_PASSWORD", 'password for indexes with "auth": True'
-    )
+    creds_index_user_env: str = key(_env_name, KIND, 'user name for indexes with "auth": True')
+    creds_index_password_env: str = key(_env_name, KIND, 'password for indexes with "auth": True')
     creds_hf_token_env: str = key(
         _env_name, "HF_TOKEN", "Hugging Face token for gated models (optional)"
     )
@@ -209,7 +222,7 @@ class Settings:
     # --- serve: what to serve, and where it lives on the host
     serve_recipe: str = key(
         c.one_line("a recipe", "a recipe name (rbln/<name>) or a recipe file path"),
-        "rbln/gpt-oss-120b",
+        KIND,
         "recipe name under recipes/ or a path to a recipe file",
     )
     serve_strategy: str | None = key(
@@ -456,9 +469,24 @@ class Settings:
 
 
 KEYS = tuple(f.name for f in fields(Settings) if "check" in f.metadata)  # every data key, in order
-DEFAULTS: dict[str, Any] = {
-    f.name: f.metadata["default"] for f in fields(Settings) if f.name in KEYS
-}
+
+
+def _defaults() -> dict[str, Any]:
+    """Every key's default under the default kind: the table's, the kind's where it says
+    :data:`KIND`."""
+    kind = default_kind()
+    table = {f.name: f.metadata["default"] for f in fields(Settings) if f.name in KEYS}
+    missing = [k for k, v in table.items() if v is KIND and k not in kind.defaults]
+    if missing:
+        raise DataError(
+            f"the default kind {kind.kind} has no default for {', '.join(missing)}; allowed: a "
+            "kind whose defaults give every key the key table leaves to the kind"
+        )
+    return {k: kind.defaults[k] if v is KIND else v for k, v in table.items()}
+
+
+# every key's default when the data names no recipe (the default kind's for a key it decides)
+DEFAULTS: dict[str, Any] = _defaults()
 DOCS: dict[str, str] = {f.name: f.metadata["doc"] for f in fields(Settings) if f.name in KEYS}
 
 
@@ -557,20 +585,21 @@ def settings_from(
     )
 
 
-def default_settings(recipe: str | None = None, compiler_version: str | None = None) -> Settings:
-    """The deploy's settings from the default data (``serve_recipe`` and the rebel-compiler pin
-    replaced when given). Credentials are not read: nothing rendered from these holds them.
+def default_settings(
+    recipe: str | None = None, options: Mapping[str, Any] | None = None
+) -> Settings:
+    """The deploy's settings from the default data (every key set to :data:`DEFAULTS`), with
+    ``serve_recipe`` replaced when given and what the recipe's kind reads of ``servefleet
+    resolve``'s options (``Kind.unit_data``: RBLN's ``--compiler-version`` is the compiler
+    pinned). Credentials are not read: nothing rendered from these holds them.
 
     + recipe: the recipe to serve instead of the default's
-    + compiler_version: the rebel-compiler version to pin instead of the default's
+    + options: the resolve options given (their keywords), none by default
     """
     data = load_defaults()
     if recipe:
         data["serve_recipe"] = recipe
-    if compiler_version:
-        data["sdk_pins"] = [
-            f"rebel-compiler=={compiler_version}" if p.startswith("rebel-compiler==") else p
-            for p in data["sdk_pins"]
-        ]
+    if options:
+        kind_of(data["serve_recipe"]).unit_data(options, data)
     unused = {data[key]: "-" for key in ("creds_index_user_env", "creds_index_password_env")}
     return settings_from(data.get, unused)

@@ -2,8 +2,8 @@
 """servefleet driver step helpers. Run ON THE HOST, as root, with the system python3 (stdlib
 only), from ``<serve_root>/lib``.
 
-usage: driver.py fetch URL DEST     # download the runfile (the step checks its sha256)
-       driver.py check VERSION      # exit 1 unless rbln-smi reports driver VERSION
+usage: driver.py fetch URL DEST                # download the installer (the step checks its sha256)
+       driver.py check VERSION KEY ARGV...     # exit 1 unless ARGV's JSON names VERSION under KEY
 """
 
 from __future__ import annotations
@@ -45,19 +45,22 @@ def fetch(url: str, dest: str, timeout: float = TIMEOUT, tries: int = retry.TRIE
         sys.exit(f"servefleet: {url}: cannot download the runfile ({retry.reason(e)})")
 
 
-def check(version: str) -> None:
-    smi = subprocess.run(["rbln-smi", "-j"], check=True, capture_output=True, text=True)
-    found = json.loads(smi.stdout).get("KMD_version")
+def check(version: str, key: str, argv: list[str]) -> None:
+    """Exit 1 unless the JSON object ``argv`` prints names ``version`` under ``key`` (the
+    driver's kind says which command reports its version: RBLN's ``rbln-smi -j``, its
+    ``KMD_version``)."""
+    out = subprocess.run(argv, check=True, capture_output=True, text=True)
+    found = json.loads(out.stdout).get(key)
     if found != version:
-        sys.exit(f"servefleet: rbln-smi reports driver {found}, wanted {version}")
+        sys.exit(f"servefleet: {argv[0]} reports driver {found}, wanted {version}")
 
 
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "fetch":
         fetch(argv[1], argv[2])
         return 0
-    if len(argv) == 2 and argv[0] == "check":
-        check(argv[1])
+    if len(argv) >= 4 and argv[0] == "check":
+        check(argv[1], argv[2], argv[3:])
         return 0
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2

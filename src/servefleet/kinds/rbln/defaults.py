@@ -1,8 +1,12 @@
-"""The RBLN kind's data defaults: the RBLN SDK 0.12.0 stack and the indexes that own its packages
-(rbln.md §0). The key table (:mod:`servefleet.settings.table`) takes them as the defaults of
-``sdk_pins``, ``sdk_extra_packages`` and ``pip_indexes``."""
+"""The RBLN kind's data defaults (:data:`DEFAULTS`): its driver, the RBLN SDK 0.12.0 stack and the
+indexes that own its packages (rbln.md §0), the variables its private index's credentials are
+read from, and the default recipe (this kind is the default one). A host whose data names an RBLN
+recipe, or none, takes these for every key its data does not set; the key table
+(:mod:`servefleet.settings.table`) holds none of them."""
 
 # mypy: disable-error-code="var-annotated"
+
+from typing import Any
 
 SDK_PINS = [  # exact pins of every SDK package; only `==` is accepted
     "rebel-compiler==0.12.0",  # compiler and runtime (`import rebel`), private RBLN index
@@ -36,6 +40,19 @@ PIP_INDEXES = {  # index -> url, the packages it owns, the glibc its wheels need
         "url": "https://download.pytorch.org/whl/cpu",
         "packages": ["torch", "torchvision", "torchaudio", "torchcodec"],
     },
+}
+
+
+DEFAULTS: dict[str, Any] = {  # data key -> this kind's default
+    "driver_version": "3.5.1",  # the RBLN driver (KMD) of the SDK 0.12.0, as `rbln-smi -j` reports it
+    "driver_installer_args": ["--silent"],  # Rebellions' runfile: an unattended install
+    "driver_apt_packages": ["dkms", "linux-headers-{kernel}"],  # what the runfile builds with
+    "sdk_pins": SDK_PINS,
+    "sdk_extra_packages": SDK_EXTRA_PACKAGES,
+    "pip_indexes": PIP_INDEXES,
+    "creds_index_user_env": "RBLN_INDEX_USER",  # the RBLN Portal user (the private index)
+    "creds_index_password_env": "RBLN_INDEX_PASSWORD",  # and its password
+    "serve_recipe": "rbln/gpt-oss-120b",  # the default recipe
 }
 
 

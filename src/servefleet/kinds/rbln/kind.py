@@ -2,8 +2,9 @@
 
 Recipes: docs.rbln.ai's JSON cards, bare or inside the page text, named ``rbln/<name>``. Hosts:
 devices from ``rbln-smi -j`` once a driver exists, else from PCI ids; the driver is a runfile
-servefleet installs; a release is ``vllm-rbln`` with its pinned SDK; servers get
-``RBLN_VISIBLE_DEVICES``; a cold first start compiles (pre-warm).
+servefleet installs (:mod:`.driver`); a release is ``vllm-rbln`` with its pinned SDK and the
+extras the selection needs; servers get ``RBLN_VISIBLE_DEVICES``; a cold first start compiles
+(pre-warm). Its data defaults: :mod:`.defaults`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.base.errors import ProbeError, RecipeError
-from servefleet.kinds.base import Hardware, Kind, Wants
+from servefleet.kinds.base import DriverPlan, Hardware, Kind, ResolveOption, Wants
 from servefleet.kinds.loader import load_json, load_yaml
+from servefleet.kinds.rbln import defaults as rbln_defaults, driver
 from servefleet.kinds.rbln.card import Card, load_card
 from servefleet.kinds.rbln.resolve import (
     default_selection,
@@ -136,14 +138,24 @@ def parse_sets(
 class Rbln(Kind):
     kind = "rbln"
     label = "an RBLN recipe card"
-    options = {
-        "--target": "target",
-        "--set": "sets",
-        "--recommended": "recommended",
-        "--sku": "sku",
-        "--compiler-version": "compiler_version",
-    }
+    title = "RBLN"
+    options = (
+        ResolveOption("--target", "target", "Latency (default) or Throughput, any case."),
+        ResolveOption("--set", "sets", "choose a value.", metavar="AXIS=VALUE", multiple=True),
+        ResolveOption(
+            "--recommended", "recommended", "start from the recommended values.", is_flag=True
+        ),
+        ResolveOption("--sku", "sku", "NPU SKU (default: the option's first)."),
+        ResolveOption(
+            "--compiler-version",
+            "compiler_version",
+            "rebel-compiler version for the fingerprint (default: the data's pin).",
+            metavar="X.Y.Z",
+        ),
+    )
     name = "rbln"
+    defaults = rbln_defaults.DEFAULTS
+    flag_table = "rbln"  # vllm-rbln 0.12.0's `vllm serve`
     probe_commands = (
         ("smi", ("rbln-smi", "-j"), "json", None),  # once a driver exists
         ("pci", ("lspci", "-n"), "lines", "smi"),  # before: the PCI ids
@@ -229,11 +241,28 @@ class Rbln(Kind):
     def driver_needed(self, settings: Wants, hardware: Hardware) -> bool:
         return hardware.driver_version != settings.driver_version
 
+    def driver_problem(self, settings: Wants) -> str | None:
+        return driver.driver_problem(settings)
+
+    def driver_plan(self, settings: Wants, kernel: str) -> DriverPlan | None:
+        return driver.driver_plan(settings, kernel)
+
+    def release_extras(self, spec: ServeSpec) -> list[str]:
+        return list(spec.requirements.vllm_rbln_extras)
+
+    def unit_data(self, options: Mapping[str, Any], data: dict[str, Any]) -> None:
+        version = options.get("compiler_version")
+        if version:  # the fingerprint's compiler is the pinned one
+            data["sdk_pins"] = [
+                f"rebel-compiler=={version}" if p.startswith("rebel-compiler==") else p
+                for p in data["sdk_pins"]
+            ]
+
     def required_pins(self) -> tuple[str, ...]:
         return ("rebel-compiler", "vllm-rbln")
 
     def top_requirement(self, settings: Wants, spec: ServeSpec) -> tuple[str, str]:
-        extras = spec.requirements.vllm_rbln_extras
+        extras = self.release_extras(spec)
         shown = f"[{','.join(extras)}]" if extras else ""
         return f"vllm-rbln{shown}=={settings.sdk_pins['vllm-rbln']}", "vllm-rbln"
 

@@ -22,6 +22,7 @@ from servefleet.base.errors import ProbeError
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.roles import deployable
 from servefleet.kinds.vllm import defaults as vllm_defaults
+from servefleet.kinds.vllm.options import OPTIONS
 from servefleet.spec import ServeSpec
 
 NIXL = "nixl"  # PyPI's NIXL (the meta package over its CUDA builds): NixlConnector imports it
@@ -112,16 +113,8 @@ def _profile_name(
 class Vllm(Kind):
     kind = "vllm"
     label = "a vLLM recipe"
-    options = {
-        "--hardware": "hardware",
-        "--variant": "variant",
-        "--tp": "tp",
-        "--feature": "features",
-        "--no-feature": "no_features",
-        "--kv-offload": "kv_offload",
-        "--task": "task",
-        "--pool-parallelism": "pool_parallelism",
-    }
+    title = "vLLM"
+    options = OPTIONS
     name = "gpu"
     probe_commands = (
         ("gpus", NVIDIA_QUERY, "lines", None),
