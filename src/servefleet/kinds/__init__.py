@@ -61,8 +61,9 @@ def register(kind: Kind) -> None:
     """
     flags = {o.flag: k.kind for k in KINDS for o in k.options}
     taken = [o.flag for o in kind.options if o.flag in flags]
-    if any(k.kind == kind.kind for k in KINDS) or taken:
-        what = f"option {taken[0]} is {flags[taken[0]]}'s" if taken else "the name is taken"
+    named = any(k.kind == kind.kind for k in KINDS)
+    if named or taken:
+        what = "the name is taken" if named else f"option {taken[0]} is {flags[taken[0]]}'s"
         raise RecipeError(
             f"kind {kind.kind!r} cannot be registered: {what}; allowed: a kind name and "
             f"options no registered kind has (kinds: {', '.join(k.kind for k in KINDS)})"
