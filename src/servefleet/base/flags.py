@@ -31,6 +31,8 @@ _FILES = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstr
 TABLE_OF_PLATFORM = {"rbln": "rbln", "gpu": "upstream"}
 _ENVS = "vllm-0.30.0-envs.json"
 _SHOWN = {"rbln": "vLLM 0.30.0 with vllm-rbln 0.12.0", "upstream": "vLLM 0.30.0"}
+# the groups of the envs dump whose VLLM_* variables each table's servers know
+_ENV_GROUPS = {"rbln": ("vllm", "vllm_rbln"), "upstream": ("vllm",)}
 _NO_VALUE = ("_StoreTrueAction", "BooleanOptionalAction", "_StoreRblnBool", "_HelpAction")
 _OBJECT_TYPES = ("loads", "parse_dataclass", "union_dict_and_str")  # take ``--flag.sub v``
 
@@ -125,7 +127,7 @@ def table(name: str) -> Table:
         for each in entry["flags"]:
             flags[each] = flag
     envs = json.loads((VLLM_FLAGS_DIR / _ENVS).read_text(encoding="utf-8"))
-    known = envs["vllm"] + (envs["vllm_rbln"] if name == "rbln" else [])
+    known = [var for group in _ENV_GROUPS[name] for var in envs[group]]
     return Table(name, flags, frozenset(known))
 
 
