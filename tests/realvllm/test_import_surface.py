@@ -31,10 +31,13 @@ SIM_ONLY = {
     "vllm.cuda",
     "vllm.flag_table",
     "vllm.generation",
+    "vllm.group_head",
     "vllm.http_api",
     "vllm.kv_transfer",
     "vllm.lifecycle",
+    "vllm.parallel_plan",
     "vllm.registries",
+    "vllm.rendezvous",
     "vllm.serve_args",
     "vllm.sim",
 }

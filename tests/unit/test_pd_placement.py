@@ -118,14 +118,18 @@ def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() 
         assert plan.routers == ()  # a P/D worker is never taken out of rotation
         assert "nixl" in plan.spec.requirements.packages  # NixlConnector imports it
         assert "nixl==1.5.1" in plan_release(s, plan.spec, None).requirements
-    neither = plan_host(s, probe(**H200), place=Place("10.0.0.9", ("other",), fleet_routers=routers))
+    neither = plan_host(
+        s, probe(**H200), place=Place("10.0.0.9", ("other",), fleet_routers=routers)
+    )
     assert neither.refusal == (
         "serve_roles: this host is in neither of the groups 'pre' (prefill) and 'dec' (decode); "
         "allowed: a host of one of them"
     )
     assert neither.instances == ()
     with pytest.raises(DataError) as e:
-        plan_host(settings(**{**GLM, "serve_router": "host"}), probe(**H200), place=Place(groups=("pre",)))
+        plan_host(
+            settings(**{**GLM, "serve_router": "host"}), probe(**H200), place=Place(groups=("pre",))
+        )
     assert "serve_roles: {'prefill': 'pre', 'decode': 'dec'} places each role" in str(e.value)
 
 

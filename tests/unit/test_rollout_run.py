@@ -194,3 +194,24 @@ def test_the_pyinfra_run_is_the_cli_with_its_limits_and_its_json(
 
     monkeypatch.setattr(rollout_mod.subprocess, "run", garbled)
     assert r.pyinfra(["h1"], "serve.py")[1] is None
+
+
+def test_a_batch_never_splits_a_serving_group_and_a_canary_is_a_whole_group() -> None:
+    hosts = ["a1", "s1", "a2", "b1", "b2", "s2"]
+    group_of = {"a1": "ga", "a2": "ga", "b1": "gb", "b2": "gb"}
+    assert batches(hosts, 1, 1, None, group_of) == [["a1", "a2"], ["s1"], ["b1", "b2"], ["s2"]]
+    assert batches(hosts, 0, 2, None, group_of) == [["a1", "a2", "s1"], ["b1", "b2", "s2"]]
+    assert batches(hosts, 1, None, 50, group_of) == [["a1", "a2"], ["s1", "b1", "b2"], ["s2"]]
+    assert batches(hosts, 1, 1, None) == [[h] for h in hosts]  # no groups: one host a unit
+
+
+def test_max_failures_counts_a_failed_group_once() -> None:
+    r = _Fleet(fail={"a1", "a2"}, cold=set())
+    r.group_of = {"a1": "ga", "a2": "ga", "b1": "gb", "b2": "gb"}
+    assert r.run([["a1", "a2"], ["b1", "b2"]], max_failures=1)  # one group failed: go on
+    assert r.results["b1"].result == "ok"
+    r = _Fleet(fail={"a1", "b2"}, cold=set())
+    r.group_of = {"a1": "ga", "a2": "ga", "b1": "gb", "b2": "gb"}
+    assert not r.run([["a1", "a2"], ["b1", "b2"], ["c"]], max_failures=1)
+    assert "stopping: 2 failed host(s) or group(s), --max-failures 1" in r.lines
+    assert r.results["c"].result == "not reached"

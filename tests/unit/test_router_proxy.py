@@ -25,7 +25,6 @@ from test_deploy_plan import probe, settings
 
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host
-from servefleet.hostplan.types import Place
 from servefleet.hostplan.router import (
     ADMIN_PATHS,
     CLIENT_PATHS,
@@ -33,6 +32,7 @@ from servefleet.hostplan.router import (
     PROXY_TIMEOUT,
     render_proxy,
 )
+from servefleet.hostplan.types import Place
 from servefleet.render.units import render_proxy_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

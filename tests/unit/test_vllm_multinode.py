@@ -382,14 +382,22 @@ def test_resolve_shows_every_rank_as_json() -> None:
     assert "--master-addr $HEAD_IP" in shell.output and "=$IFACE_NAME " in shell.output
 
 
-def test_the_deploy_path_still_refuses_a_group() -> None:
+def test_the_deploy_path_resolves_a_group_and_a_host_plan_without_one_refuses_it() -> None:
+    from servefleet.base.errors import DataError
+    from servefleet.hostplan.plan import plan_host
+
     data = load_defaults()
-    data.update(serve_recipe=SHIPPED, serve_hardware="h200", serve_strategy="multi_node_tp")
-    with pytest.raises(RecipeError) as err:
-        resolve_for(settings_from(data.get, CREDS))
+    data.update(serve_recipe=SHIPPED, serve_hardware="h200", serve_strategy="multi_node_tp",
+                serve_nodes=3)  # fmt: skip
+    spec = resolve_for(settings_from(data.get, CREDS))
+    assert spec.nodes == 3 and [s.rank for s in spec.servers] == [0, 1, 2]
+    data.update(serve_nodes=None)
+    s = settings_from(data.get, CREDS)
+    with pytest.raises(DataError) as err:
+        plan_host(s, {"gpus": [], "pci": []})
     msg = str(err.value)
-    assert "strategy multi_node_tp is multi_node and cannot be rendered for one host" in msg
-    assert "(single-node strategies: single_node_tp" in msg and "\n" not in msg
+    assert "serve_strategy: 'multi_node_tp' of" in msg and "spans 2 hosts" in msg
+    assert "allowed: the same serve_group on 2 hosts" in msg and "\n" not in msg
 
 
 def test_the_rbln_kind_is_untouched() -> None:

@@ -241,10 +241,10 @@ def rollout_cmd(
     if deploy and deploy.startswith("-"):
         pyinfra_args, deploy = (deploy, *pyinfra_args), None
     fleet = runs.fleet_args(inventory, limits, pyinfra_args)
-    fleet.settings()
+    group_of = {h: s.serve_group for h, s in fleet.settings().items()}
     hosts = fleet.hosts
     passed_on = list(fleet.options.rest)  # each batch is limited to its own hosts
-    plan = batches(hosts, canary, batch_size, batch_percent)
+    plan = batches(hosts, canary, batch_size, batch_percent, group_of)
     echo = (lambda _m: None) if as_json else click.echo
     line = (f"rollout of {len(hosts)} host(s) in {len(plan)} batch(es): "
             + " | ".join(", ".join(b) for b in plan))  # fmt: skip
@@ -269,6 +269,7 @@ def rollout_cmd(
         pyinfra_args=passed_on,
         report=report,
         echo=lambda m: echo(m),
+        group_of=group_of,
     )
     ok = rollout.run(plan, max_failures)
     if as_json:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from servefleet.fleet.groups import ServingGroup, group_of
 from servefleet.hostplan.router import admin_url, fleet_order
 from servefleet.hostplan.types import HostPlan, Place
 from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
@@ -36,12 +37,17 @@ class FleetHost:
     + groups: its inventory groups
     + settings: its validated data, read when the plan needs it (a host's bad data stops only
       the runs that need it)
+    + serving_group: the ``serve_group`` its data gives (as given: its own check comes with its
+      data), or None
+    + in_run: the run reaches it (pyinfra's ``--limit`` and ``--exclude``)
     """
 
     name: str
     address: str
     groups: tuple[str, ...]
     settings: Callable[[], Settings] = field(compare=False, repr=False)
+    serving_group: str | None = None
+    in_run: bool = True
 
 
 @dataclass
@@ -56,6 +62,9 @@ class FleetPlan:
     warm: dict[str, WarmEntry] = field(default_factory=dict)  # as fleet pre-warm saw them
     _routers: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _prewarm: dict[str, str] | None = field(default=None, repr=False)
+    _groups: dict[str, ServingGroup] = field(default_factory=dict, repr=False)
+    restarts: dict[str, bool] = field(default_factory=dict)  # group -> it restarts (run time)
+    gates: dict[str, str | None] = field(default_factory=dict)  # group -> why its gate failed
 
     def host(self, name: str) -> FleetHost:
         return next(h for h in self.hosts if h.name == name)
@@ -76,15 +85,39 @@ class FleetPlan:
             )
         return self._routers[group]
 
+    def group(self, name: str) -> ServingGroup:
+        """The serving group ``name`` (:func:`servefleet.fleet.groups.group_of`), checked once a
+        run; DataError (one line) when it is not one."""
+        if name not in self._groups:
+            members = [(h.name, h.address, h.settings) for h in self.hosts
+                       if h.serving_group == name]  # fmt: skip
+            self._groups[name] = group_of(name, members)
+        return self._groups[name]
+
     def place(self, name: str, settings: Settings) -> Place:
         """Where host ``name`` (with its validated ``settings``) stands in the fleet."""
         h = self.host(name)
+        group = getattr(settings, "serve_group", None)  # the key comes with the groups' data
         return Place(
             address=h.address,
             groups=h.groups,
             builder=name == settings.serve_prewarm_host,
             router_host=settings.router_fleet and settings.serve_router_group in h.groups,
             fleet_routers=self.routers(settings),
+            group=self.group(group).place(name) if group else None,
+        )
+
+    def group_outside(self, name: str) -> str | None:
+        """Why a deploy over this run must not change serving group ``name`` (one of its hosts
+        is outside the run: a group restarts as one), or None."""
+        group = self.group(name)
+        out = [m for m in group.members if not self.host(m.host).in_run]
+        if not out:
+            return None
+        ranks = ", ".join(f"{m.host} (rank {m.rank})" for m in out)
+        return (
+            f"serve_group {name!r}: this run does not reach {ranks}, and a group restarts as "
+            f"one; allowed: a run over every host of the group ({', '.join(group.hosts)})"
         )
 
     # -- what the hosts join while they are planned, read when operations run
@@ -132,6 +165,16 @@ class FleetPlan:
             for i in p.instances
             if i.worker and i.role == "prefill"
         ]
+
+    def group_missing(self, name: str, failed: Sequence[str] = ()) -> list[str]:
+        """The hosts of serving group ``name`` that have no plan in this run (refused, failed
+        while planned) or have failed since (``failed``: pyinfra's failed hosts, by name)."""
+        return [h for h in self.group(name).hosts if h not in self.plans or h in failed]
+
+    def group_changing(self, name: str) -> bool:
+        """Some rank of serving group ``name`` does not run what its plan wants (every rank
+        then restarts: the group restarts as one)."""
+        return any(not self.plans[h].converged for h in self.group(name).hosts if h in self.plans)
 
     def prewarm_role(self, name: str) -> str | None:
         """Host ``name``'s part in the fleet pre-warm (decided once, when first asked, over the

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,15 +30,45 @@ from servefleet.fleet.inventory import limit_pattern
 TICK = 15.0  # seconds between the live lines of a running batch
 
 
+def units(hosts: Sequence[str], group_of: Mapping[str, str | None]) -> list[list[str]]:
+    """The hosts as the rollout counts them: each serving group (``serve_group``) one unit, at
+    its first host's place, every other host a unit of its own.
+
+    + hosts: inventory order
+    + group_of: host -> its serving group, or None
+    """
+    out: list[list[str]] = []
+    at: dict[str, list[str]] = {}
+    for h in hosts:
+        g = group_of.get(h)
+        if g is None:
+            out.append([h])
+        elif g in at:
+            at[g].append(h)
+        else:
+            at[g] = [h]
+            out.append(at[g])
+    return out
+
+
 def batches(
-    hosts: list[str], canary: int, size: int | None, percent: float | None
+    hosts: list[str],
+    canary: int,
+    size: int | None,
+    percent: float | None,
+    group_of: Mapping[str, str | None] | None = None,
 ) -> list[list[str]]:
-    """The canary hosts alone, then the rest in batches of ``size`` (or ``percent`` of all)."""
-    first, rest = hosts[:canary], hosts[canary:]
-    step = size or (max(1, math.ceil(len(hosts) * percent / 100)) if percent else len(rest) or 1)
+    """The canary alone, then the rest in batches of ``size`` (or ``percent`` of all), counted
+    in units: a serving group is one (a batch never splits it, a canary is a whole group).
+
+    + group_of: host -> its serving group, or None (default: no groups)
+    """
+    every = units(hosts, group_of or {})
+    first, rest = every[:canary], every[canary:]
+    step = size or (max(1, math.ceil(len(every) * percent / 100)) if percent else len(rest) or 1)
     out = [first] if first else []
     out += [rest[i : i + step] for i in range(0, len(rest), step)]
-    return out
+    return [[h for unit in batch for h in unit] for batch in out]
 
 
 @dataclass
@@ -58,6 +88,7 @@ class Rollout:
     pyinfra_args: list[str]
     report: Callable[[str, list[str]], dict[str, Any]]  # kind, hosts -> host summaries
     echo: Callable[[str], None]
+    group_of: Mapping[str, str | None] = field(default_factory=dict)  # host -> serving group
     results: dict[str, HostResult] = field(default_factory=dict)
 
     def pyinfra(
@@ -118,14 +149,14 @@ class Rollout:
                 for host in lost:
                     self.results[host].retried = True
                 failed = (failed - set(lost)) | still
-            failures += sorted(failed)
+            # a serving group counts once, however many of its hosts failed
+            failures += sorted({self.group_of.get(h) or h for h in failed})
             took = time.monotonic() - t0
             verdict = f"{len(batch) - len(failed)} ok, {len(failed)} failed"
             self.echo(f"batch {n}/{len(plan)}: {verdict} ({took:.0f} s)")
             if len(failures) > max_failures:
-                self.echo(
-                    f"stopping: {len(failures)} failed host(s), --max-failures {max_failures}"
-                )
+                what = "failed host(s) or group(s)" if self.group_of else "failed host(s)"
+                self.echo(f"stopping: {len(failures)} {what}, --max-failures {max_failures}")
                 self.settle(sorted(failed))
                 break
         reached = [h for h, r in self.results.items() if r.result != "not reached"]

@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from servefleet.base.remote.layout import API_KEY_FILE, API_KEY_VAR, UNIT_SHA_VAR
+from servefleet.base.remote.layout import API_KEY_FILE, API_KEY_VAR, GROUP_SHA_VAR, UNIT_SHA_VAR
 from servefleet.hostplan.serve_files import shipped_paths
 from servefleet.kinds import kind_named
 from servefleet.release.plan import ReleasePlan
 from servefleet.render.units import render_unit
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
+
+HEADLESS = "--headless"  # a rank of a serving group that serves no API: it opens no port
 
 
 def api_key_file(key: str) -> str:
@@ -34,16 +36,20 @@ def instance_command(
     devices: str,
     devices_env: str | None = None,
     server: Server | None = None,
+    group_sha: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment instance ``index`` runs with (its unit's ExecStart= and
     Environment=, before the unit's own sha): what the pre-flight checks (arguments as
-    :func:`render_instance`; ``server``: the spec's server it runs, default its first)."""
+    :func:`render_instance`; ``server``: the spec's server it runs, default its first; a rank of
+    a serving group: ``group_sha``, the group's hash, in its environment, and no port when it
+    runs ``--headless``)."""
     server = server or spec.servers[0]
     port = settings.serve_base_port + index
-    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release),
-                 "--port", str(port)]  # fmt: skip
-    if settings.serve_host:
-        exec_argv += ["--host", settings.serve_host]
+    exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release)]
+    if HEADLESS not in server.argv:
+        exec_argv += ["--port", str(port)]
+        if settings.serve_host:
+            exec_argv += ["--host", settings.serve_host]
     exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
     env = dict(server.env)
     env.update(
@@ -53,6 +59,8 @@ def instance_command(
         HF_HOME=settings.models_hf_home,
         HF_HUB_OFFLINE="1",
     )
+    if group_sha:
+        env[GROUP_SHA_VAR] = group_sha
     return exec_argv, env
 
 
@@ -68,6 +76,7 @@ def render_instance(
 def instance_unit(
     settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
     devices_env: str | None = None, server: Server | None = None,
+    group: tuple[str, str] | None = None,
 ) -> tuple[str, str, list[str], dict[str, str]]:  # fmt: skip
     """The unit file of one instance, its SERVEFLEET_UNIT sha, and the command line and
     environment it runs (its one :func:`instance_command`; pure: the deploy writes this text,
@@ -80,8 +89,17 @@ def instance_unit(
     + devices: its devices (``0,1``)
     + devices_env: the variable that gives them (default: the spec's platform's)
     + server: the spec's server it runs (default: the first)
+    + group: a rank of a serving group: (the group's name, its hash)
     """
-    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env, server)
+    name, group_sha = group or (None, None)
+    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env, server,
+                                      group_sha)  # fmt: skip
+    rank = None
+    if group is not None:
+        ranked = server or spec.servers[0]
+        rank = f"rank {ranked.rank} of group {name}" + (
+            ", headless" if HEADLESS in ranked.argv else ""
+        )
     port = settings.serve_base_port + index
     fields: dict[str, Any] = dict(
         exec_argv=exec_argv,
@@ -96,6 +114,7 @@ def instance_unit(
         # systemd waits this long for the stop before SIGKILL: the drain and 30 s more
         stop_timeout=settings.serve_shutdown_timeout + 30,
         environment_file=API_KEY_FILE if settings.api_key else None,
+        rank=rank,
     )
     # the unit's text only: no digest of the API key (world-readable, it would let a guess be
     # confirmed offline, #31 finding 4); a new key restarts the servers because each one is

@@ -13,8 +13,9 @@ from typing import Any
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.base.remote.layout import NETRC, unit_name
 from servefleet.hostplan.extras import resolve_for
-from servefleet.hostplan.instance_unit import instance_unit
+from servefleet.hostplan.instance_unit import HEADLESS, instance_unit
 from servefleet.hostplan.placement import place_pd
+from servefleet.hostplan.ranks import no_group, place_rank
 from servefleet.hostplan.router import host_router, plan_router, worker_url
 from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance, Place
 from servefleet.kinds import Hardware, kind_of
@@ -111,7 +112,14 @@ def plan_host(
     routed = settings.router_per_host or (fleet and bool(place.fleet_routers))
     devices_env = platform.devices_env_for(hardware)
     placed: list[tuple[Server | None, str]] = [(None, "main")] * len(groups)
-    if is_pd(spec) and not (builder or router_host):
+    group = place.group
+    if spec.nodes > 1 and group is None and not router_host:
+        raise no_group(settings, spec)
+    if group is not None:  # one rank of the group's spec, on one device group
+        spec, ranked, rank_refusal = place_rank(settings, spec, group, probe, address)
+        refusal = refusal or rank_refusal
+        groups, placed = groups[:1], [(ranked, "main")]
+    elif is_pd(spec) and not (builder or router_host):
         spec, placed, pd_refusal = place_pd(settings, spec, groups, place.groups, address)
         refusal = refusal or pd_refusal
         groups = groups[: len(placed)]
@@ -120,7 +128,7 @@ def plan_host(
         port = settings.serve_base_port + i
         server, role = placed[i]
         text, sha, argv, env = instance_unit(settings, spec, release, i, devices, devices_env,
-                                             server)  # fmt: skip
+                                             server, (group.name, group.sha) if group else None)  # fmt: skip
         unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
@@ -129,9 +137,13 @@ def plan_host(
             and on_host.get("running") == sha
             and on_host.get("key_current") is not False  # it runs with the key file's key
         )
-        worker = worker_url(settings, port, address if fleet else None) if routed else None
+        serves = HEADLESS not in argv
+        worker = (
+            worker_url(settings, port, address if fleet else None) if routed and serves else None
+        )
         instances.append(Instance(i, unit, port, devices, text, sha, written, converged,
-                                  tuple(argv), tuple(sorted(env.items())), worker, role))  # fmt: skip
+                                  tuple(argv), tuple(sorted(env.items())), worker, role,
+                                  serves))  # fmt: skip
     if instances and instances[-1].port > MAX_PORT:
         raise DataError(
             f"serve_base_port: {settings.serve_base_port} + {len(instances) - 1} instances ends at port "
@@ -190,6 +202,7 @@ def plan_host(
         router_release=router_release,
         router_host=router_host,
         routers=routers,
+        group=group,
     )
 
 

@@ -40,7 +40,7 @@ REMOTE_SCRIPTS = (
     "layout.py", "trusted.py", "retry.py", "install_release.py", "fetch_model.py", "refusal.py",
     "http_client.py", "tar_safety.py", "snapshot_place.py", "store_source.py", "hub_source.py",
     "hub_client.py", "health.py", "instances.py", "prewarm.py", "driver.py", "preflight.py",
-    "trees.py",
+    "trees.py", "group.py",
 )  # fmt: skip
 
 
@@ -102,6 +102,8 @@ def probe_args(
             "keyed": keyed,
             "python": settings.sdk_python,
             "router": {"unit": ROUTER_UNIT, "url": _router_admin(settings)},
-        },
+        }
+        # a rank of a serving group without serve_iface: the interfaces' addresses
+        | ({"addresses": True} if settings.serve_group and not settings.serve_iface else {}),
         sort_keys=True,
     )

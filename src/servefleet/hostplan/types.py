@@ -29,6 +29,27 @@ NOLOGIN = "/usr/sbin/nologin"  # the shell of the serve user a deploy creates
 
 
 @dataclass(frozen=True)
+class GroupPlace:
+    """A host's rank in a serving group (one model across several hosts; the fleet plan's
+    :class:`servefleet.fleet.groups.ServingGroup`).
+
+    + name: the group (``serve_group``)
+    + rank: this host's rank (0 serves the group's API)
+    + nodes: the group's hosts
+    + head: rank 0's address (the rendezvous, ``$HEAD_IP``)
+    + sha: the group's hash (every rank's unit carries it)
+    + hosts: the group's hosts, by rank
+    """
+
+    name: str
+    rank: int
+    nodes: int
+    head: str
+    sha: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Place:
     """A host's place in the fleet, as the fleet plan (:mod:`servefleet.fleet.fleetplan`) gives
     it; the default is a host alone.
@@ -40,6 +61,7 @@ class Place:
     + router_host: ``serve_router = "fleet"`` and it is in ``serve_router_group``: it runs a
       router only (no device, driver or server of its own)
     + fleet_routers: the worker APIs of the fleet's routers (``serve_router = "fleet"``)
+    + group: its rank in a serving group (``serve_group``), or None
     """
 
     address: str | None = None
@@ -47,6 +69,7 @@ class Place:
     builder: bool = False
     router_host: bool = False
     fleet_routers: tuple[str, ...] = ()
+    group: GroupPlace | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +88,7 @@ class Instance:
     env: tuple[tuple[str, str], ...] = ()  # its Environment= (the unit's sha aside)
     worker: str | None = None  # how the routers in front reach it (None: no router)
     role: str = "main"  # its serving role (prefill, decode: behind the host's router)
+    serves: bool = True  # it serves the API on its port (a headless rank of a group: none)
 
     def to_json(self, fingerprint: str) -> dict[str, Any]:
         return {
@@ -76,7 +100,7 @@ class Instance:
             "devices": self.devices,
             "fingerprint": fingerprint,
             "text": self.text,
-        }
+        } | ({} if self.serves else {"serves": False})  # a headless rank: no port to gate
 
 
 @dataclass(frozen=True)
@@ -116,6 +140,7 @@ class HostPlan:
     router_release: ReleasePlan | None = None  # the release of the router this host runs
     router_host: bool = False  # serve_router = "fleet" and in serve_router_group: routes only
     routers: tuple[str, ...] = ()  # the worker APIs an instance leaves and rejoins at a restart
+    group: GroupPlace | None = None  # its rank in a serving group (the group restarts as one)
 
     @property
     def preflight_input(self) -> list[dict[str, Any]]:
@@ -239,4 +264,11 @@ class HostPlan:
             "router": self.router.to_json() if self.router else None,
             "routers": list(self.routers),
             "servefleet": VERSION,  # who converged it (status shows it)
-        }
+        } | ({"group": self.group_json()} if self.group else {})
+
+    def group_json(self) -> dict[str, Any]:
+        """Its serving group as the host's programs read it (the group's name, hash and hosts,
+        this host's rank): a group's converge starts and gates its ranks together."""
+        g = self.group
+        assert g is not None
+        return {"name": g.name, "rank": g.rank, "sha": g.sha, "hosts": list(g.hosts)}

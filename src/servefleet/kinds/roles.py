@@ -55,7 +55,7 @@ _BOUND = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}\Z|\[[0-9A-Fa-f:.]{2,45}\
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
 # A network interface as Linux names one: at most 15 bytes (IFNAMSIZ), no '/', ':' or space
 # (the set here: letters, digits and . _ -, as ip-link names them: eth0, ens5f0np0, br-lab.10).
-_IFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}\Z")
+IFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}\Z")
 HOST_ALLOWED = (
     "an IPv4 or IPv6 address (bare, no brackets) or a host name (letters, digits, - and .)"
 )
@@ -191,9 +191,7 @@ def _value_problem(name: str, value: str) -> str | None:
             None if is_host(value) else f"is not an address or host name; allowed: {HOST_ALLOWED}"
         )
     if name == IFACE_NAME:
-        return (
-            None if _IFACE.match(value) else f"is not an interface name; allowed: {IFACE_ALLOWED}"
-        )
+        return None if IFACE.match(value) else f"is not an interface name; allowed: {IFACE_ALLOWED}"
     if not _BOUND.match(value):
         return (
             "is not a host, address or port; allowed: letters, digits and . : _ - (or an [IPv6] "
@@ -257,21 +255,23 @@ def is_pd(spec: ServeSpec) -> bool:
 
 
 def deployable(spec: ServeSpec, allowed: str) -> ServeSpec:
-    """The spec, when a deploy can place it: one serving role with nothing left to bind, or a
-    prefill and a decode role whose pools are one node each (both on one host, behind its
-    router: :func:`one_host_values`); else a one-line refusal. Pools of several nodes (a DEP
+    """The spec, when a deploy can place it: one serving role with nothing left to bind (but a
+    group's ``$HEAD_IP`` and ``$IFACE_NAME``: its hosts' plans bind them), or a prefill and a
+    decode role whose pools are one node each (both on one host, behind its router:
+    :func:`one_host_values`); else a one-line refusal. Pools of several nodes (a DEP
     pool's ranks, ``$PREFILL_NODE_2``) are not placed yet.
 
     + spec: a resolved spec
     + allowed: what the data may select instead (named in the message)
     """
-    roles = serving_roles(spec)
+    roles = list(dict.fromkeys(serving_roles(spec)))  # a group: one main server per rank
     if len(roles) > 1 and not is_pd(spec):
         raise RecipeError(
             f"{spec.recipe}: the selection has the roles {', '.join(roles)}, each its own "
             f"server, and servefleet places only a prefill and a decode role; allowed: {allowed}"
         )
-    unbound = [p for p in placeholders(spec) if not (is_pd(spec) and p in PLACED)]
+    placed = (PLACED if is_pd(spec) else ()) + (GROUP_PLACEHOLDERS if spec.nodes > 1 else ())
+    unbound = [p for p in placeholders(spec) if p not in placed]
     if unbound:
         raise RecipeError(
             f"{spec.recipe}: the selection holds {', '.join('$' + p for p in unbound)}, which "

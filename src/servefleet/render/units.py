@@ -68,6 +68,7 @@ def render_unit(
     device_word: str = "NPUs",
     stop_timeout: int | None = None,
     environment_file: str | None = None,
+    rank: str | None = None,
 ) -> str:
     """The unit text for instance ``index``.
 
@@ -80,13 +81,14 @@ def render_unit(
     + stop_timeout: seconds systemd waits for a stop before SIGKILL (None: systemd's default)
     + environment_file: a file of ``NAME=value`` lines systemd reads as root when it starts the
       server (the API key), or None; its content is never in the unit
+    + rank: a rank of a serving group (``rank 1 of group g1, headless``): it is not restarted
+      alone (the group restarts as one), and the description names it
     """
     jenv = _environment()
     recipe = _one_line("recipe", recipe)
     shown = " ".join(_one_line(f"selection {k}", f"{k}={v}") for k, v in selection.items())
-    description = (
-        f"servefleet vLLM {recipe} instance {index} (port {port}, {device_word} {devices})"
-    )
+    where = f"{rank}, " if rank else f"port {port}, "
+    description = f"servefleet vLLM {recipe} instance {index} ({where}{device_word} {devices})"
     return jenv.get_template(template).render(
         recipe=recipe,
         selection=shown,
@@ -100,6 +102,7 @@ def render_unit(
         environment_file=environment_file and _plain_path("EnvironmentFile", environment_file),
         exec_start=exec_line(exec_argv),
         stop_timeout=stop_timeout,
+        restart="no" if rank else "on-failure",
     )
 
 

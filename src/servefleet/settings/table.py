@@ -31,7 +31,7 @@ from typing import Any
 
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.base.remote import layout
-from servefleet.kinds import default_kind, kind_of
+from servefleet.kinds import default_kind, kind_of, roles
 from servefleet.settings import (
     across,
     check_names as names,
@@ -350,6 +350,26 @@ class Settings:
         c.whole(1, 32),
         1,
         "a prefill/decode selection: prefill servers on a host, and as many decode servers",
+    )
+    serve_group: str | None = key(
+        c.optional(c.matching(names.SLUG, "a serving group", "a group name of [a-z0-9_-]")),
+        None,
+        "a multi-node strategy: the hosts giving the same name serve one model together",
+    )
+    serve_group_rank: int | None = key(
+        c.optional(c.whole(0, 63)),
+        None,
+        "serve_group: this host's rank (0 serves the API); None = by inventory order",
+    )
+    serve_nodes: int | None = key(
+        c.optional(c.whole(2, 16)),
+        None,
+        "a multi-node strategy: the hosts it spans; None = the fewest the recipe runs on",
+    )
+    serve_iface: str | None = key(
+        c.optional(c.matching(roles.IFACE, "an interface", roles.IFACE_ALLOWED)),
+        None,
+        "serve_group: the NIC NCCL and Gloo use; None = the one carrying the host's address",
     )
     serve_router: str = key(
         c.router,

@@ -60,6 +60,7 @@ PROXY_STARTED = f"{PROXY_RUN}/unit"  # the SERVEFLEET_UNIT it was started with (
 # title overwrites its /proc/PID/environ)
 NGINX = "/usr/sbin/nginx"
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
+GROUP_SHA_VAR = "SERVEFLEET_GROUP"  # in a serving group's units: the group's hash (every rank's)
 
 
 def unit_name(index: int) -> str:

@@ -274,6 +274,22 @@ def preflights(path: str) -> list[str]:
         return []
 
 
+def addresses() -> dict[str, list[str]]:
+    """Each interface's addresses (``ip -j addr``): a rank of a serving group names the one
+    that carries its address to NCCL and Gloo."""
+    found = run(["ip", "-j", "addr", "show"])
+    try:
+        links = json.loads(found or "[]")
+    except ValueError:
+        return {}
+    return {
+        str(link.get("ifname")): [
+            f"{x.get('local')}/{x.get('prefixlen')}" for x in link.get("addr_info") or []
+        ]
+        for link in links if isinstance(link, dict)
+    }  # fmt: skip
+
+
 def probe(a: dict[str, Any]) -> dict[str, Any]:
     # read first: the controller writes the key as the probe starts
     key = bytes.fromhex(sys.stdin.readline().strip()) if a.get("keyed") else None
@@ -294,6 +310,8 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]
     account(out, a["user"])
     out["paths"] = {p: stat(p, key) for p in a.get("paths", [])}
+    if a.get("addresses"):
+        out["addresses"] = addresses()
     return out
 
 

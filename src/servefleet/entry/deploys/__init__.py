@@ -20,6 +20,7 @@ from pyinfra.api.operation import OperationMeta
 from servefleet.entry.steps import (
     credentials,
     driver as driver_step,
+    group as group_step,
     lib,
     models as models_step,
     preflight,
@@ -94,7 +95,10 @@ def serve(plan: HostPlan | None) -> None:
         preflight.check(plan)
         credentials.api_key(plan)
         credentials.router_admin_key(plan)
-        prewarm.converge(plan)
+        if plan.group:  # a rank of a serving group: the group restarts as one
+            group_step.converge(plan)
+        else:
+            prewarm.converge(plan)
     if plan.settings.router_fleet:  # one step of every host's: the order point
         router_step.after_servers()
     if plan.router_host:

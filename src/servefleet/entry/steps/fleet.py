@@ -28,10 +28,22 @@ def _settings_of(h: Any) -> Settings:
     return settings_from(h.data.get, keys=h.data.dict().keys())
 
 
+def _serving_group(h: Any) -> str | None:
+    group = h.data.get("serve_group")
+    return group if isinstance(group, str) else None  # else its own check names it
+
+
 def _of_inventory(state: Any) -> FleetPlan:
     return fleet_of(
         [
-            FleetHost(h.name, address_of(h), tuple(h.groups), functools.partial(_settings_of, h))
+            FleetHost(
+                h.name,
+                address_of(h),
+                tuple(h.groups),
+                functools.partial(_settings_of, h),
+                _serving_group(h),
+                state.is_host_in_limit(h),
+            )  # fmt: skip
             for h in state.inventory
         ]
     )

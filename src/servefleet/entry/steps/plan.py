@@ -12,7 +12,7 @@ import secrets
 from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
 
-from servefleet.base.errors import ProbeError
+from servefleet.base.errors import DataError, ProbeError
 from servefleet.entry.steps import connection, driver, router
 from servefleet.entry.steps.errors import fail_host, one_line, unexpected
 from servefleet.entry.steps.facts import HostProbe
@@ -83,4 +83,7 @@ def host_plan(files: bool = False) -> HostPlan | None:
         return None
     with one_line():
         router.check_data(plan)  # what only a deploy needs (plan and status read without it)
+        outside = plan.group and run_plan().group_outside(plan.group.name)
+        if outside:  # a group restarts as one: a run over part of it changes nothing
+            raise DataError(outside)
     return plan

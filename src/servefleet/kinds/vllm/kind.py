@@ -190,7 +190,7 @@ class Vllm(Kind):
             variant=settings.serve_variant,
             features=on,
             no_features=off,
-            one_host=True,  # a group of several hosts is not placed yet
+            nodes=settings.serve_nodes,  # a group of hosts: the fleet plan places its ranks
         )
         usable = single_node_strategies(recipe, spec.selection["hardware"])
         spec = deployable(spec, f"serve_strategy of one host: {', '.join(usable) or 'none'}")
