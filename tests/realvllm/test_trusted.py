@@ -343,7 +343,7 @@ def test_process_titles_only_in_children(upstream: dict[str, Any], rbln: dict[st
         assert titles["prefix_default"] == "VLLM"
         assert titles["format"] == "setproctitle.setproctitle(f'{prefix}::{name}')"
         assert {c["source"] for c in titles["calls"]} == CHILD_ENTRIES
-    probe = (SERVEFLEET / "base" / "remote" / "instances.py").read_text()
+    probe = (SERVEFLEET / "base" / "remote" / "systemd_units.py").read_text()
     assert "/proc/{pid}/cmdline" in probe and "/proc/{pid}/environ" in probe
 
 

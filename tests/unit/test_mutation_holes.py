@@ -40,7 +40,10 @@ REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "
 sys.path.insert(0, str(REMOTE))
 import instances  # noqa: E402  (a host program: imported as the host imports it)
 import layout  # noqa: E402
+import restart_gate  # noqa: E402
+import systemd_units  # noqa: E402
 import trusted  # noqa: E402
+import warm_state  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # 1. RBLN: within a role, the deltas apply in the order of the grid's modes, then its options
@@ -172,9 +175,9 @@ def test_a_warm_marker_planted_as_a_link_is_not_warm(tmp_path: Path) -> None:
     (warm / ("cd" * 32)).write_text(json.dumps({"dirs": [], "source": "compiled"}))
     (warm / ("ef" * 32)).symlink_to(record)
     state = {"cache_root": str(cache)}
-    assert instances.warm_record(state, "cd" * 32) == {"dirs": [], "source": "compiled"}
-    assert instances.warm_record(state, "ef" * 32) is None
-    assert instances.warm_record(state, "ab") is None
+    assert warm_state.warm_record(state, "cd" * 32) == {"dirs": [], "source": "compiled"}
+    assert warm_state.warm_record(state, "ef" * 32) is None
+    assert warm_state.warm_record(state, "ab") is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,12 +224,12 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
         running[inst["unit"]] = inst["sha"]  # restarted on the text bring_to wrote
         gates.append(inst["sha"])
         if inst["sha"] == "b2":
-            raise instances.Failed(f"health gate: {inst['unit']}: answered 500 to the chat")
+            raise systemd_units.Failed(f"health gate: {inst['unit']}: answered 500 to the chat")
 
-    monkeypatch.setattr(instances, "UNIT_DIR", units)
-    monkeypatch.setattr(instances, "systemctl", lambda *a, check=True: "")
-    monkeypatch.setattr(instances, "live", live)
-    monkeypatch.setattr(instances, "start_through_gate", start_through_gate)
+    monkeypatch.setattr(systemd_units, "UNIT_DIR", units)
+    monkeypatch.setattr(systemd_units, "systemctl", lambda *a, check=True: "")
+    monkeypatch.setattr(systemd_units, "live", live)
+    monkeypatch.setattr(restart_gate, "start_through_gate", start_through_gate)
     desired = state_dir / layout.DESIRED
     desired.write_text(json.dumps(_state("r2", "b2", text=True)))
     return {"root": root, "state_dir": state_dir, "units": units, "unit": unit,

@@ -1,4 +1,4 @@
-"""The prefill/decode re-check after a restart (#21, ``remote/instances.py``): each decode of the
+"""The prefill/decode re-check after a restart (#21, ``remote/restart_gate.py``): each decode of the
 host takes one request from each prefill as the router sends it; a decode that fails restarts
 through its gate and must then pass; prefills and whole-request servers are never touched. The
 request (``health.pd_probe``) and the gate are the test's; test_sim_pd.py runs pd_probe against
@@ -16,7 +16,8 @@ import pytest
 REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import health  # noqa: E402
-import instances  # noqa: E402
+import restart_gate  # noqa: E402
+import systemd_units  # noqa: E402
 
 PREFILLS = ["http://10.0.0.1:8000", "http://10.0.0.1:8001"]
 
@@ -50,12 +51,12 @@ def world(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(health, "pd_probe", pd_probe)
     monkeypatch.setattr(health, "unit_state", lambda unit: None)
     monkeypatch.setattr(health, "api_key", lambda st: None)
-    monkeypatch.setattr(instances, "start_through_gate", start_through_gate)
+    monkeypatch.setattr(restart_gate, "start_through_gate", start_through_gate)
     return w
 
 
 def test_each_decode_takes_a_request_from_each_prefill(world: dict[str, Any]) -> None:
-    instances.recheck_peers(state("prefill", "decode", "main", "decode"), PREFILLS)
+    restart_gate.recheck_peers(state("prefill", "decode", "main", "decode"), PREFILLS)
     assert world["events"] == [
         f"probe {p} http://h:{port}" for port in (8001, 8003) for p in PREFILLS
     ]
@@ -63,7 +64,7 @@ def test_each_decode_takes_a_request_from_each_prefill(world: dict[str, Any]) ->
 
 def test_a_decode_that_fails_restarts_and_passes(world: dict[str, Any]) -> None:
     world["broken"].add("http://h:8003")
-    instances.recheck_peers(state("prefill", "decode", "prefill", "decode"), PREFILLS)
+    restart_gate.recheck_peers(state("prefill", "decode", "prefill", "decode"), PREFILLS)
     assert world["events"] == [
         *(f"probe {p} http://h:8001" for p in PREFILLS),
         f"probe {PREFILLS[0]} http://h:8003",  # the first failure is enough
@@ -75,15 +76,15 @@ def test_a_decode_that_fails_restarts_and_passes(world: dict[str, Any]) -> None:
 def test_a_decode_that_fails_after_its_restart_fails_the_check(world: dict[str, Any]) -> None:
     world["broken"].add("http://h:8001")
     world["stuck"].add("http://h:8001")
-    with pytest.raises(instances.Failed, match=r"servefleet-vllm-1\.service: prefill/decode "
+    with pytest.raises(systemd_units.Failed, match=r"servefleet-vllm-1\.service: prefill/decode "
                        "re-check: answered 500"):  # fmt: skip
-        instances.recheck_peers(state("prefill", "decode"), PREFILLS)
+        restart_gate.recheck_peers(state("prefill", "decode"), PREFILLS)
     assert world["events"].count("restart servefleet-vllm-1.service") == 1
 
 
 def test_no_prefill_or_no_decode_checks_nothing(world: dict[str, Any]) -> None:
-    instances.recheck_peers(state("decode", "decode"), [])
-    instances.recheck_peers(state("prefill", "main"), PREFILLS)
+    restart_gate.recheck_peers(state("decode", "decode"), [])
+    restart_gate.recheck_peers(state("prefill", "main"), PREFILLS)
     assert world["events"] == []
 
 
@@ -96,8 +97,8 @@ def test_a_process_serves_on_its_last_port_flag() -> None:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:  # its line says it runs: until its exec, /proc/PID/cmdline is pytest's own
         assert proc.stdout is not None and proc.stdout.readline() == "up\n"
-        assert instances.process_port(proc.pid) == 8000
+        assert systemd_units.process_port(proc.pid) == 8000
     finally:
         proc.kill()
         proc.communicate()
-    assert instances.process_port(proc.pid) is None  # gone
+    assert systemd_units.process_port(proc.pid) is None  # gone

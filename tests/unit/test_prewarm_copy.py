@@ -34,7 +34,7 @@ def warm_host(root: Path, dirs: list[str] | None = None) -> Path:
     (root / "rbln" / "other-model" / "ffff").mkdir(parents=True)  # another fingerprint's cache
     (root / "rbln" / "other-model" / "ffff" / "x.bin").write_bytes(b"not copied")
     # the marker as a compile-only build leaves it: its directories and the seal of their files
-    prewarm.instances.mark_warm({"cache_root": str(root)}, FP, [DIR] if dirs is None else dirs,
+    prewarm.warm_state.mark_warm({"cache_root": str(root)}, FP, [DIR] if dirs is None else dirs,
                                 source="compile only (RBLN-CR13)")  # fmt: skip
     return root
 

@@ -20,6 +20,10 @@ import pytest
 REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import instances  # noqa: E402
+import restart_gate  # noqa: E402
+import rotation  # noqa: E402
+import systemd_units  # noqa: E402
+import warm_state  # noqa: E402
 
 WORKERS = [f"http://127.0.0.1:{8000 + i}" for i in range(3)]
 
@@ -70,8 +74,8 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, 
     router = Router(WORKERS, events)
     threading.Thread(target=router.serve_forever, daemon=True).start()
     text = '[Service]\nEnvironment="SERVEFLEET_UNIT=a1"\n'
-    monkeypatch.setattr(instances, "UNIT_DIR", tmp_path)
-    (tmp_path / instances.ROUTER).write_text(text)
+    monkeypatch.setattr(systemd_units, "UNIT_DIR", tmp_path)
+    (tmp_path / rotation.ROUTER).write_text(text)
     running = {f"servefleet-vllm-{i}.service": "old" for i in range(3)}
 
     def systemctl(*args: str, check: bool = True) -> str:
@@ -90,13 +94,13 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, 
         events.append(f"gate {inst['unit']}")
         running[inst["unit"]] = inst["sha"]
 
-    monkeypatch.setattr(instances, "systemctl", systemctl)
-    monkeypatch.setattr(instances, "show", show)
-    monkeypatch.setattr(instances, "live", live)
-    monkeypatch.setattr(instances, "write_units", lambda state: None)
-    monkeypatch.setattr(instances, "is_cold", lambda state, inst: False)
-    monkeypatch.setattr(instances, "start_through_gate", gate)
-    monkeypatch.setattr(instances, "process_env", lambda pid: {instances.SHA_VAR: "a1"})
+    monkeypatch.setattr(systemd_units, "systemctl", systemctl)
+    monkeypatch.setattr(systemd_units, "show", show)
+    monkeypatch.setattr(systemd_units, "live", live)
+    monkeypatch.setattr(systemd_units, "write_units", lambda state: None)
+    monkeypatch.setattr(warm_state, "is_cold", lambda state, inst: False)
+    monkeypatch.setattr(restart_gate, "start_through_gate", gate)
+    monkeypatch.setattr(systemd_units, "process_env", lambda pid: {systemd_units.SHA_VAR: "a1"})
     state = {
         "devices_env": "RBLN_VISIBLE_DEVICES",
         "health_timeout": 5,
@@ -107,7 +111,7 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, 
         ],  # fmt: skip
         "routers": [f"http://127.0.0.1:{router.server_port}"],
         "router": {
-            "unit": instances.ROUTER,
+            "unit": rotation.ROUTER,
             "sha": "a1",
             "text": text,
             "port": 8080,
@@ -154,7 +158,7 @@ def test_a_router_that_does_not_answer_stops_no_restart_and_fails_its_gate(
     host["state"]["router"]["admin"] = "http://127.0.0.1:9"  # nothing listens there
     host["state"]["routers"] = ["http://127.0.0.1:9"]
     host["state"]["health_timeout"] = 1
-    with pytest.raises(instances.Failed) as e:
+    with pytest.raises(systemd_units.Failed) as e:
         instances.bring_to(host["state"])
     assert host["events"] == [f"gate servefleet-vllm-{i}.service" for i in range(3)]
     assert "it finds http://127.0.0.1:8000, http://127.0.0.1:8001, http://127.0.0.1:8002 " \
@@ -179,7 +183,7 @@ def test_one_reload_after_the_restarts_where_systemd_asks_for_it(
     converge ends with one daemon-reload exactly where it is asked for."""
     reloads: list[str] = []
     gated: list[str] = []
-    gate = instances.start_through_gate
+    gate = restart_gate.start_through_gate
 
     def start(state: dict[str, Any], inst: dict[str, Any], restart: bool) -> None:
         gate(state, inst, restart)
@@ -196,9 +200,9 @@ def test_one_reload_after_the_restarts_where_systemd_asks_for_it(
             reloads.append(f"reload after {len(gated)} restarts")
         return ""
 
-    monkeypatch.setattr(instances, "start_through_gate", start)
-    monkeypatch.setattr(instances, "show", show)
-    monkeypatch.setattr(instances, "systemctl", systemctl)
+    monkeypatch.setattr(restart_gate, "start_through_gate", start)
+    monkeypatch.setattr(systemd_units, "show", show)
+    monkeypatch.setattr(systemd_units, "systemctl", systemctl)
     instances.bring_to(host["state"])
     assert reloads == (["reload after 3 restarts"] if marks else [])
 
@@ -224,12 +228,12 @@ def test_another_hosts_router_is_asked_with_the_admin_key(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         admin = f"http://127.0.0.1:{server.server_port}"
-        monkeypatch.setattr(instances, "ROUTER_ADMIN_KEY", tmp_path / "none")
-        instances.router_call(admin, "remove", WORKERS[0])
+        monkeypatch.setattr(rotation, "ROUTER_ADMIN_KEY", tmp_path / "none")
+        rotation.router_call(admin, "remove", WORKERS[0])
         key = tmp_path / "router-admin-key"
         key.write_text("the-admin-key-0123456789\n")
-        monkeypatch.setattr(instances, "ROUTER_ADMIN_KEY", key)
-        instances.router_call(admin, "add", WORKERS[0])
+        monkeypatch.setattr(rotation, "ROUTER_ADMIN_KEY", key)
+        rotation.router_call(admin, "add", WORKERS[0])
     finally:
         server.shutdown()
         server.server_close()

@@ -18,9 +18,9 @@ import pytest
 
 REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
-import instances  # noqa: E402
 import probe  # noqa: E402
 import trusted  # noqa: E402
+import warm_state  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to nobody)")
 BUILT = "compile only (RBLN-CR13)"  # a compile-only build's marker: what pack takes
@@ -71,15 +71,15 @@ def _as_nobody_plant(cache: Path, build: str) -> None:
 def test_a_planted_tmp_link_is_not_written_through(tree: dict[str, Path]) -> None:
     cache, secret = tree["cache"], tree["secret"]
     state = {"cache_root": str(cache)}
-    instances.mark_warm(state, FP, ["rbln/m/s"])  # root's own warm directory exists now
+    warm_state.mark_warm(state, FP, ["rbln/m/s"])  # root's own warm directory exists now
     before = _sentinel(secret)
     # the serve user cannot write in root's directory, so it replaces the directory itself
     plant = (f"os.rename('servefleet-warm', 'moved'); os.mkdir('servefleet-warm');"
              f"os.symlink({str(secret)!r}, 'servefleet-warm/{FP}.tmp');"
              f"os.symlink({str(secret)!r}, 'servefleet-warm/.{FP}.tmp-1')")  # fmt: skip
     _as_nobody_plant(cache, plant)
-    assert instances.is_cold(state, {"fingerprint": FP})  # its directory never counts
-    instances.mark_warm(state, FP, ["rbln/m/s"])
+    assert warm_state.is_cold(state, {"fingerprint": FP})  # its directory never counts
+    warm_state.mark_warm(state, FP, ["rbln/m/s"])
     assert _sentinel(secret) == before
     warm = cache / "servefleet-warm"
     assert warm.lstat().st_uid == 0 and not warm.is_symlink()
@@ -96,15 +96,15 @@ def test_a_linked_or_foreign_warm_directory_is_not_warm(
     (fake / FP).write_text("{}\n")  # a root-owned directory with a marker in it
     state = {"cache_root": str(cache)}
     _as_nobody_plant(cache, f"os.symlink({str(fake)!r}, 'servefleet-warm')")
-    assert instances.is_cold(state, {"fingerprint": FP})
+    assert warm_state.is_cold(state, {"fingerprint": FP})
     assert probe.warm_markers(str(cache)) == []
-    assert instances.warm_record(state, FP) is None
+    assert warm_state.warm_record(state, FP) is None
     _as_nobody_plant(cache, f"os.unlink('servefleet-warm'); os.mkdir('servefleet-warm');"
                             f"open('servefleet-warm/{FP}', 'w').write('{{}}')")  # fmt: skip
-    assert instances.is_cold(state, {"fingerprint": FP})
+    assert warm_state.is_cold(state, {"fingerprint": FP})
     assert probe.warm_markers(str(cache)) == []
-    instances.mark_warm(state, FP, [])
-    assert probe.warm_markers(str(cache)) == [FP] and not instances.is_cold(
+    warm_state.mark_warm(state, FP, [])
+    assert probe.warm_markers(str(cache)) == [FP] and not warm_state.is_cold(
         state, {"fingerprint": FP}
     )
 
@@ -149,13 +149,13 @@ def test_a_cache_directory_never_climbs_out(tree: dict[str, Path], bad: str) -> 
     import prewarm
 
     state = {"cache_root": str(tree["cache"])}
-    instances.mark_warm(state, FP, [bad], source=BUILT)
+    warm_state.mark_warm(state, FP, [bad], source=BUILT)
     with pytest.raises(prewarm.NoCopy, match="names no cache directory"):
         prewarm.marker_dirs(tree["cache"], FP)
     manifest = {"fingerprint": FP, "dirs": [bad], "files": {}}
     with pytest.raises(prewarm.NoCopy, match="not one of fingerprint"):
         prewarm._check_manifest(manifest, FP)
-    instances.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
+    warm_state.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
     assert prewarm.marker_dirs(tree["cache"], FP)[0] == ["rbln/m/s"]
 
 
@@ -167,7 +167,7 @@ def test_pack_never_follows_the_serve_users_links(tree: dict[str, Path]) -> None
     root_only = tree["base"] / "root-only-dir"
     (root_only / "m" / "s").mkdir(parents=True)
     (root_only / "m" / "s" / "key").write_text("root's own\n")
-    instances.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
+    warm_state.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
     out = tree["base"] / "out" / f"{FP}.tar"
     # cache/rbln -> a root-only tree: nothing of it is packed
     _as_nobody_plant(cache, f"os.symlink({str(root_only)!r}, 'rbln')")
@@ -191,7 +191,7 @@ def test_the_seal_and_the_pack_walk_the_cache_alike(tree: dict[str, Path]) -> No
     state = {"cache_root": str(cache)}
     _as_nobody_plant(cache, "os.makedirs('rbln/m/s/sub'); open('rbln/m/s/a', 'w').write('a');"
                             "open('rbln/m/s/sub/b', 'w').write('bb')")  # fmt: skip
-    instances.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
+    warm_state.mark_warm(state, FP, ["rbln/m/s"], source=BUILT)
     out = tree["base"] / "out" / f"{FP}.tar"
     out.parent.mkdir()
     prewarm.pack(cache, FP, out)
@@ -221,7 +221,7 @@ def test_unpack_never_writes_through_a_planted_incoming_directory(tree: dict[str
     warm_cache = tree["base"] / "warm"
     (warm_cache / "rbln" / "m" / "s" / "rank0").mkdir(parents=True)
     (warm_cache / "rbln" / "m" / "s" / "rank0" / "mega_cache.bin").write_bytes(b"bundle")
-    instances.mark_warm({"cache_root": str(warm_cache)}, FP, ["rbln/m/s"], source=BUILT)
+    warm_state.mark_warm({"cache_root": str(warm_cache)}, FP, ["rbln/m/s"], source=BUILT)
     out = tree["base"] / "copies" / f"{FP}.tar"
     prewarm.pack(warm_cache, FP, out)
     cache, victim = tree["cache"], tree["base"] / "victim"
@@ -235,7 +235,7 @@ def test_unpack_never_writes_through_a_planted_incoming_directory(tree: dict[str
         bundle.read_bytes() == b"bundle" and bundle.stat().st_uid == pwd.getpwnam("nobody").pw_uid
     )
     assert not (cache / "rbln" / "m" / "s").is_symlink()
-    assert not instances.is_cold({"cache_root": str(cache)}, {"fingerprint": FP})
+    assert not warm_state.is_cold({"cache_root": str(cache)}, {"fingerprint": FP})
 
 
 def test_the_fetcher_refuses_a_hub_swapped_for_a_link(
@@ -295,10 +295,10 @@ def test_a_planted_link_in_roots_place_is_removed_and_a_directory_left(
     state = {"cache_root": str(cache)}
     before = _sentinel(secret)
     _as_nobody_plant(cache, f"os.symlink({str(secret)!r}, 'servefleet-warm')")
-    instances.mark_warm(state, FP, [], source=BUILT)
+    warm_state.mark_warm(state, FP, [], source=BUILT)
     assert _sentinel(secret) == before
     assert not [p for p in cache.iterdir() if ".untrusted-" in p.name]
     _as_nobody_plant(cache, "os.rename('servefleet-warm', 'x'); os.mkdir('servefleet-warm')")
-    instances.mark_warm(state, FP, [], source=BUILT)
+    warm_state.mark_warm(state, FP, [], source=BUILT)
     left = [p for p in cache.iterdir() if ".untrusted-" in p.name]
     assert len(left) == 1 and left[0].is_dir() and left[0].stat().st_uid != 0

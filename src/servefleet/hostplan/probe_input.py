@@ -40,7 +40,8 @@ REMOTE_SCRIPTS = (
     "layout.py", "trusted.py", "retry.py", "install_release.py", "fetch_model.py", "refusal.py",
     "http_client.py", "tar_safety.py", "snapshot_place.py", "store_source.py", "hub_source.py",
     "hub_client.py", "health.py", "instances.py", "prewarm.py", "driver.py", "preflight.py",
-    "trees.py", "group.py",
+    "trees.py", "group.py", "systemd_units.py", "warm_state.py", "restart_gate.py",
+    "rotation.py", "state_files.py",
 )  # fmt: skip
 
 

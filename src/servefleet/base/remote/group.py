@@ -30,6 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
 import instances  # noqa: E402
 import layout  # noqa: E402
+import state_files  # noqa: E402
+import systemd_units  # noqa: E402
 
 UNIT_DIR = Path(layout.UNIT_DIR)
 
@@ -43,25 +45,25 @@ def stop(state: dict[str, Any]) -> None:
     """Stop every server of ours on this host (a rank's, and any other left from before)."""
     units = sorted({*ours(), *(i["unit"] for i in state["instances"])})
     for unit in units:
-        instances.systemctl("stop", unit, check=False)
-    instances.log(f"stopped {', '.join(units) or 'nothing'} (group {state['group']['name']})")
+        systemd_units.systemctl("stop", unit, check=False)
+    systemd_units.log(f"stopped {', '.join(units) or 'nothing'} (group {state['group']['name']})")
 
 
 def start(state: dict[str, Any]) -> None:
     """This rank's unit files as ``state`` says, its servers started (no gate: the group's
     gate is rank 0's), and the units no longer wanted removed."""
-    instances.write_units(state)
+    systemd_units.write_units(state)
     wanted = {i["unit"] for i in state["instances"]}
     for unit in [u for u in ours() if u not in wanted]:
-        instances.systemctl("disable", "--now", "--quiet", unit, check=False)
+        systemd_units.systemctl("disable", "--now", "--quiet", unit, check=False)
         (UNIT_DIR / unit).unlink()
-        instances.log(f"{unit}: removed (not a server of this rank)")
-    instances.systemctl("daemon-reload")
+        systemd_units.log(f"{unit}: removed (not a server of this rank)")
+    systemd_units.systemctl("daemon-reload")
     for inst in state["instances"]:
-        instances.systemctl("enable", "--quiet", "--no-reload", inst["unit"])
-        instances.systemctl("restart", inst["unit"])
+        systemd_units.systemctl("enable", "--quiet", "--no-reload", inst["unit"])
+        systemd_units.systemctl("restart", inst["unit"])
         group = state["group"]
-        instances.log(f"{inst['unit']}: started, rank {group['rank']} of group {group['name']}")
+        systemd_units.log(f"{inst['unit']}: started, rank {group['rank']} of group {group['name']}")
 
 
 def gate(state: dict[str, Any]) -> None:
@@ -79,33 +81,33 @@ def gate(state: dict[str, Any]) -> None:
             answered_timeout=state["health_timeout"],
         )
         if why is not None:
-            raise instances.Failed(
+            raise systemd_units.Failed(
                 f"health gate: {inst['unit']}: {why}", health.journal_tail(inst["unit"])
             )
-        instances.log(f"{inst['unit']}: the group serves on port {inst['port']}")
+        systemd_units.log(f"{inst['unit']}: the group serves on port {inst['port']}")
 
 
 def good(state_dir: Path, state: dict[str, Any]) -> None:
     """The state passed the group's gate: its units kept, it becomes ``good.json``."""
-    instances.keep_units(state_dir, state)
-    instances.record_good(state_dir, state)
-    instances.clean_up(state_dir)
+    state_files.keep_units(state_dir, state)
+    state_files.record_good(state_dir, state)
+    state_files.clean_up(state_dir)
 
 
 def restore(state_dir: Path) -> None:
     """This rank's last good state: its kept unit texts written and started (no gate)."""
-    target = instances.load(state_dir / layout.GOOD)
+    target = state_files.load(state_dir / layout.GOOD)
     if target is None:
-        instances.log("no good state on this host: its servers stay stopped")
+        systemd_units.log("no good state on this host: its servers stay stopped")
         return
     kept = []
     for inst in target["instances"]:
         path = state_dir / layout.KEPT_UNITS / f"{inst['sha']}.service"
         if not path.exists():
-            raise instances.Failed(f"cannot restore {inst['unit']}: {path} is missing")
+            raise systemd_units.Failed(f"cannot restore {inst['unit']}: {path} is missing")
         kept.append({**inst, "text": path.read_text()})
     start({**target, "instances": kept, "group": target.get("group") or {"name": "-", "rank": "-"}})
-    instances.point_current(state_dir.parent, target["release"])
+    state_files.point_current(state_dir.parent, target["release"])
 
 
 def main(argv: list[str]) -> int:
@@ -118,14 +120,14 @@ def main(argv: list[str]) -> int:
             gate(json.load(sys.stdin))
             return 0
         if command == "restore":
-            with instances.state_lock(Path(arg)):
+            with state_files.state_lock(Path(arg)):
                 restore(Path(arg))
             return 0
         path = Path(arg)
         state = json.loads(path.read_text())
-        with instances.state_lock(path.parent):
+        with state_files.state_lock(path.parent):
             {"stop": stop, "start": start}.get(command, lambda s: good(path.parent, s))(state)
-    except instances.Failed as failure:
+    except systemd_units.Failed as failure:
         instances.report(failure)
         return 1
     return 0

@@ -36,9 +36,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
-import instances  # noqa: E402
 import layout  # noqa: E402
+import systemd_units  # noqa: E402
 import trusted  # noqa: E402
+import warm_state  # noqa: E402
 
 sha256_of = layout.sha256_of  # the host contract's rule
 
@@ -66,7 +67,7 @@ def marker_dirs(
     """The cache directories the warm marker names, and its seal (None: it has none). Only a
     compile-only build's cache is copied to the fleet: a cache a serving process wrote to (it
     runs model code and takes prompts) never leaves its host (#31 finding 5)."""
-    record = instances.warm_record(state_of(cache_root), fingerprint)
+    record = warm_state.warm_record(state_of(cache_root), fingerprint)
     if record is not None and not str(record.get("source", "")).startswith(layout.COMPILE_ONLY):
         raise NoCopy(
             f"the cache of {fingerprint} here was written by a server ({record.get('source')}), "
@@ -150,7 +151,7 @@ def pack(cache_root: Path, fingerprint: str, out: Path) -> None:
         "tar_size": out.stat().st_size,
         "tar_sha256": sha256_of(out),
     }
-    instances.write_atomic(Path(f"{out}.json"), json.dumps(manifest, sort_keys=True) + "\n")
+    systemd_units.write_atomic(Path(f"{out}.json"), json.dumps(manifest, sort_keys=True) + "\n")
     print(json.dumps({"files": len(files), "bytes": sum(f[0] for f in files.values())}))
 
 
@@ -220,7 +221,7 @@ def unpack(cache_root: Path, fingerprint: str, tar_path: Path, user: str) -> Non
         os.close(cache)
     source = str(manifest.get("source") or "a fleet copy")
     dirs = manifest["dirs"]
-    instances.mark_warm(
+    warm_state.mark_warm(
         state_of(cache_root), fingerprint, dirs, source=f"copy of {source}", seal=manifest["files"]
     )
     print(f"{fingerprint}: {len(manifest['files'])} files checked and in place ({', '.join(dirs)})")
@@ -349,12 +350,12 @@ def fresh_build_root(build_root: Path) -> None:
 def saved_bundles(unit: str) -> tuple[list[str], str | None]:
     """The bundles this invocation of ``unit`` logged as saved, and why it cannot save one
     (it stopped), if so."""
-    props = instances.show([unit], "InvocationID", "ActiveState")[0]
+    props = systemd_units.show([unit], "InvocationID", "ActiveState")[0]
     out = subprocess.run(
         ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={props.get('InvocationID', '')}"],
         capture_output=True, text=True,
     ).stdout  # fmt: skip
-    saved = instances.BUNDLE_LINE.findall(out)
+    saved = warm_state.BUNDLE_LINE.findall(out)
     stopped = props.get("ActiveState") in ("failed", "inactive") and not saved
     return saved, f"{unit} stopped ({props.get('ActiveState')})" if stopped else None
 
@@ -366,16 +367,20 @@ def build(state_file: Path, npu_name: str) -> int:
     inst = state["instances"][0]
     build_root = Path(state["root"]) / layout.BUILD_CACHE
     built = {**state, "cache_root": str(build_root)}
-    done = instances.warm_record(built, inst["fingerprint"])
+    done = warm_state.warm_record(built, inst["fingerprint"])
     if done is not None and str(done.get("source", "")).startswith(layout.COMPILE_ONLY):
-        instances.log(f"{inst['fingerprint']}: built already in {build_root} (a run died after)")
+        systemd_units.log(
+            f"{inst['fingerprint']}: built already in {build_root} (a run died after)"
+        )
         return 0  # pack checks its seal
     fresh_build_root(build_root)
-    path = instances.UNIT_DIR / BUILD_UNIT
-    instances.write_atomic(path, build_unit(state, npu_name, build_root))
-    instances.systemctl("daemon-reload")
-    instances.systemctl("restart", BUILD_UNIT)
-    instances.log(f"{BUILD_UNIT}: compiling {inst['fingerprint']} for {npu_name} (compile only)")
+    path = systemd_units.UNIT_DIR / BUILD_UNIT
+    systemd_units.write_atomic(path, build_unit(state, npu_name, build_root))
+    systemd_units.systemctl("daemon-reload")
+    systemd_units.systemctl("restart", BUILD_UNIT)
+    systemd_units.log(
+        f"{BUILD_UNIT}: compiling {inst['fingerprint']} for {npu_name} (compile only)"
+    )
     try:
         deadline = time.monotonic() + float(state["prewarm_timeout"])
         while True:
@@ -388,17 +393,17 @@ def build(state_file: Path, npu_name: str) -> int:
             tail = health.journal_tail(BUILD_UNIT)
             print(f"servefleet: compile-only pre-warm failed: {why}\n{tail}", file=sys.stderr)
             return 1
-        instances.systemctl("stop", BUILD_UNIT, check=False)  # sealed once nothing writes
-        dirs = instances.bundle_dirs(built, BUILD_UNIT, 0)
+        systemd_units.systemctl("stop", BUILD_UNIT, check=False)  # sealed once nothing writes
+        dirs = warm_state.bundle_dirs(built, BUILD_UNIT, 0)
         source = f"{layout.COMPILE_ONLY} ({npu_name})"
-        instances.mark_warm(built, inst["fingerprint"], dirs, source=source)
-        instances.log(f"{inst['fingerprint']}: warm in {build_root} ({', '.join(dirs)})")
+        warm_state.mark_warm(built, inst["fingerprint"], dirs, source=source)
+        systemd_units.log(f"{inst['fingerprint']}: warm in {build_root} ({', '.join(dirs)})")
         return 0
     finally:
-        instances.systemctl("stop", BUILD_UNIT, check=False)
+        systemd_units.systemctl("stop", BUILD_UNIT, check=False)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        instances.systemctl("daemon-reload", check=False)
+        systemd_units.systemctl("daemon-reload", check=False)
 
 
 def main(argv: list[str]) -> int:
@@ -426,7 +431,7 @@ def main(argv: list[str]) -> int:
                     os.close(cache)
         print(f"servefleet: {e}", file=sys.stderr)
         return NO_COPY
-    except instances.Failed as e:
+    except systemd_units.Failed as e:
         print(f"servefleet: {e}", file=sys.stderr)
         return 1
     print(__doc__.split("\n\n")[1], file=sys.stderr)
