@@ -202,6 +202,7 @@ def test_vllm_dispatch(vllm_stub: list[dict]) -> None:
         "kv_offload": None,
         "task": None,
         "pool_parallelism": None,
+        "nodes": None,  # a multi-node strategy's node count (none given: the recipe's floor)
     }
     shown = json.loads(run("recipes", "show", "vllm/openai/gpt-oss-120b", "--json").output)
     assert shown == {"recipe": "vllm/openai/gpt-oss-120b", "kind": "vllm", "hardware": ["h200"]}
