@@ -97,7 +97,7 @@ class FleetPlan:
     def place(self, name: str, settings: Settings) -> Place:
         """Where host ``name`` (with its validated ``settings``) stands in the fleet."""
         h = self.host(name)
-        group = getattr(settings, "serve_group", None)  # the key comes with the groups' data
+        group = settings.serve_group
         return Place(
             address=h.address,
             groups=h.groups,

@@ -100,12 +100,7 @@ def restore(state_dir: Path) -> None:
     if target is None:
         systemd_units.log("no good state on this host: its servers stay stopped")
         return
-    kept = []
-    for inst in target["instances"]:
-        path = state_dir / layout.KEPT_UNITS / f"{inst['sha']}.service"
-        if not path.exists():
-            raise systemd_units.Failed(f"cannot restore {inst['unit']}: {path} is missing")
-        kept.append({**inst, "text": path.read_text()})
+    kept = state_files.kept_instances(state_dir, target)
     start({**target, "instances": kept, "group": target.get("group") or {"name": "-", "rank": "-"}})
     state_files.point_current(state_dir.parent, target["release"])
 

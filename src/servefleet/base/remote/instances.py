@@ -112,12 +112,7 @@ def peers(state_dir: Path, doc: dict[str, Any]) -> int:
 
 def restore(state_dir: Path, target: dict[str, Any]) -> None:
     """Unit files, ``current`` and running instances back to ``target``, through the gate."""
-    instances = []
-    for inst in target["instances"]:
-        kept = state_dir / layout.KEPT_UNITS / f"{inst['sha']}.service"
-        if not kept.exists():
-            raise systemd_units.Failed(f"cannot restore {inst['unit']}: {kept} is missing")
-        instances.append({**inst, "text": kept.read_text()})
+    instances = state_files.kept_instances(state_dir, target)
     wanted = {i["unit"] for i in instances}
     unit_dir = systemd_units.UNIT_DIR
     extra = [p.name for p in unit_dir.glob(layout.UNIT_GLOB) if p.name not in wanted]

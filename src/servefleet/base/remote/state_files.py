@@ -119,3 +119,15 @@ def clean_up(state_dir: Path) -> None:
     for kept in (state_dir / layout.KEPT_UNITS).glob("*.service"):
         if kept.stem not in shas:
             kept.unlink()
+
+
+def kept_instances(state_dir: Path, target: dict[str, Any]) -> list[dict[str, Any]]:
+    """A kept state's instances with their unit texts from ``units/`` (by sha), to restore;
+    Failed naming the first one whose text is not kept."""
+    out = []
+    for inst in target["instances"]:
+        kept = state_dir / layout.KEPT_UNITS / f"{inst['sha']}.service"
+        if not kept.exists():
+            raise systemd_units.Failed(f"cannot restore {inst['unit']}: {kept} is missing")
+        out.append({**inst, "text": kept.read_text()})
+    return out
