@@ -5,7 +5,9 @@ The layers, written once here (top first; docs/design.md describes them):
 the CLI and the deploy steps use the fleet commands, which use the host plan, which uses the
 release (locks, builds, wheelhouse), which uses the renderer and the settings; the settings read
 the kinds (recipe families and their hosts), which resolve into a ServeSpec; everything stands on
-the base (errors, shipped files, the host contract and host programs in ``remote/``).
+the base (errors, shipped files, the host contract and host programs in ``remote/``). A
+component that spans layers (``router/``: its plan, renderer, templates and deploy step in one
+place) is a package of its own, and each of its modules sits in the layer of its role.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ SRC = Path(servefleet.__file__).resolve().parent
 LAYERS = ["entry", "fleet", "hostplan", "release", "render", "settings", "kinds", "spec", "base"]
 PLACED: dict[str, str] = {}  # none left: every package sits in its layer's
 ROOT = {"servefleet", "servefleet.__main__"}  # the package's own face: entry
+# A component is a package of its own name (``servefleet/<component>/``) that keeps one part of
+# the system together across layers; each of its modules sits in the layer its role names here
+# (its ``__init__`` too), so a module of a component with no role sits in no layer.
+COMPONENTS: dict[str, dict[str, str]] = {}
 
 
 def modules() -> dict[str, Path]:
@@ -46,7 +52,12 @@ def layer_of(module: str) -> int:
     for prefix, layer in PLACED.items():
         if module == prefix or module.startswith(prefix + "."):
             return LAYERS.index(layer)
-    top = module.split(".")[1]
+    parts = module.split(".")
+    top = parts[1]
+    if top in COMPONENTS:
+        roles, role = COMPONENTS[top], parts[2] if len(parts) > 2 else "__init__"
+        assert role in roles, f"{module} has no role in component {top} ({', '.join(roles)})"
+        return LAYERS.index(roles[role])
     assert top in LAYERS, f"{module} sits in no layer's package ({', '.join(LAYERS)})"
     return LAYERS.index(top)
 
@@ -80,6 +91,12 @@ def graph() -> dict[str, set[str]]:
 def test_every_module_is_in_a_layer() -> None:
     for module in modules():
         layer_of(module)
+
+
+def test_each_role_of_a_component_is_a_layer() -> None:
+    for component, roles in COMPONENTS.items():
+        assert component not in LAYERS and (SRC / component / "__init__.py").is_file(), component
+        assert "__init__" in roles and set(roles.values()) <= set(LAYERS), (component, roles)
 
 
 def test_no_module_imports_a_higher_layer() -> None:
@@ -120,10 +137,14 @@ def test_host_programs_import_no_controller_module() -> None:
 
 def tree_of(layer: str) -> list[str]:
     """What sits in a layer, as docs/design.md's table names it: the layer package's modules and
-    packages (``release/lock.py``, ``kinds/rbln/``) and the packages PLACED in it (``steps/``)."""
+    packages (``release/lock.py``, ``kinds/rbln/``), the packages PLACED in it (``steps/``) and
+    the modules of components whose role is in it (``router/plan.py``; a component's
+    ``__init__``, like a layer package's, is not named)."""
     found: set[str] = set()
     for module in modules():
         if module in ROOT or LAYERS[layer_of(module)] != layer:
+            continue
+        if module.removeprefix("servefleet.") in COMPONENTS:  # a component's __init__
             continue
         parts = module.split(".")[1:]
         placed = next((p for p in PLACED if module == p or module.startswith(p + ".")), None)
