@@ -16,24 +16,24 @@ not set and for a host whose data names no recipe).
 Pure Python (no pyinfra import): the deploy files call :func:`settings_from` on ``host.data`` at
 the top, before any operation is added; a key the host has no data for takes its default here,
 the one place defaults are applied. The data is validated whole, one check per key in the table's
-order, then across keys (:mod:`servefleet.settings.across`); the first bad key stops the run with one line ``<key>: <value> <what is
-wrong>; allowed: <what is>`` and no host changes.
+order, then across keys (:mod:`servefleet.settings.across`); the first bad key stops the run with
+one line ``<key>: <value> <what is wrong>; allowed: <what is>`` and no host changes. How a key is
+declared and how the data is read against the table is :mod:`servefleet.settings.keys`; this
+module is the table, and binds that reading to it (:data:`KEYS`, :data:`DEFAULTS`,
+:func:`settings_from`).
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet.base.errors import DataError, RecipeError
 from servefleet.base.remote import layout
-from servefleet.kinds import default_kind, kind_of, roles
+from servefleet.kinds import kind_of, roles
 from servefleet.settings import (
-    across,
     check_names as names,
     check_net as net,
     check_paths as paths,
@@ -42,9 +42,20 @@ from servefleet.settings import (
 )
 from servefleet.settings.check_names import Index, canonical_name
 from servefleet.settings.checks import Check
+from servefleet.settings.keys import (
+    KIND,
+    PREFIXES,
+    Trusted,
+    defaults_of,
+    docs_of,
+    key,
+    keys_of,
+    validated,
+)
 
 __all__ = [
     "DEFAULTS",
+    "DOCS",
     "KEYS",
     "KIND",
     "PREFIXES",
@@ -54,39 +65,13 @@ __all__ = [
     "settings_from",
 ]
 
-# A data key is a name with one of these prefixes, one per area
-PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_")
 
-
-class _FromKind:
-    """The default of a key each platform decides: its recipe's kind's (``Kind.defaults``)."""
-
-    def __repr__(self) -> str:
-        return "KIND"
-
-
-KIND: Any = _FromKind()  # a key's default in the table: the kind's
-
-
-@dataclass(frozen=True)
-class _Trusted:
-    """A check that depends on ``pip_trusted_hosts`` (http is allowed on those hosts only)."""
-
-    make: Callable[[frozenset[str] | None], Check]
-
-
-def key(check: Check | _Trusted, default: Any, doc: str) -> Any:
-    """One data key of :class:`Settings`: its check, its default (as data gives it) and its
-    one-line meaning. The field itself holds the checked value."""
-    return field(metadata={"check": check, "default": default, "doc": doc})
-
-
-def _url(optional: bool = True, placeholder: str = "") -> _Trusted:
+def _url(optional: bool = True, placeholder: str = "") -> Trusted:
     def make(trusted: frozenset[str] | None) -> Check:
         check = net.url_check(trusted, placeholder)
         return c.optional(check) if optional else check
 
-    return _Trusted(make)
+    return Trusted(make)
 
 
 def _controller_dir(optional: bool = False) -> Check:
@@ -188,7 +173,7 @@ class Settings:
 
     # --- pip: where packages come from
     pip_indexes: tuple[Index, ...] = key(
-        _Trusted(lambda trusted: names.indexes(net.url_check(trusted))),
+        Trusted(lambda trusted: names.indexes(net.url_check(trusted))),
         KIND,
         "index -> url, the packages it owns, the glibc its wheels need; each package comes only from its owner",
     )
@@ -488,69 +473,15 @@ class Settings:
         return self.serve_router == "fleet"
 
 
-KEYS = tuple(f.name for f in fields(Settings) if "check" in f.metadata)  # every data key, in order
-
-
-def _defaults() -> dict[str, Any]:
-    """Every key's default under the default kind: the table's, the kind's where it says
-    :data:`KIND`."""
-    kind = default_kind()
-    table = {f.name: f.metadata["default"] for f in fields(Settings) if f.name in KEYS}
-    missing = [k for k, v in table.items() if v is KIND and k not in kind.defaults]
-    if missing:
-        raise DataError(
-            f"the default kind {kind.kind} has no default for {', '.join(missing)}; allowed: a "
-            "kind whose defaults give every key the key table leaves to the kind"
-        )
-    return {k: kind.defaults[k] if v is KIND else v for k, v in table.items()}
-
-
+KEYS = keys_of(Settings)  # every data key, in order
 # every key's default when the data names no recipe (the default kind's for a key it decides)
-DEFAULTS: dict[str, Any] = _defaults()
-DOCS: dict[str, str] = {f.name: f.metadata["doc"] for f in fields(Settings) if f.name in KEYS}
+DEFAULTS: dict[str, Any] = defaults_of(Settings)
+DOCS: dict[str, str] = docs_of(Settings)
 
 
 def load_defaults() -> dict[str, Any]:
     """Every data key with its default (a copy of :data:`DEFAULTS`)."""
     return copy.deepcopy(DEFAULTS)
-
-
-def _checks(trusted: frozenset[str] | None) -> dict[str, Check]:
-    """One check per data key, in the table's order; http is allowed on ``trusted``."""
-    out = {}
-    for f in fields(Settings):
-        check = f.metadata.get("check")
-        if check is not None:
-            out[f.name] = check.make(trusted) if isinstance(check, _Trusted) else check
-    return out
-
-
-def _kind_defaults(recipe: Any) -> Mapping[str, Any]:
-    """The defaults of the kind of the recipe data names, over the table's; none for a recipe
-    that is not found (serve_recipe's own check says what is wrong with it)."""
-    try:
-        return kind_of(recipe).defaults if isinstance(recipe, str) else {}
-    except RecipeError:
-        return {}
-
-
-def _misspelt(key: str) -> bool:
-    """A key without our prefixes that is one slip from one of ours (``sevre_target``): pyinfra's
-    own keys (``ssh_user``, ``_sudo``) are nowhere near one."""
-    return difflib.get_close_matches(key, KEYS, n=1, cutoff=0.85) != []
-
-
-def _refuse_unknown(keys: Iterable[str]) -> None:
-    ours = [k for k in keys if isinstance(k, str) and (k.startswith(PREFIXES) or _misspelt(k))]
-    for key in sorted(ours):
-        if key not in KEYS:
-            close = c.closest(key, KEYS, cutoff=0.7)  # keys share long prefixes
-            hint = (
-                f"did you mean {close}?"
-                if close
-                else "allowed: the keys of servefleet/settings/table.py"
-            )
-            raise DataError(f"{key if key.isprintable() else repr(key)}: unknown data key; {hint}")
 
 
 def settings_from(
@@ -567,30 +498,7 @@ def settings_from(
       as inside the deploys (None: ``get`` answers for every key)
     """
     environ = os.environ if environ is None else environ
-    have = None if keys is None else set(keys)
-    if have is not None:
-        _refuse_unknown(have)
-
-    kind_defaults = _kind_defaults(
-        get("serve_recipe") if have is None or "serve_recipe" in have else DEFAULTS["serve_recipe"]
-    )
-
-    def read(key: str) -> Any:
-        if have is None or key in have:
-            return get(key)
-        return copy.deepcopy(kind_defaults.get(key, DEFAULTS[key]))
-
-    values: dict[str, Any] = {}
-    for key, check in _checks(net.trusted_of(read("pip_trusted_hosts"))).items():
-        try:
-            values[key] = check(read(key))
-        except c.Refused as e:
-            raise e.error(key) from None
-        if key == "sdk_pins":
-            across.kind_pinned(values[key], read("serve_recipe"))
-        if key in across.ACROSS:
-            across.ACROSS[key](values, environ)
-    across.trees_apart(values, DEFAULTS)
+    values = validated(Settings, DEFAULTS, get, environ, keys)
 
     def secret(key: str) -> str | None:
         return environ.get(values[key]) or None
