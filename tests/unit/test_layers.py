@@ -29,7 +29,9 @@ ROOT = {"servefleet", "servefleet.__main__"}  # the package's own face: entry
 # A component is a package of its own name (``servefleet/<component>/``) that keeps one part of
 # the system together across layers; each of its modules sits in the layer its role names here
 # (its ``__init__`` too), so a module of a component with no role sits in no layer.
-COMPONENTS: dict[str, dict[str, str]] = {}
+COMPONENTS: dict[str, dict[str, str]] = {
+    "router": {"__init__": "base", "plan": "hostplan", "step": "entry"},
+}
 
 
 def modules() -> dict[str, Path]:

@@ -134,7 +134,7 @@ def test_serve_roles_place_each_role_on_its_groups_hosts_behind_fleet_routers() 
 
 
 def test_a_fleet_router_routes_prefill_and_decode_in_pd_mode() -> None:
-    from servefleet.hostplan.router import fleet_order
+    from servefleet.router.plan import fleet_order
 
     s = settings(**GLM)
     host = plan_host(s, probe(), place=Place(router_host=True))

@@ -25,15 +25,15 @@ from test_deploy_plan import probe, settings
 
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host
-from servefleet.hostplan.router import (
+from servefleet.hostplan.types import Place
+from servefleet.render.units import render_proxy_conf
+from servefleet.router.plan import (
     ADMIN_PATHS,
     CLIENT_PATHS,
     PROXY_MAX_BODY,
     PROXY_TIMEOUT,
     render_proxy,
 )
-from servefleet.hostplan.types import Place
-from servefleet.render.units import render_proxy_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
@@ -276,7 +276,7 @@ def test_the_plan_restarts_or_reloads_what_runs_otherwise() -> None:
 
 def test_a_fleet_deploy_without_the_admin_key_is_refused_in_one_line() -> None:
     from servefleet.base.errors import DataError
-    from servefleet.entry.steps.router import check_data
+    from servefleet.router.step import check_data
 
     plan = plan_host(settings(serve_router="fleet"), probe())
     with pytest.raises(DataError) as refused:

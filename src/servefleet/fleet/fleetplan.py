@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from servefleet.fleet.groups import ServingGroup, group_of
-from servefleet.hostplan.router import admin_url, fleet_order
 from servefleet.hostplan.types import HostPlan, Place
 from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
+from servefleet.router.plan import admin_url, fleet_order
 from servefleet.settings.table import Settings
 
 
@@ -143,7 +143,7 @@ class FleetPlan:
 
     def fleet_workers(self) -> tuple[list[str], list[str]]:
         """Every worker of the fleet's serving hosts, in the fleet router's order
-        (:func:`servefleet.hostplan.router.fleet_order`), and their roles (none when every one
+        (:func:`servefleet.router.plan.fleet_order`), and their roles (none when every one
         serves whole requests)."""
         role_of = {
             i.worker: i.role

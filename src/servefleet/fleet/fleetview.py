@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.base.remote.layout import UNIT_DIR, unit_name
-from servefleet.hostplan.router import fleet_order
 from servefleet.hostplan.types import HostPlan
 from servefleet.release.prewarm_store import WarmEntry, prewarm_roles
+from servefleet.router.plan import fleet_order
 from servefleet.settings.table import Settings
 
 REPORT_DIR_ENV = "SERVEFLEET_REPORT_DIR"  # where each host's summary goes: <host>.json

@@ -16,7 +16,6 @@ from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.instance_unit import HEADLESS, instance_unit
 from servefleet.hostplan.placement import place_pd
 from servefleet.hostplan.ranks import no_group, place_rank
-from servefleet.hostplan.router import host_router, plan_router, worker_url
 from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance, Place
 from servefleet.kinds import Hardware, kind_of
 from servefleet.kinds.roles import is_pd
@@ -24,6 +23,7 @@ from servefleet.release.glibc import glibc_refusal, host_glibc
 from servefleet.release.lock import load_lock
 from servefleet.release.plan import plan_release, plan_router_release, unlocked
 from servefleet.release.wheelhouse import Copy, host_copies
+from servefleet.router.plan import host_router, plan_router, worker_url
 from servefleet.settings.checks import MAX_PORT
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec

@@ -28,11 +28,11 @@ from servefleet.base.remote.layout import (
     STATE,
     UNIT_DIR,
 )
-from servefleet.hostplan.router import admin_url
 from servefleet.kinds import kind_of
 from servefleet.release.glibc import levels
 from servefleet.release.plan import plan_release, plan_router_release, shipped_files
 from servefleet.release.uvbin import host_uv
+from servefleet.router.plan import admin_url
 from servefleet.settings.table import Settings
 from servefleet.spec import ServeSpec
 

@@ -17,11 +17,11 @@ from typing import Any
 from servefleet.base.remote.layout import API_KEY_FILE, LIB, SECRETS_DIR, STATE
 from servefleet.base.version import VERSION
 from servefleet.hostplan.instance_unit import api_key_file, served_name
-from servefleet.hostplan.router import RouterPlan
 from servefleet.kinds import Hardware, Kind, kind_named
 from servefleet.kinds.roles import DECODE, is_pd
 from servefleet.release.plan import ReleasePlan
 from servefleet.release.wheelhouse import Copy
+from servefleet.router.plan import RouterPlan
 from servefleet.settings.table import Settings
 from servefleet.spec import ServeSpec
 

@@ -27,7 +27,6 @@ from servefleet.entry.steps import (
     prewarm,
     pyinfra_cost,
     release,
-    router as router_step,
     units,
     wheelhouse,
 )
@@ -35,6 +34,7 @@ from servefleet.entry.steps.errors import refused
 from servefleet.entry.steps.plan import host_plan, host_settings
 from servefleet.entry.steps.report import report
 from servefleet.hostplan.types import HostPlan
+from servefleet.router import step as router_step
 from servefleet.settings.table import Settings
 
 pyinfra_cost.install()  # the same operation order, without reading source for each operation
@@ -79,7 +79,7 @@ def models(plan: HostPlan | None) -> None:
 def serve(plan: HostPlan | None) -> None:
     """Fresh host to warm, health-checked vllm serve instances; a re-run changes nothing. A
     router host (``serve_router = "fleet"``) gets its router only, after every host's servers
-    (:func:`servefleet.entry.steps.router.after_servers`)."""
+    (:func:`servefleet.router.step.after_servers`)."""
     if plan is None or refused(plan):
         return
     lib.upload(plan)

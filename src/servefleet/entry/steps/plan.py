@@ -13,7 +13,7 @@ from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
 
 from servefleet.base.errors import DataError, ProbeError
-from servefleet.entry.steps import connection, driver, router
+from servefleet.entry.steps import connection, driver
 from servefleet.entry.steps.errors import fail_host, one_line, unexpected
 from servefleet.entry.steps.facts import HostProbe
 from servefleet.entry.steps.fleet import run_plan
@@ -25,6 +25,7 @@ from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import probe_args
 from servefleet.hostplan.types import HostPlan
 from servefleet.release.plan import with_locked_models
+from servefleet.router import step as router
 from servefleet.settings.table import Settings, settings_from
 
 

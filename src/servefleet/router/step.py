@@ -28,8 +28,8 @@ from servefleet.entry.steps import ensure
 from servefleet.entry.steps.fleet import run_plan
 from servefleet.entry.steps.lib import command
 from servefleet.entry.steps.operations import release, run_with_doc
-from servefleet.hostplan.router import RouterPlan
 from servefleet.hostplan.types import NOLOGIN, HostPlan
+from servefleet.router.plan import RouterPlan
 from servefleet.settings.check_words import API_KEY_ALLOWED
 
 NO_HOME = "/nonexistent"  # the router user's home: it keeps nothing

@@ -12,8 +12,8 @@ drain through, at ``serve_router_admin_port``, only with the routers' admin key.
 Pure (no pyinfra import). What the router routes to is part of its unit text, so its
 ``SERVEFLEET_UNIT`` changes, and it restarts through its gate (a chat through it), exactly
 when its instances change; a rolling restart of the instances takes each one out of the
-router's rotation first (``remote/instances.py``: the router's worker API, ``/remove_worker``
-and ``/add_worker``), so no client request goes to a server that is stopping.
+router's rotation first (``base/remote/rotation.py``: the router's worker API,
+``/remove_worker`` and ``/add_worker``), so no client request goes to a server that is stopping.
 """
 
 from __future__ import annotations

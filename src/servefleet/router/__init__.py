@@ -1,0 +1,13 @@
+"""The router (vllm-router in front of the vllm instances, ``serve_router``): one component, its
+pieces in one place across the layers, each module in the layer of its role
+(``tests/unit/test_layers.py`` ``COMPONENTS``):
+
+- :mod:`.plan` (host plan): its release, command line, unit and proxy, as the probe found them
+- :mod:`.step` (deploy step): its user, release, proxy and, with ``serve_router = "fleet"``, the
+  fleet router converged once every host is planned
+
+Its host program stays with the others in ``base/remote/`` (``rotation.py``): the host programs
+import each other as neighbours in one directory, on the host and where the tests run them.
+
+This module imports nothing: importing any of the component's modules runs it.
+"""
