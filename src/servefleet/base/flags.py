@@ -27,8 +27,6 @@ from servefleet.base.vllm_args import is_flag
 # The shipped dumps by table name: what a kind's ``flag_table`` names (``rbln``: vLLM with the
 # vllm-rbln plugin; ``upstream``: vLLM alone)
 _FILES = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
-# Kind.name -> its flag_table, for the callers that still name a table by platform
-TABLE_OF_PLATFORM = {"rbln": "rbln", "gpu": "upstream"}
 _ENVS = "vllm-0.30.0-envs.json"
 _SHOWN = {"rbln": "vLLM 0.30.0 with vllm-rbln 0.12.0", "upstream": "vLLM 0.30.0"}
 # the groups of the envs dump whose VLLM_* variables each table's servers know
@@ -129,12 +127,6 @@ def table(name: str) -> Table:
     envs = json.loads((VLLM_FLAGS_DIR / _ENVS).read_text(encoding="utf-8"))
     known = [var for group in _ENV_GROUPS[name] for var in envs[group]]
     return Table(name, flags, frozenset(known))
-
-
-def table_for(platform: str) -> Table:
-    """The table of a built-in hosts' platform (``Kind.name``: ``rbln``, ``gpu``); a kind's own
-    is ``table(kind.flag_table)``, which knows a registered kind's too."""
-    return table(TABLE_OF_PLATFORM[platform])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import threading
 from typing import Any
 
-from servefleet.base.flags import merge, table_for
+from servefleet.base.flags import merge, table
 from servefleet.kinds import Kind, kind_of
 from servefleet.kinds.roles import DECODE, PREFILL
 from servefleet.settings.table import Settings
@@ -69,7 +69,7 @@ def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpe
 
     def extended(server: Server) -> Server:
         argv, env = merge(server.argv, server.env, s.serve_extra_args, s.serve_extra_env,
-                          s.serve_override_args, table_for(platform.name))  # fmt: skip
+                          s.serve_override_args, table(platform.flag_table))  # fmt: skip
         return dataclasses.replace(server, argv=argv, env=env)
 
     fingerprint = spec.compile_fingerprint
