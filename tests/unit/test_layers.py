@@ -30,7 +30,7 @@ ROOT = {"servefleet", "servefleet.__main__"}  # the package's own face: entry
 # the system together across layers; each of its modules sits in the layer its role names here
 # (its ``__init__`` too), so a module of a component with no role sits in no layer.
 COMPONENTS: dict[str, dict[str, str]] = {
-    "router": {"__init__": "base", "plan": "hostplan", "step": "entry"},
+    "router": {"__init__": "base", "plan": "hostplan", "render": "render", "step": "entry"},
 }
 
 

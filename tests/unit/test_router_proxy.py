@@ -26,7 +26,6 @@ from test_deploy_plan import probe, settings
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.types import Place
-from servefleet.render.units import render_proxy_conf
 from servefleet.router.plan import (
     ADMIN_PATHS,
     CLIENT_PATHS,
@@ -34,6 +33,7 @@ from servefleet.router.plan import (
     PROXY_TIMEOUT,
     render_proxy,
 )
+from servefleet.router.render import render_proxy_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"

@@ -3,6 +3,9 @@ pieces in one place across the layers, each module in the layer of its role
 (``tests/unit/test_layers.py`` ``COMPONENTS``):
 
 - :mod:`.plan` (host plan): its release, command line, unit and proxy, as the probe found them
+- :mod:`.render` (render): its unit, its proxy's unit and nginx configuration, from the templates
+  beside it (``templates/``: ``router.service.j2``, ``router-proxy.service.j2``,
+  ``router-proxy.conf.j2``, shipped as package data)
 - :mod:`.step` (deploy step): its user, release, proxy and, with ``serve_router = "fleet"``, the
   fleet router converged once every host is planned
 

@@ -37,7 +37,7 @@ from servefleet.base.remote.layout import (
     UNIT_SHA_VAR,
 )
 from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan, plan_router_release
-from servefleet.render.units import render_proxy_conf, render_proxy_unit, render_router_unit
+from servefleet.router.render import render_proxy_conf, render_proxy_unit, render_router_unit
 from servefleet.settings.table import Settings
 
 ROUTER_EXECUTABLE = "vllm-router"  # the wheel's console script
