@@ -339,6 +339,27 @@ def test_models_are_locked_from_the_store_manifest() -> None:
     assert locked_models(hub, fetch)["org/a"] == {"revision": None, "url": None, "sha256": None}
 
 
+def test_the_lock_records_a_driver_runfile_only_for_a_kind_that_installs_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """driver_runfile_url may be every host's data (one group_data over a mixed fleet): the lock
+    records the runfile of an RBLN host's driver (driver_step "runfile"), and none for a GPU
+    host, whose kind installs no driver and only checks it (driver_step "check")."""
+    from test_platform_gpu import gpu_settings
+
+    from servefleet.fleet import lockfleet
+
+    url = "https://files.example/rebellions-x86_64-{version}.run"
+    rbln = defaults(driver_runfile_url=url, sdk_lock="locks/prod")
+    gpu = gpu_settings(driver_runfile_url=url, driver_version="570.133.20", sdk_lock="locks/prod")
+    fleets = {"gpu": [("gpu1", gpu)], "mixed": [("npu1", rbln), ("gpu1", gpu)]}
+    for fleet, hosts in fleets.items():
+        monkeypatch.setattr(lockfleet, "_hosts", lambda inventory, overrides, h=hosts: h)
+        expected = {} if fleet == "gpu" else {"3.5.1": {"url": url.format(version="3.5.1"),
+                                                        "sha256": ""}}  # fmt: skip
+        assert lockfleet.fleet_lock("inventory.py", {}).driver == expected, fleet
+
+
 def test_lock_check_with_a_selection_names_the_stack_it_needs(tmp_path: Path) -> None:
     """The CLI in a subprocess (reading an inventory imports pyinfra's CLI, which patches the
     process with gevent)."""

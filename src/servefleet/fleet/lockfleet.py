@@ -99,7 +99,7 @@ def fleet_lock(
             router = plan_router_release(unlocked).stack
             assert router is not None
             stacks.setdefault(router, unlocked)
-        if kind_named(spec.kind).driver_step and settings.driver_runfile_url:
+        if kind_named(spec.kind).driver_step == "runfile" and settings.driver_runfile_url:
             version = settings.driver_version
             driver[version] = {
                 "url": settings.driver_runfile_url.replace("{version}", version),
