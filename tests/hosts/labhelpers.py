@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,3 +95,11 @@ def on_host(
             f"{host}: {command!r} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition()`` until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} (after {timeout} s)"
+        time.sleep(0.2)

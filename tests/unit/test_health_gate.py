@@ -4,6 +4,7 @@ port."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -288,3 +289,21 @@ def test_the_last_key_of_the_units_files_counts(
     assert health.api_key(both) == KEY
     gone = health.UnitState("loaded", "active", "running", "", 0, 0, 0, 1, "", (str(tmp_path / "x"),))  # fmt: skip
     assert health.api_key(gone) is None
+
+
+def status_of(systemd: FakeSystemd, checks: dict[str, Any]) -> dict[str, str]:
+    cmd = [sys.executable, str(HEALTH), "status", json.dumps(checks)]
+    out = subprocess.run(cmd, env=systemd.env(), capture_output=True, text=True, timeout=15)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("props, why", [({}, "ok"), *STATES.values()],
+                         ids=["running", *STATES.keys()])  # fmt: skip
+def test_status_judges_a_headless_rank_by_its_unit_alone(
+    systemd: FakeSystemd, props: dict[str, Any], why: str
+) -> None:
+    # a group's headless rank: nothing listens on its port (asking it would fail every time)
+    systemd.show(running(**props))
+    checks = {"model": MODEL, "host": "127.0.0.1", "instances": [], "headless": [[UNIT, 8000]]}
+    assert status_of(systemd, checks) == {"8000": why}

@@ -149,3 +149,29 @@ def test_ranks_follow_inventory_order_unless_given() -> None:
     assert ranks("g", [("a", None), ("b", None), ("c", None)]) == ["a", "b", "c"]
     assert ranks("g", [("a", None), ("b", 0), ("c", None)]) == ["b", "a", "c"]
     assert ranks("g", [("a", 2), ("b", None), ("c", 0)]) == ["c", "b", "a"]
+
+
+def test_status_reports_a_headless_rank_by_its_unit_and_the_group_as_one() -> None:
+    from servefleet.fleet.fleetview import group_problems, prometheus_targets, status_summary
+
+    f = fleet(("h1", {}), ("h2", {}))
+    head, worker = rank_plan(f, "h1"), rank_plan(f, "h2")
+    ok = {"8000": "ok"}
+    statuses = {"h1": status_summary(head, ok, "10.0.0.1"),
+                "h2": status_summary(worker, ok, "10.0.0.2")}  # fmt: skip
+    assert statuses["h2"]["instances"][0]["headless"] and "headless" not in statuses["h1"][
+        "instances"][0]  # fmt: skip
+    assert statuses["h2"]["group"] == {"name": "g1", "rank": 1, "hosts": ["h1", "h2"]}
+    # only rank 0 serves an API: the headless rank is no scrape target
+    targets = [t for g in prometheus_targets(statuses) for t in g["targets"]]
+    assert targets == ["10.0.0.1:8000"]
+    # every rank up but never converged here (the probe ran nothing): both ranks drift
+    assert group_problems(statuses) == [
+        "group g1 (h1, h2) does not serve: h1 (rank 0), h2 (rank 1)"
+    ]
+    statuses["h2"] = {"unreachable": "ssh: timed out"}  # a rank not reached: the group is named
+    assert group_problems(statuses) == [
+        "group g1 (h1, h2) does not serve: h1 (rank 0), h2 (rank 1)"
+    ]
+    del statuses["h2"]
+    assert group_problems(statuses)[0].endswith("h2 (rank 1)")

@@ -153,6 +153,7 @@ def status_cmd(
     from servefleet.base.files import write_atomic
     from servefleet.fleet.fleetview import (
         dumps,
+        group_problems,
         missing_status,
         planned_instances,
         prometheus_targets,
@@ -184,6 +185,7 @@ def status_cmd(
                 f"--prometheus {prometheus}: not written ({e.strerror})"
             ) from None
     problems = [line for h, st in sorted(statuses.items()) for line in status_problems(h, st)]
+    problems += group_problems(statuses)
     for line in problems:
         click.echo(f"servefleet: {line}", err=True)
     sys.exit(Exit.FAILED if problems else Exit.OK)

@@ -288,6 +288,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
                 "drift": not (inst.converged and inst.written),
                 "health": health.get(str(inst.port), "not checked"),
             }
+            | ({} if inst.serves else {"headless": True})  # a group's rank: no port serves
         )
     return {
         "address": address,
@@ -304,6 +305,11 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "warm": plan.warm,
         "fingerprint": plan.spec.compile_fingerprint,
         "router": router_status(plan, health),
+        "group": (
+            {"name": plan.group.name, "rank": plan.group.rank, "hosts": list(plan.group.hosts)}
+            if plan.group
+            else None
+        ),
     }
 
 
@@ -401,8 +407,9 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
         if inst["drift"]:
             running = inst["running"] or "nothing of ours"
             out.append(f"{host}: {inst['unit']} drifts: runs {running}, wants {inst['desired']}")
+        where = "a headless rank" if inst.get("headless") else f"port {inst['port']}"
         if inst["health"] != "ok":
-            out.append(f"{host}: {inst['unit']} (port {inst['port']}) unhealthy: {inst['health']}")
+            out.append(f"{host}: {inst['unit']} ({where}) unhealthy: {inst['health']}")
     out += [f"{host}: {unit} is stale (no device group for it)" for unit in status["stale_units"]]
     router = status.get("router")
     if router:
@@ -417,13 +424,29 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def group_problems(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line for each serving group that does not serve as one: the group's ranks (by the
+    hosts its reachable members report) that are unreachable, failed, drift or are unhealthy.
+    A group serves only while every rank does (vLLM is fail-stop)."""
+    groups = {st["group"]["name"]: st["group"]["hosts"]
+              for st in statuses.values() if st.get("group")}  # fmt: skip
+    out = []
+    for name, hosts in sorted(groups.items()):
+        bad = [f"{h} (rank {r})" for r, h in enumerate(hosts)
+               if h not in statuses or status_problems(h, statuses[h])]  # fmt: skip
+        if bad:
+            out.append(f"group {name} ({', '.join(hosts)}) does not serve: {', '.join(bad)}")
+    return out
+
+
 def prometheus_targets(statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Prometheus ``file_sd`` target groups: one per host, its instances' ports, labelled
     ``unreachable="1"`` when status could not reach the host (its instances are the ones
     planned for it: Prometheus keeps scraping them, so ``up == 0`` fires)."""
     groups = []
     for host, st in sorted(statuses.items()):
-        targets = [f"{st['address']}:{i['port']}" for i in st["instances"]]
+        targets = [f"{st['address']}:{i['port']}" for i in st["instances"]
+                   if not i.get("headless")]  # fmt: skip
         if targets:
             labels = {"host": host, "job": "servefleet-vllm"}
             if st.get("release"):  # an unreachable host's is not known: no label, not "None"
@@ -533,7 +556,8 @@ def status_table(statuses: Mapping[str, Mapping[str, Any]]) -> str:
             rows.append([host, missing, None, None, None, inst, None, None])
             continue
         inst = [
-            f"{i['port']}:{i['active']}{' drift' if i['drift'] else ''}"
+            f"{'headless' if i.get('headless') else i['port']}:{i['active']}"
+            f"{' drift' if i['drift'] else ''}"
             f"{'' if i['health'] == 'ok' else ' unhealthy'}"
             for i in st["instances"]
         ]

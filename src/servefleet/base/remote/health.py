@@ -454,7 +454,9 @@ def status(checks: dict[str, Any]) -> dict[str, str]:
     """port (as a string) -> "ok" or why not: the gate, once, for each ``[unit, port]`` (or
     ``[unit, port, key_unit, True]``: a router's, with the API key of the server unit
     ``key_unit``, or none when it is ""; then the servers' 401 counts as an answer) of
-    ``checks["instances"]``, serving ``checks["model"]`` on ``checks["host"]``."""
+    ``checks["instances"]``, serving ``checks["model"]`` on ``checks["host"]``; and for each
+    ``[unit, port]`` of ``checks["headless"]`` (a headless rank of a serving group: its port is
+    only its name, nothing listens) whether its unit runs (its group's API is rank 0's)."""
     host = checks.get("host") or "127.0.0.1"
 
     def one(entry: list[Any]) -> str:
@@ -463,10 +465,16 @@ def status(checks: dict[str, Any]) -> dict[str, str]:
         return check(unit, int(port), checks["model"], STATUS_TIMEOUT, host, key_unit=key_unit
                      or None, path=path, keyless=bool(router and not key_unit)) or "ok"  # fmt: skip
 
-    instances = checks["instances"]
+    def headless(entry: list[Any]) -> str:
+        st = unit_state(entry[0])  # a headless rank serves no port: its unit must be running
+        return state_problem(entry[0], st, st.restarts) or "ok"
+
+    instances, ranks = checks["instances"], checks.get("headless", [])
     with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:
         found = list(pool.map(one, instances))
-    return {str(entry[1]): why for entry, why in zip(instances, found, strict=True)}
+    return {str(entry[1]): why for entry, why in zip(instances, found, strict=True)} | {
+        str(entry[1]): headless(entry) for entry in ranks
+    }
 
 
 TEST_BARRIERS = "/run/servefleet-test"

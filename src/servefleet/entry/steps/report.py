@@ -68,14 +68,15 @@ def report() -> None:
         checks = {
             "model": desired["model"],
             "host": desired["host"],
-            "instances": [[i.unit, i.port] for i in plan.instances],
+            "instances": [[i.unit, i.port] for i in plan.instances if i.serves],
+            "headless": [[i.unit, i.port] for i in plan.instances if not i.serves],
         }
         if plan.router:  # its gate: a chat through it, with a server's key when it has one
             key_unit = plan.instances[0].unit if plan.instances else ""
             checks["instances"].append([plan.router.unit, plan.router.port, key_unit, True])
         health = (
             host.get_fact(InstanceHealth, checks=json.dumps(checks, sort_keys=True))
-            if checks["instances"]
+            if checks["instances"] or checks["headless"]
             else {}
         )
         summary = status_summary(plan, health, address)
