@@ -392,6 +392,7 @@ def missing_status(
         "warm": None,
         "fingerprint": None,
         "router": None,
+        "group": None,  # not known: the group's other ranks name it (group_problems)
     }
 
 

@@ -30,7 +30,7 @@ def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, A
     """The summary of a host without a plan: refused with why, nothing known of it."""
     if kind == "status":
         unknown_now = ("driver", "sku", "devices", "release", "good_release", "warm", "fingerprint",
-                       "router")  # fmt: skip
+                       "router", "group")  # fmt: skip
         return {
             **dict.fromkeys(unknown_now),
             "address": address,
