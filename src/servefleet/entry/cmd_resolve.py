@@ -34,22 +34,32 @@ def shell_command(server: Any) -> str:
     return " ".join(words)
 
 
-def _render(spec: Any, fmt: str, unit: Callable[[], str]) -> str:
+def _render(spec: Any, fmt: str, unit: Callable[[Any], str]) -> str:
     if fmt == "json":
         return json.dumps(spec.to_json(), indent=2, ensure_ascii=False)
     if fmt == "shell":
         if len(spec.servers) == 1 and not spec.router:
             return shell_command(spec.servers[0])
-        lines = [f"# role: {s.role}\n{shell_command(s)}" for s in spec.servers]
+        lines = [f"# {_title(spec, s)}\n{shell_command(s)}" for s in spec.servers]
         if spec.router:
             from servefleet.spec import Server
 
             lines.append(f"# router\n{shell_command(Server('router', spec.router, {}))}")
         return "\n".join(lines)
+    if spec.nodes > 1:  # a serving group: the unit of each rank, each on its own host
+        return "\n".join(f"# {_title(spec, s)}\n{unit(s)}" for s in spec.servers)
     if len(spec.servers) != 1:
         roles = ", ".join(s.role for s in spec.servers)
         raise RecipeError(f"--format unit renders one server; this selection has {roles}")
-    return unit()
+    return unit(spec.servers[0])
+
+
+def _title(spec: Any, server: Any) -> str:
+    """The line above a server of a selection of several: its role, or its rank in a group."""
+    if spec.nodes == 1:
+        return f"role: {server.role}"
+    what = "headless" if "--headless" in server.argv else "serves an API"
+    return f"rank {server.rank} of {spec.nodes}, one host each ({what}; the deploy binds $HEAD_IP)"
 
 
 def resolve_command() -> click.Command:
@@ -109,7 +119,7 @@ def _resolve(recipe: str, strategy: str | None, fmt: str, **options: Any) -> Non
         )
     own = {o.key: options.get(o.key) for o in source.options}
     spec = source.resolve(path, recipe, strategy, own)
-    click.echo(_render(spec, fmt, lambda: _unit(spec, own)))
+    click.echo(_render(spec, fmt, lambda server: _unit(spec, own, server)))
 
 
 def _flags(options: dict[str, Any]) -> list[tuple[str, str]]:
@@ -122,16 +132,20 @@ def _flags(options: dict[str, Any]) -> list[tuple[str, str]]:
 resolve_cmd = resolve_command()
 
 
-def _unit(spec: Any, options: dict[str, Any]) -> str:
+def _unit(spec: Any, options: dict[str, Any], server: Any) -> str:
     """The unit ``deploys/serve.py`` writes for instance 0 of this selection (devices
     ``0..n-1``) under the default data with ``serve_recipe`` set to the spec's recipe (and what
-    its kind reads of the options: RBLN's ``--compiler-version`` pinned)."""
+    its kind reads of the options: RBLN's ``--compiler-version`` pinned); a rank of a serving
+    group (``server``) as in group ``GROUP``, its hash left ``-``."""
     from servefleet.base.remote.layout import NETRC
-    from servefleet.hostplan.instance_unit import render_instance
+    from servefleet.hostplan.instance_unit import instance_unit, render_instance
     from servefleet.release.plan import plan_release
     from servefleet.settings.table import default_settings
 
     settings = default_settings(spec.recipe, options)
     devices = ",".join(str(d) for d in range(spec.servers[0].npus))
     release = plan_release(settings, spec, NETRC)
-    return render_instance(settings, spec, release, 0, devices)[0].rstrip("\n")
+    if spec.nodes == 1:
+        return render_instance(settings, spec, release, 0, devices)[0].rstrip("\n")
+    text = instance_unit(settings, spec, release, 0, devices, server=server, group=("GROUP", "-"))
+    return text[0].rstrip("\n")

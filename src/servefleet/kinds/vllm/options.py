@@ -24,6 +24,12 @@ OPTIONS = (
     ),
     ResolveOption("--task", "task", "an omni recipe's task (default: its first)."),
     ResolveOption(
+        "--nodes",
+        "nodes",
+        "a multi-node strategy: the hosts it spans (default: the fewest it runs on).",
+        type=int,
+    ),
+    ResolveOption(
         "--pool-parallelism",
         "pool_parallelism",
         "pd_cluster only: the prefill and decode pools' parallelism (default: the recipe's).",
