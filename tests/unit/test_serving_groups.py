@@ -112,6 +112,10 @@ def test_serve_iface_names_the_nic_else_the_one_with_the_hosts_address() -> None
             ),
             "which runs on one host; allowed: a multi-node strategy",
         ),
+        (
+            (("h1", {"serve_router": "host"}), ("h2", {"serve_router": "host"})),
+            "serve_router is 'host', but a group serves one API, rank 0's; allowed: 'none', or",
+        ),
     ],
 )
 def test_a_bad_group_is_refused_in_one_line_before_any_host_is_planned(

@@ -199,16 +199,27 @@ def _interactive() -> bool:
 @click.command("rollout", context_settings=_FLEET)
 @click.argument("inventory", shell_complete=common.complete_inventory)
 @click.argument("deploy", required=False, shell_complete=common.complete_inventory)
-@click.option("--canary", type=click.IntRange(min=0), default=0, help="The first K hosts alone.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Hosts a batch.")
+@click.option(
+    "--canary",
+    type=click.IntRange(min=0),
+    default=0,
+    help="The first K hosts alone (a serving group counts as one).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Hosts a batch (a serving group counts as one).",
+)
 @click.option(
     "--batch-percent", type=click.FloatRange(0, 100, min_open=True), default=None,
     help="Hosts a batch, as a percentage of the hosts.",
 )  # fmt: skip
 @click.option(
     "--max-failures", type=click.IntRange(min=0), default=0, show_default=True,
-    help="Failed hosts the rollout tolerates, over all batches so far; one more stops it (the "
-    "failed hosts back on what they served, the rest untouched) and it exits 1.",
+    help="Failed hosts (a serving group counts once) the rollout tolerates, over all batches so "
+    "far; one more stops it (the failed hosts back on what they served, the rest untouched) and "
+    "it exits 1.",
 )  # fmt: skip
 @_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="Per host: releases, result, rolled back.")

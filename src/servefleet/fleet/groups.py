@@ -158,6 +158,11 @@ def group_of(
                 f"serve_group {name!r}: {key} on {h} is {getattr(data[h], key)!r}, on {order[0]} "
                 f"{getattr(head, key)!r}; allowed: the same on every host of the group"
             )
+    if head.router_per_host:  # one API per group: a router on each rank would front nothing
+        raise DataError(
+            f"serve_group {name!r}: serve_router is 'host', but a group serves one API, rank 0's; "
+            "allowed: 'none', or 'fleet' (the fleet's routers take rank 0 as one worker)"
+        )
     spec = resolve_for(head)
     if spec.nodes < 2:
         raise DataError(

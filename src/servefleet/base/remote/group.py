@@ -13,7 +13,8 @@ fail-stop: a rank cannot rejoin a running group, and a headless rank does not ex
 head dies): every rank stops, every rank starts, rank 0 gates. So ``start`` never waits for
 the others: a rank's server waits for the rendezvous itself, and only rank 0's ``/health``,
 which comes up once every rank has joined, says the group serves (``gate``, with the
-first-start timeout). ``good`` then records the state on every rank (``good.json`` and the
+first-start timeout), and only then puts rank 0 back in the fleet routers' rotation, which
+``stop`` took it out of: the group leaves and rejoins it as one worker. ``good`` then records the state on every rank (``good.json`` and the
 kept unit texts, as ``instances.py converge`` does); after a failed gate ``restore`` starts
 each rank's good state again, and rank 0 gates it. Each step can be interrupted and re-run.
 """
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import health  # noqa: E402  (next to this file on the host)
 import instances  # noqa: E402
 import layout  # noqa: E402
+import rotation  # noqa: E402
 import state_files  # noqa: E402
 import systemd_units  # noqa: E402
 
@@ -41,8 +43,19 @@ def ours() -> list[str]:
     return sorted(p.name for p in UNIT_DIR.glob(layout.UNIT_GLOB))
 
 
+def rotate(state: dict[str, Any], verb: str) -> None:
+    """Take this rank's workers (rank 0's API: the group is one worker) out of the fleet's
+    routers' rotation (``remove``), or put them back (``add``)."""
+    workers = [str(i["worker"]) for i in state["instances"] if i.get("worker")]
+    for admin in state.get("routers") or []:
+        for worker in workers:
+            rotation.router_call(admin, verb, worker)
+
+
 def stop(state: dict[str, Any]) -> None:
-    """Stop every server of ours on this host (a rank's, and any other left from before)."""
+    """Stop every server of ours on this host (a rank's, and any other left from before), rank
+    0's out of the routers' rotation first."""
+    rotate(state, "remove")
     units = sorted({*ours(), *(i["unit"] for i in state["instances"])})
     for unit in units:
         systemd_units.systemctl("stop", unit, check=False)
@@ -85,6 +98,7 @@ def gate(state: dict[str, Any]) -> None:
                 f"health gate: {inst['unit']}: {why}", health.journal_tail(inst["unit"])
             )
         systemd_units.log(f"{inst['unit']}: the group serves on port {inst['port']}")
+    rotate(state, "add")  # back in the routers' rotation once the group serves
 
 
 def good(state_dir: Path, state: dict[str, Any]) -> None:
