@@ -57,11 +57,9 @@ SELECTION_FLAGS = {
     "speculative_config": "the draft model fetched and the packages installed",
     "kv_transfer_config": "the packages installed",
 }
-# Variables the deploy sets itself (or a secret's), and the data key that says it
+# Variables the deploy sets itself on every platform (or a secret's), and the data key that
+# says it; a platform's own (its devices, a compile-only start) its kind names (``deploy_env``)
 DEPLOY_ENV = {
-    "RBLN_VISIBLE_DEVICES": "the host's device groups",
-    "CUDA_VISIBLE_DEVICES": "the host's device groups",
-    "HIP_VISIBLE_DEVICES": "the host's device groups",
     "VLLM_CACHE_ROOT": "serve_cache_root",
     "HOME": "serve_home",
     "HF_HOME": "models_hf_home",
@@ -70,8 +68,6 @@ DEPLOY_ENV = {
     "VLLM_API_KEY": "creds_api_key_env",
     "HF_TOKEN": "creds_hf_token_env",
     "HUGGING_FACE_HUB_TOKEN": "creds_hf_token_env",
-    "VLLM_RBLN_COMPILE_ONLY": "serve_prewarm_host",
-    "RBLN_FORCE_NPU_NAME": "serve_prewarm_host",
 }
 
 
@@ -273,12 +269,16 @@ def refuse_decided(key: str, flag: Flag, name: str) -> None:
         )
 
 
-def check_env(key: str, env: Mapping[str, str], tab: Table) -> None:
-    """Extra variables: none the deploy sets itself, and every ``VLLM_*`` one vLLM knows."""
+def check_env(
+    key: str, env: Mapping[str, str], tab: Table, platform_env: Mapping[str, str]
+) -> None:
+    """Extra variables: none the deploy sets itself (:data:`DEPLOY_ENV`, and ``platform_env``:
+    the kinds' own, ``Kind.deploy_env``), and every ``VLLM_*`` one vLLM knows."""
+    decided = {**DEPLOY_ENV, **platform_env}
     for name in env:
-        if name in DEPLOY_ENV:
+        if name in decided:
             raise DataError(
-                f"{key}: {name} is set by the deploy; allowed: set {DEPLOY_ENV[name]} instead"
+                f"{key}: {name} is set by the deploy; allowed: set {decided[name]} instead"
             )
         if name.startswith("VLLM_") and name not in tab.envs:
             close = difflib.get_close_matches(name, sorted(tab.envs), n=1)
@@ -313,6 +313,7 @@ def merge(
     extra_env: Mapping[str, str],
     override: Sequence[str],
     tab: Table,
+    platform_env: Mapping[str, str],
 ) -> tuple[list[str], dict[str, str]]:
     """A server's argv and env with the data's extras appended: a flag or variable the recipe
     sets already is refused unless ``override`` names it, and then the extra replaces it (every
@@ -321,9 +322,10 @@ def merge(
     + argv, env: the resolved server's
     + extra_args, extra_env, override: serve_extra_args, serve_extra_env, serve_override_args
     + tab: the table of the host's platform
+    + platform_env: the variables a platform's deploy sets itself (:func:`check_env`)
     """
     extra = extra_units("serve_extra_args", extra_args, tab)
-    check_env("serve_extra_env", extra_env, tab)
+    check_env("serve_extra_env", extra_env, tab, platform_env)
     dests, envs = override_dests("serve_override_args", override, tab)
     given = {u.dest for u in extra}
     for name in override:

@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from servefleet.base.flags import merge, table
-from servefleet.kinds import Kind, kind_of
+from servefleet.kinds import Kind, deploy_env, kind_of
 from servefleet.kinds.roles import DECODE, PREFILL
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
@@ -69,7 +69,8 @@ def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpe
 
     def extended(server: Server) -> Server:
         argv, env = merge(server.argv, server.env, s.serve_extra_args, s.serve_extra_env,
-                          s.serve_override_args, table(platform.flag_table))  # fmt: skip
+                          s.serve_override_args, table(platform.flag_table),
+                          deploy_env())  # fmt: skip
         return dataclasses.replace(server, argv=argv, env=env)
 
     fingerprint = spec.compile_fingerprint

@@ -11,7 +11,8 @@ qualified name -> its kind and file), :func:`list_recipes` (every qualified name
 :func:`kind_named` (a spec's kind) and :func:`kind_of` (the kind of the recipe data names).
 :func:`register` adds a kind from outside this package (a platform of its own, a test's), and
 :func:`unregister` takes it out again; :func:`default_kind` is the one whose defaults a host
-takes when its data names no recipe.
+takes when its data names no recipe; :func:`deploy_env` the variables the kinds' units set
+themselves.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "list_recipes",
     "load_rbln",
     "default_kind",
+    "deploy_env",
     "register",
     "unregister",
 ]
@@ -85,6 +87,13 @@ def unregister(kind: Kind) -> None:
 def default_kind() -> Kind:
     """The kind whose defaults a host takes when its data names no recipe (the first)."""
     return KINDS[0]
+
+
+def deploy_env() -> dict[str, str]:
+    """The variables a registered kind's units set themselves (``Kind.deploy_env``) -> what
+    decides them: a host's ``serve_extra_env`` sets none of them, whatever its platform, as
+    before the kinds named them."""
+    return {name: what for kind in KINDS for name, what in kind.deploy_env.items()}
 
 
 def detect(path: Path) -> Kind:

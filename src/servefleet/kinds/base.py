@@ -4,9 +4,10 @@ A kind (:mod:`servefleet.kinds.rbln`: RBLN cards on NPU hosts; :mod:`servefleet.
 vLLM's recipes on GPU hosts) owns its recipes (recognising, naming, showing and resolving them)
 and its hosts: how its devices are found in the host probe and checked against the recipe,
 whether and how a driver is installed, the top package of a release and the pins it needs, the
-device-selection variable of the units, how servers are grouped on devices, and how long a first
-start may take (RBLN compiles; GPU servers load). The host plan, units, health gate, releases,
-rollback and rollouts are shared and ask the spec's kind. A new platform is one package here
+device-selection variable of the units (and the other variables they set themselves), how
+servers are grouped on devices, and how long a first start may take (RBLN compiles; GPU servers
+load). The host plan, units, health gate, releases, rollback and rollouts are shared and ask the
+spec's kind. A new platform is one package here
 plus data: its defaults (data key -> value, shipped in its package), the ``servefleet resolve``
 options it takes (:class:`ResolveOption`), the commands the host probe runs for its devices and
 how to read their output, and its driver change (:class:`DriverPlan`, which the driver step
@@ -259,6 +260,9 @@ class Kind:
     # each output under its name for :meth:`hardware`; skipped when ``unless`` found something
     probe_commands: tuple[tuple[str, tuple[str, ...], str, str | None], ...] = ()
     devices_env = ""  # the unit variable that gives a server its devices
+    # the variables its units set themselves (its devices, a compile-only start) -> what decides
+    # them: never a variable of serve_extra_env (:func:`servefleet.kinds.deploy_env`)
+    deploy_env: Mapping[str, str] = {}
     device_word = "devices"  # how units and messages name them
     # "runfile" (servefleet installs it: :meth:`driver_plan`) or "check" (it must be there);
     # the lock records a driver_runfile_url of a kind that has one

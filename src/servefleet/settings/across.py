@@ -13,7 +13,7 @@ from typing import Any
 from servefleet.base import flags
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.base.remote.layout import RUNFILE_DIR, SECRETS_DIR
-from servefleet.kinds import kind_of
+from servefleet.kinds import deploy_env, kind_of
 from servefleet.settings.check_paths import serve_file
 from servefleet.settings.check_words import API_KEY, API_KEY_ALLOWED
 
@@ -99,7 +99,7 @@ def _extras_known(values: dict[str, Any], environ: Mapping[str, str]) -> None:
     except RecipeError:  # serve_recipe's own error, where the recipe is resolved
         return
     flags.extra_units("serve_extra_args", values["serve_extra_args"], table)
-    flags.check_env("serve_extra_env", values["serve_extra_env"], table)
+    flags.check_env("serve_extra_env", values["serve_extra_env"], table, deploy_env())
     flags.override_dests("serve_override_args", values["serve_override_args"], table)
 
 

@@ -162,6 +162,11 @@ class Rbln(Kind):
     )
     device_word = "NPUs"
     devices_env = "RBLN_VISIBLE_DEVICES"
+    deploy_env = {
+        "RBLN_VISIBLE_DEVICES": "the host's device groups",
+        "VLLM_RBLN_COMPILE_ONLY": "serve_prewarm_host",  # the compile-only pre-warm's
+        "RBLN_FORCE_NPU_NAME": "serve_prewarm_host",
+    }
     driver_step = "runfile"
     compiles = True
 

@@ -123,6 +123,10 @@ class Vllm(Kind):
     defaults = vllm_defaults.DEFAULTS
     device_word = "GPUs"
     devices_env = "CUDA_VISIBLE_DEVICES"
+    deploy_env = {  # AMD hosts: HIP_VISIBLE_DEVICES (devices_env_for)
+        "CUDA_VISIBLE_DEVICES": "the host's device groups",
+        "HIP_VISIBLE_DEVICES": "the host's device groups",
+    }
     driver_step = "check"
     compiles = False
 
