@@ -215,3 +215,15 @@ def test_max_failures_counts_a_failed_group_once() -> None:
     assert not r.run([["a1", "a2"], ["b1", "b2"], ["c"]], max_failures=1)
     assert "stopping: 2 failed host(s) or group(s), --max-failures 1" in r.lines
     assert r.results["c"].result == "not reached"
+
+
+def test_an_error_that_stopped_the_whole_run_is_each_hosts_why() -> None:
+    from servefleet.fleet.fleetview import failure
+
+    out = ("--> pyinfra error in /x/errors.py line 41: servefleet: lab1: serve_group 'g1': "
+           "serve_hardware on lab2 is 'h100', on lab1 'h200'; allowed: the same\n")  # fmt: skip
+    assert failure(out, "lab1") == (False, "lab1: serve_group 'g1': serve_hardware on lab2 is "
+                                    "'h100', on lab1 'h200'; allowed: the same")  # fmt: skip
+    assert failure(out, "lab3") == (False, "not run: lab1: serve_group 'g1': serve_hardware on "
+                                    "lab2 is 'h100', on lab1 'h200'; allowed: the same")  # fmt: skip
+    assert failure("", "lab3") == (False, "failed")

@@ -65,6 +65,7 @@ class FleetPlan:
     _groups: dict[str, ServingGroup] = field(default_factory=dict, repr=False)
     restarts: dict[str, bool] = field(default_factory=dict)  # group -> it restarts (run time)
     gates: dict[str, str | None] = field(default_factory=dict)  # group -> why its gate failed
+    restored: dict[str, bool] = field(default_factory=dict)  # group -> its roll-back passed
 
     def host(self, name: str) -> FleetHost:
         return next(h for h in self.hosts if h.name == name)

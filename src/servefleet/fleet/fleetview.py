@@ -116,7 +116,8 @@ def connection_errors(output: str, hosts: Iterable[str]) -> dict[str, str]:
 def failure(output: str, host: str) -> tuple[bool, str]:
     """Why a pyinfra run failed on ``host``, from what it printed: (unreachable, reason).
     Unreachable: pyinfra could not connect (its reason), or the deploy says ``connection lost``;
-    else the first ``servefleet:`` line naming the host, else ``failed``.
+    else the first ``servefleet:`` line naming the host, else a pyinfra error that stopped the
+    whole run (``not run: ...``, naming another host), else ``failed``.
 
     + output: what the run printed
     + host: one host of the run
@@ -130,6 +131,10 @@ def failure(output: str, host: str) -> tuple[bool, str]:
     connect = connection_errors(output, [host]).get(host)
     if connect:
         return True, connect
+    if not why:  # an error that stopped the whole run before any change names another host
+        stopped = [x for x in _lines(output) if "pyinfra error" in x and "servefleet:" in x]
+        if stopped:
+            why = f"not run: {stopped[0].split('servefleet:', 1)[1].strip()}"
     return False, why or "failed"
 
 

@@ -43,8 +43,10 @@ def _gate(state: Any, host: Any, plan: HostPlan, what: str) -> bool:  # noqa: F8
     ok = run_with_doc(host, cmd, plan.desired_state(), f"the gate of {what} failed")
     if what == "the new state":
         run.gates[g.name] = None if ok else f"rank 0 ({host.name}) did not pass the gate"
-    elif not ok:
-        run.gates[g.name] = f"{run.gates[g.name]}, nor did the last good state"
+    else:
+        run.restored[g.name] = ok
+        if not ok:
+            run.gates[g.name] = f"{run.gates[g.name]}, nor did the last good state"
     return True
 
 
@@ -103,9 +105,18 @@ def converge(plan: HostPlan) -> None:
     if g.rank == 0:
         gate(_if=failed, name=f"Gate {name}'s last good state", plan=plan,
              what="the last good state")  # fmt: skip
-    fail_if(failed, lambda: (
-        f"serve_group {g.name!r}: {run.gates.get(g.name)}; every rank is back to the last good "
-        "state"))  # fmt: skip
+    fail_if(failed, lambda: f"serve_group {g.name!r}: {_rolled_back(run, g.name, plan)}")
+
+
+def _rolled_back(run: Any, name: str, plan: HostPlan) -> str:
+    """What became of a group whose gate failed, as the rollout reads it (``rolled back to
+    RELEASE`` only when the last good state passed its gate)."""
+    why = str(run.gates.get(name))
+    if plan.good_release is None:
+        return f"{why}; no rank has a good state to go back to: its servers stay stopped"
+    if not run.restored.get(name):
+        return f"{why}; every rank restarted its last good state ({plan.good_release})"
+    return f"{why}; every rank rolled back to {plan.good_release} (the group's last good state)"
 
 
 @operation(is_idempotent=False)
