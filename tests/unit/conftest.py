@@ -4,8 +4,10 @@
 ``owner`` holds the owned package ``sfowned`` behind HTTP Basic auth (credentials from a
 netrc, as on a host); ``public`` holds everything else and a squatter ``sfowned 9.0``.
 
-The simulator's fixtures (``sim``, ``builder``, ``out``, ``venv``, ``simroot``, ``sim_env``, ...)
-are sim_fixtures.py's, registered here once for every module that runs the simulator.
+The simulator's fixtures (``sim``, ``builder``, ``out``, ``venv``, ``simroot``, ``sim_env``,
+``gpu_venv``, ...) are sim_fixtures.py's, and ``fleet`` (an inventory in an empty working
+directory) is fake_pyinfra.py's: each is registered here once for every module that uses it. No
+test module imports another: what two of them share is a helper module here (not ``test_*``).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from contextlib import ExitStack
 
 import pytest
 from fake_host import serving
+from fake_pyinfra import fleet  # noqa: F401 (a fixture: pytest finds it by name here)
 from local_indexes import OWNER_LOGIN, PACKAGES
 from sim_fixtures import (  # noqa: F401 (fixtures: pytest finds them by name here)
     builder,
     clean_links,
     fakebin,
+    gpu_venv,
     hf_home,
     manifest,
     out,

@@ -1,6 +1,7 @@
 """Helpers for the simulator's unit tests (sim_fixtures.py, test_lab_sim.py, ...): load the
 simulator's builder and the simulated server's modules from src/servefleet/fleet/lab/simulator/
-(sources, not servefleet modules), make throwaway venvs, run the simulation."""
+(sources, not servefleet modules), make throwaway venvs, run the simulation, talk to a simulated
+server (one request, a stream read event by event)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import client as httpc
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -165,3 +170,82 @@ class Server:
             self.proc.terminate()
         _, err = self.proc.communicate(timeout=10)
         return self.proc.returncode, err
+
+
+# Requests to a simulated server (test_sim_serving.py, test_sim_pd.py)
+
+
+def request(
+    port: int, method: str, path: str, body: Any = None, key: str | None = None
+) -> tuple[int, bytes]:
+    """One request on its own connection; (status, body)."""
+    conn = httpc.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = key
+    try:
+        conn.request(method, path, None if body is None else json.dumps(body), headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@dataclass
+class Stream:
+    """A streamed answer read event by event: the events' JSON, whether ``[DONE]`` came, and
+    whether the connection was cut before the body's end."""
+
+    status: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    cut: bool = False
+    first: threading.Event = field(default_factory=threading.Event)  # an event arrived
+
+    def tokens(self) -> list[str]:
+        out = []
+        for e in self.events:
+            for c in e["choices"]:
+                out.append(c["delta"].get("content", "") if "delta" in c else c["text"])
+        return [t for t in out if t]
+
+
+def read_stream(port: int, path: str, body: dict[str, Any], into: Stream) -> Stream:
+    """POST ``body`` with ``"stream": true`` and read its server-sent events into ``into``."""
+    conn = httpc.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", path, json.dumps(dict(body, stream=True)),
+                     {"Content-Type": "application/json"})  # fmt: skip
+        resp = conn.getresponse()
+        into.status = resp.status
+        assert resp.getheader("Content-Type", "").startswith("text/event-stream")
+        buffer = b""
+        while True:  # read1 raises IncompleteRead on a cut chunked body (readline hides it)
+            data = resp.read1(65536)
+            if not data:
+                break
+            buffer += data
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                assert event.startswith(b"data: "), event
+                if event == b"data: [DONE]":
+                    into.done = True
+                else:
+                    into.events.append(json.loads(event[6:]))
+                    if into.tokens():
+                        into.first.set()
+        assert buffer == b"", buffer
+    except (httpc.IncompleteRead, ConnectionError):
+        into.cut = True
+    finally:
+        into.first.set()
+        conn.close()
+    return into
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)

@@ -1,7 +1,8 @@
 """The simulator's fixtures and helpers, shared by the unit tests that run it on this machine
-(test_lab_sim.py, test_sim_serving.py, test_sim_compile_only.py): the built lab artifacts, a
+(test_lab_sim.py, test_sim_serving.py, test_sim_compile_only.py, ...): the built lab artifacts, a
 venv with the simulated RBLN stack, a simulated host root, a model hub, the environment of a
-simulated server. tests/unit/conftest.py registers the fixtures for every unit test module."""
+simulated server; a simulated GPU host root and a venv with the simulated CUDA build of vLLM.
+tests/unit/conftest.py registers the fixtures for every unit test module."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from lab_sim_support import (
+    SIMULATOR,
     SQUATTERS,
     Server,
     extract_model,
@@ -24,8 +26,12 @@ from lab_sim_support import (
     pip,
 )
 
+from servefleet.fleet.lab.hosts import hardware_json
+from servefleet.fleet.lab.topology import plan_hosts
+
 MODEL = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
+NVIDIA_SMI = SIMULATOR / "sim" / "nvidia-smi"
 
 
 @pytest.fixture(scope="session")
@@ -180,3 +186,27 @@ def serve(venv: Path, env: dict[str, str], *args: str) -> Server:
     )
     server.wait_ready()
     return server
+
+
+# A simulated NVIDIA GPU host (test_lab_gpu.py, test_sim_pd.py, test_sim_multinode.py)
+
+
+def gpu_root(path: Path, hardware: str = "h200") -> Path:
+    """A simulated GPU host root: hardware.json, nvidia-smi, platform ``upstream``."""
+    host = plan_hosts(1, 4, {}, "cr13", {"lab1": hardware})[0]
+    (path / "etc/rbln-sim").mkdir(parents=True)
+    (path / "etc/rbln-sim/hardware.json").write_text(json.dumps(hardware_json(host)))
+    (path / "etc/rbln-sim/platform").write_text("upstream\n")
+    (path / "usr/bin").mkdir(parents=True)
+    shutil.copy2(NVIDIA_SMI, path / "usr/bin/nvidia-smi")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpu_venv(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """vllm 0.30.0 installed as a GPU host installs it: from the public index alone."""
+    path = tmp_path_factory.mktemp("gpuvenv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    pip(path / "bin/python", "install", "--no-index", "--find-links", str(out / "index/public"),
+        "vllm==0.30.0", "arctic-inference==0.1.1")  # fmt: skip
+    return path

@@ -20,10 +20,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_deploy_plan import probe, settings
-from test_fleet_cli import INVENTORY, OUTPUT, FakePyinfra, fleet, healthy
-from test_fleetview import converged_probe
-from test_host_state import _units
+from fake_pyinfra import INVENTORY, OUTPUT, FakePyinfra, healthy
+from host_inputs import converged_probe, probe, probed_units, settings
 
 from servefleet.base.download import transient, unreachable
 from servefleet.base.errors import DataError
@@ -34,7 +32,6 @@ from servefleet.hostplan.plan import plan_host
 from servefleet.settings.table import DEFAULTS, KEYS
 
 REPO = Path(__file__).resolve().parents[2]
-__all__ = ["fleet"]  # the fixture: inv.py in an empty working directory, credentials set
 
 
 def invoke(*args: str, **kw: Any) -> Any:
@@ -397,7 +394,7 @@ def test_run_json_passes_stderr_on_and_reads_the_results(capfd: pytest.CaptureFi
 def drifted() -> Any:
     """A host whose unit 0 on disk is an older text (the probe of ``plan`` reports it)."""
     first = plan_host(settings(), probe())
-    units = _units(first, {})
+    units = probed_units(first, {})
     old = first.instances[0].text.replace("Restart=on-failure", "Restart=always")
     assert old != first.instances[0].text
     unit = first.instances[0].unit

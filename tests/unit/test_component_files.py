@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from test_layers import COMPONENTS, SRC
+from layer_table import COMPONENTS, SRC
 
 from servefleet.router import render
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from host_inputs import probe, settings
 from systemd_parse import parse_unit
 
 from servefleet.base.errors import DataError
@@ -23,35 +24,6 @@ from servefleet.settings.table import load_defaults, settings_from
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
 PINS = load_defaults()["sdk_pins"]
-CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
-CR13_PCI = [
-    "03:00.0 1200: 1eff:2130",
-    "04:00.0 1200: 1eff:2130",
-    "05:00.0 1200: 1eff:2130",
-    "06:00.0 1200: 1eff:2130",
-]
-
-
-def settings(**over: Any):
-    data = load_defaults()
-    data.update(over)
-    return settings_from(data.get, CREDS)
-
-
-def probe(**over: Any) -> dict[str, Any]:
-    p: dict[str, Any] = {
-        "kernel": "6.1.0-x",
-        "libc": "glibc 2.39",  # Ubuntu 24.04: upstream vLLM's CPU wheel installs
-        "smi": None,
-        "pci": CR13_PCI,
-        "releases": [],
-        "current": None,
-        "units": {},
-        "warm": [],
-        "models": [],
-    }
-    p.update(over)
-    return p
 
 
 @pytest.mark.parametrize(

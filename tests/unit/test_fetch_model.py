@@ -7,9 +7,7 @@ is not (401, 403, 404: one request, one line)."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import pwd
@@ -18,32 +16,33 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-SCRIPT = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "servefleet"
-    / "base"
-    / "remote"
-    / "fetch_model.py"
+from fetch_stubs import (
+    CONFIG,
+    MODEL,
+    OWNER,
+    REV,
+    SCRIPT,
+    TOKEN,
+    TOP,
+    Member,
+    Route,
+    Stub,
+    fetch,
+    hf_layout,
+    in_turn,
+    respond,
+    tgz,
+    write_token,
 )
-MODEL = "acme/tiny-1"
-TOP = "models--acme--tiny-1"
-REV = hashlib.sha1(b"rev-1").hexdigest()
+
 REV2 = hashlib.sha1(b"rev-2").hexdigest()
-TOKEN = "hf_stub" + "0123456789abcdef"
-CONFIG = b'{"model_type": "tiny"}\n'
-CONFIG_BLOB = hashlib.sha256(CONFIG).hexdigest()
-# as root, give the files to another user, so the test sees the chown happen
-OWNER = "nobody" if os.geteuid() == 0 else pwd.getpwuid(os.getuid()).pw_name
 
 
 def _pythons() -> list[str]:
@@ -65,31 +64,6 @@ PYTHONS = _pythons()
 
 
 # --- stub servers --------------------------------------------------------------------------------
-Route = Callable[[BaseHTTPRequestHandler], None]
-
-
-def respond(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Route:
-    def route(handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            handler.send_header(key, value)
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    return route
-
-
-def in_turn(*routes: Route) -> Route:
-    """The routes, one a request, the last one for every request after."""
-    left = list(routes)
-
-    def route(handler: BaseHTTPRequestHandler) -> None:
-        (left.pop(0) if len(left) > 1 else left[0])(handler)
-
-    return route
-
-
 def cut_short(body: bytes) -> Route:
     """200 with a Content-Length of body, but only half of it sent, then the connection closed."""
 
@@ -105,46 +79,6 @@ def cut_short(body: bytes) -> Route:
 
 
 FAST = ["--retry-wait", "0.01"]  # retries without the real waits
-
-
-class Stub:
-    """An HTTP server on host (random port) answering GETs from routes; with token set, paths
-    under /store/ want ``Authorization: Bearer <token>``. Records every request's headers."""
-
-    def __init__(self, host: str) -> None:
-        self.routes: dict[str, Route] = {}
-        self.seen: list[tuple[str, dict[str, str]]] = []
-        self.token: str | None = None
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                stub.seen.append((self.path, headers))
-                wanted = f"Bearer {stub.token}"
-                if (
-                    stub.token
-                    and self.path.startswith("/store/")
-                    and (headers.get("authorization") != wanted)
-                ):
-                    respond(401, b"token required\n")(self)
-                else:
-                    stub.routes.get(self.path, respond(404, b"not found\n"))(self)
-
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://{host}:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def paths(self) -> list[str]:
-        return [path for path, _ in self.seen]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -163,51 +97,6 @@ def other() -> Iterator[Stub]:
 
 
 # --- archives ------------------------------------------------------------------------------------
-Member = tuple[Any, ...]  # (kind, name, payload or link target, [mode])
-
-
-def tgz(members: list[Member]) -> bytes:
-    """The archive of ``members``, the same bytes each call (gzip's header time is 0: with the
-    current time, two calls a second apart differed, and a test comparing their sha256s was
-    flaky)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for kind, name, *rest in members:
-            info = tarfile.TarInfo(name)
-            info.mode = rest[1] if len(rest) > 1 else 0o644
-            data = None
-            if kind == "dir":
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-            elif kind == "file":
-                data = rest[0]
-                info.size = len(data)
-            elif kind in ("sym", "hard"):
-                info.type = tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE
-                info.linkname = rest[0]
-            elif kind == "chr":
-                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
-            elif kind == "fifo":
-                info.type = tarfile.FIFOTYPE
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return gzip.compress(buf.getvalue(), mtime=0)
-
-
-def hf_layout(snapshot: str = REV, main: str = REV) -> list[Member]:
-    """A Hugging Face cache repo: refs/main, a blob, a snapshot linking to it, a setuid file."""
-    snap = f"{TOP}/snapshots/{snapshot}"
-    return [
-        ("dir", TOP),
-        ("dir", f"{TOP}/refs"),
-        ("file", f"{TOP}/refs/main", main.encode()),
-        ("dir", f"{TOP}/blobs"),
-        ("file", f"{TOP}/blobs/{CONFIG_BLOB}", CONFIG),
-        ("dir", f"{TOP}/snapshots"),
-        ("dir", snap),
-        ("sym", f"{snap}/config.json", f"../../blobs/{CONFIG_BLOB}"),
-        ("file", f"{snap}/model.safetensors", b"stub weights\n", 0o4777),
-    ]
-
-
 def publish(stub: Stub, data: bytes, sha256: str | None = None, manifest: bool = True) -> str:
     """Serve data as MODEL's archive under <stub>/store (with a manifest); return the store URL."""
     sha = sha256 or hashlib.sha256(data).hexdigest()
@@ -225,27 +114,9 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "hf"
 
 
-def write_token(path: Path, token: str = TOKEN) -> Path:
-    """A token file as the deploy writes it (0600)."""
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     return write_token(tmp_path / "hf-token")
-
-
-def fetch(
-    home: Path, *args: str, python: str = sys.executable, model: str = MODEL, owner: str = OWNER
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [python, str(SCRIPT), model, str(home), owner, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def refused(proc: subprocess.CompletedProcess[str], code: int = 1) -> str:

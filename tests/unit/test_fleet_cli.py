@@ -8,7 +8,6 @@ recorded pyinfra output), except one real pyinfra run against a port that refuse
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import socket
 import subprocess
@@ -18,64 +17,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_deploy_plan import CREDS, settings
-from test_fleetview import converged_probe, whole_reads
+from fake_pyinfra import OUTPUT, FakePyinfra, healthy, whole_reads
+from host_inputs import converged_probe, settings
 
 from servefleet.entry import cli, cmd_fleet, pyinfra_run
-from servefleet.fleet.fleetview import ReportRequest, status_summary
 from servefleet.hostplan.plan import plan_host
-
-INVENTORY = """
-cr13 = [
-    ("h1", {"ssh_hostname": "10.0.0.1"}),
-    ("h2", {"ssh_hostname": "10.0.0.2"}),
-    ("h3", {"ssh_hostname": "10.0.0.3", "serve_instances": 2}),
-]
-canary = ["h1"]
-"""
-# what pyinfra printed: h2 could not be connected, h3's report failed
-OUTPUT = (
-    "--> Loading config...\n--> Loading inventory...\n--> Connecting to hosts...\n"
-    "    [h1] Connected\n"
-    "    [h2] Could not connect ([Errno None] Unable to connect to port 22 on 10.0.0.2)\n"
-    "    [h3] Connected\n"
-    "--> Preparing operations...\n"
-    "    [h3] servefleet: h3: probe: rbln-smi -j printed no JSON\n"
-    "--> Disconnecting from hosts...\n"
-)
-
-
-def healthy() -> dict[str, Any]:
-    plan = plan_host(settings(), converged_probe())
-    return status_summary(plan, {str(8000 + i): "ok" for i in range(4)}, "10.0.0.1")
-
-
-class FakePyinfra:
-    """A pyinfra run of deploys/report.py: each host of the run (its --limit patterns) that has
-    a summary here writes it where the CLI asked; prints ``output``."""
-
-    def __init__(self, summaries: dict[str, dict[str, Any]], output: str, code: int = 1) -> None:
-        self.summaries, self.output, self.code = summaries, output, code
-        self.runs: list[list[str]] = []
-
-    def __call__(self, cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
-        self.runs.append(cmd)
-        limits = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--limit"]
-        request = ReportRequest.from_env(env)
-        for host, summary in self.summaries.items():
-            if not limits or any(fnmatch.fnmatch(host, p) or p == "cr13" for p in limits):
-                request.write(host, summary)
-        return self.code, self.output
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """inv.py in an empty working directory, the index credentials set."""
-    monkeypatch.chdir(tmp_path)
-    for k, v in CREDS.items():
-        monkeypatch.setenv(k, v)
-    (tmp_path / "inv.py").write_text(INVENTORY)
-    return tmp_path
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_deploy_plan import CREDS, probe, settings
+from host_inputs import CREDS, probe, settings
 
 from servefleet.fleet.fleetplan import FleetHost, fleet_of
 from servefleet.hostplan.plan import plan_host

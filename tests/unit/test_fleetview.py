@@ -4,13 +4,11 @@ could not reach (pyinfra's recorded output), and the Prometheus file replaced wh
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_deploy_plan import probe, settings
-from test_host_state import _units
+from fake_pyinfra import whole_reads
+from host_inputs import converged_probe, probe, probed_units, settings
 
 from servefleet.fleet.fleetview import (
     plan_summary,
@@ -21,25 +19,6 @@ from servefleet.fleet.fleetview import (
     status_table,
 )
 from servefleet.hostplan.plan import plan_host
-
-SMI = {"KMD_version": "3.5.1", "devices": [{"npu": n, "name": "RBLN-CR13"} for n in range(4)]}
-
-
-def converged_probe(**over: object) -> dict:
-    first = plan_host(settings(), probe(smi=SMI))
-    pins = dict(first.release.expect)
-    state = {
-        "smi": SMI,
-        "releases": [first.release.id],
-        "current": first.release.id,
-        "current_pins": pins,
-        "warm": [first.spec.compile_fingerprint],
-        "models": list(first.spec.requirements.models),
-        "units": _units(first, {}),
-        "good": first.release.id,
-        "good_shas": [i.sha for i in first.instances],
-    }
-    return probe(**{**state, **over})
 
 
 def test_fresh_host_plans_everything() -> None:
@@ -77,7 +56,7 @@ def test_upgrade_shows_package_versions() -> None:
 def test_status_names_drift_and_unhealthy_instances() -> None:
     plan = plan_host(settings(), converged_probe())
     first = plan.instances[2]
-    units = _units(plan, {2: "0" * 16})
+    units = probed_units(plan, {2: "0" * 16})
     drifted = plan_host(settings(), converged_probe(units=units))
     health = {"8000": "ok", "8001": "not answering: refused", "8002": "ok", "8003": "ok"}
     lines = status_problems("h2", status_summary(drifted, health, "h2"))
@@ -238,30 +217,6 @@ def test_the_prometheus_file_is_replaced_whole(
     assert [p.name for p in tmp_path.iterdir()] == ["targets.json"]
     write_atomic(tmp_path / "fresh.json", "[]")
     assert (tmp_path / "fresh.json").stat().st_mode & 0o777 == 0o644
-
-
-def whole_reads(path: Path, rewrite: Callable[[], None]) -> list[bool]:
-    """Run ``rewrite()`` while another thread reads ``path`` as fast as it can: for each read,
-    whether it was whole JSON."""
-    done = threading.Event()
-    reads: list[bool] = []
-
-    def read() -> None:
-        while not done.is_set():
-            try:
-                json.loads(path.read_text())
-                reads.append(True)
-            except ValueError:
-                reads.append(False)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        rewrite()
-    finally:
-        done.set()
-        reader.join()
-    return reads
 
 
 def test_a_reader_polling_the_file_never_sees_a_partial_one(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_deploy_plan import probe, settings
-from test_host_state import CR13, run_probe
+from host_inputs import CR13, probe, run_probe, settings
+from local_release import pylock
 
 from servefleet.fleet.lab.base import base_note, base_paths, ensure_base
 from servefleet.fleet.lab.simulator import wheels as lab_wheels
@@ -242,8 +242,6 @@ def test_each_base_has_its_own_cache_the_default_keeps_its_layout(tmp_path: Path
 
 
 def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None:
-    from test_lock import pylock
-
     from servefleet.release.lock import write_lock
     from servefleet.release.pylock import release_id
 
@@ -265,8 +263,6 @@ def test_a_lock_of_every_choice_serves_each_host_its_own(tmp_path: Path) -> None
 
 
 def test_a_host_whose_choice_is_not_locked_is_refused_not_failed(tmp_path: Path) -> None:
-    from test_lock import pylock
-
     from servefleet.release.lock import write_lock
 
     torch = {"url": "https://torch.example/a", "packages": ["torch"], "glibc": "2.40"}

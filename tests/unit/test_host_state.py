@@ -3,60 +3,18 @@ judgement of what runs: an instance is converged only when its main process runs
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from lab_sim_support import SIMULATOR
-from test_deploy_plan import CREDS, probe, settings
+from host_inputs import CR13, CREDS, probe, probed_units, run_probe, settings
 
 from servefleet.base.errors import DataError
-from servefleet.entry.steps.facts import PROBE
-from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.plan import plan_host
-from servefleet.hostplan.probe_input import probe_args
 from servefleet.settings.table import load_defaults, settings_from
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
-
-
-def run_probe(tmp: Path, hardware: dict[str, Any] | None, *, driver: bool, **over: Any) -> dict:
-    """PROBE on this machine, with the lab's stand-ins first on PATH and RBLN_SIM_ROOT=tmp."""
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    if driver:
-        smi = (SIMULATOR / "driver" / "rbln_smi.py").read_text().replace("@VERSION@", "3.5.1")
-        (bin_dir / "rbln-smi").write_text(smi.replace("#!/usr/bin/python3", f"#!{sys.executable}"))
-        (bin_dir / "rbln-smi").chmod(0o755)
-    lspci = (SIMULATOR / "sim" / "lspci").read_text()
-    (bin_dir / "lspci").write_text(lspci.replace("#!/usr/bin/python3", f"#!{sys.executable}"))
-    (bin_dir / "lspci").chmod(0o755)
-    if hardware is not None:
-        (tmp / "etc" / "rbln-sim").mkdir(parents=True, exist_ok=True)
-        (tmp / "etc" / "rbln-sim" / "hardware.json").write_text(json.dumps(hardware))
-    # the serve user's trees in tmp: past the data's check (#31 (3): only below /var/lib, ...)
-    s = dataclasses.replace(settings(serve_root=str(tmp / "opt"), **over),
-                            models_hf_home=str(tmp / "hf"), serve_cache_root=str(tmp / "cache"))  # fmt: skip
-    env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "RBLN_SIM_ROOT": str(tmp),
-        "HOME": str(tmp),
-    }
-    out = subprocess.run(
-        [shutil.which("python3") or sys.executable, "-c", PROBE, probe_args(s, resolve_for(s))],
-        env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return json.loads(out.stdout)
-
-
-CR13 = {"sku": "RBLN-CR13", "pci_device": "2130", "devices": 4}
 
 
 @pytest.mark.parametrize("driver", [True, False])
@@ -99,35 +57,23 @@ def test_probe_counts_a_model_only_when_complete(tmp_path: Path) -> None:
 # -- what runs decides ---------------------------------------------------------------------------
 
 
-def _units(plan: Any, running: dict[int, str | None], active: str = "active") -> dict:
-    return {
-        i.unit: {
-            "active": active,
-            "running": running.get(i.index, i.sha),
-            "file": hashlib.sha256(i.text.encode()).hexdigest(),
-            "reload": False,
-        }
-        for i in plan.instances
-    }
-
-
 def test_converged_only_when_every_process_runs_its_unit() -> None:
     s = settings()
     first = plan_host(s, probe())
     good = {"good": first.release.id, "good_shas": [i.sha for i in first.instances]}
     warm = [first.spec.compile_fingerprint]
-    done = plan_host(s, probe(units=_units(first, {}), warm=warm, **good))
+    done = plan_host(s, probe(units=probed_units(first, {}), warm=warm, **good))
     assert done.converged and all(i.written and i.converged for i in done.instances)
     # everything runs, but the run died before it recorded the good state: converge again
-    assert not plan_host(s, probe(units=_units(first, {}), warm=warm)).converged
+    assert not plan_host(s, probe(units=probed_units(first, {}), warm=warm)).converged
     # unit files say the new selection but instance 2 still runs what it was started with
-    stale = plan_host(s, probe(units=_units(first, {2: "0" * 16}), warm=warm, **good))
+    stale = plan_host(s, probe(units=probed_units(first, {2: "0" * 16}), warm=warm, **good))
     assert not stale.converged
     assert [i.index for i in stale.instances if not i.converged] == [2]
     assert all(i.written for i in stale.instances)
-    failed = plan_host(s, probe(units=_units(first, {}, active="failed"), warm=warm))
+    failed = plan_host(s, probe(units=probed_units(first, {}, active="failed"), warm=warm))
     assert not failed.converged
-    cold = plan_host(s, probe(units=_units(first, {})))
+    cold = plan_host(s, probe(units=probed_units(first, {})))
     assert not cold.converged, "an interrupted pre-warm resumes"
 
 

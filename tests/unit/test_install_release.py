@@ -8,57 +8,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from lab_sim_support import PIP_ENV, REPO, load
+from lab_sim_support import load
+from local_release import INSTALLER, install, pip_env, release_plan, with_uv, write_plan
 
 from servefleet.release.plan import MARKER, Download, ReleasePlan
 
 CHECK_PREFIX = "servefleet: release check: "
-INSTALLER = REPO / "src" / "servefleet" / "base" / "remote" / "install_release.py"
-
-
-def release_plan(index: dict[str, str], path: Path) -> ReleasePlan:
-    """A sound plan: everything pinned, sfowned from its owner, public packages constrained."""
-    return ReleasePlan(
-        id="rel1",
-        path=str(path),
-        python=sys.executable,
-        downloads=[Download("sfowned", "1.0", index["owner"], auth=True)],
-        requirements=["sfpub==1.0"],
-        constraints=["sfdep==1.0", "sfpub==1.0"],
-        public_index=index["public"],
-        trusted_hosts=[],
-        expect={"sfdep": "1.0", "sfowned": "1.0", "sfpub": "1.0"},
-        must_have=["sfdep", "sfowned", "sfpub"],
-        imports=["sfowned", "sfpub"],
-        netrc=index["netrc"],
-    )
-
-
-def write(plan: ReleasePlan, tmp_path: Path) -> Path:
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan.to_json()))
-    return plan_file
-
-
-def pip_env() -> dict[str, str]:
-    """This environment without the machine's pip settings (PIP_* and config files)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | PIP_ENV
-
-
-def install(plan: ReleasePlan, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run the installer CLI on ``plan``, as the deploy does (the version that installs it)."""
-    return subprocess.run(
-        [sys.executable, str(INSTALLER), str(write(plan, tmp_path)), "9.8.7"],
-        env=pip_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def withheld(plan: ReleasePlan, stderr: str, *problems: str) -> None:
@@ -121,7 +80,7 @@ def test_a_package_not_from_its_own_index_is_refused(
         monkeypatch.setenv(key, value)
     plan = release_plan(index, tmp_path / "release")
     with pytest.raises(SystemExit) as exited:
-        installer.main(str(write(plan, tmp_path)))
+        installer.main(str(write_plan(plan, tmp_path)))
     stray = (elsewhere / "sfowned-1.0-py3-none-any.whl").as_uri()
     problem = f"sfowned did not come from its own index ({index['owner']}): {stray}"
     withheld(plan, f"{capfd.readouterr().err}{exited.value.code}\n", problem)
@@ -139,12 +98,6 @@ def test_a_failed_import_is_refused(index: dict[str, str], tmp_path: Path) -> No
     proc = install(plan, tmp_path)
     assert proc.returncode == 1
     withheld(plan, proc.stderr, "import sfbroken failed: RuntimeError: no NPU here")
-
-
-def with_uv(plan: ReleasePlan) -> ReleasePlan:
-    from servefleet.release.uvbin import uv_binary
-
-    return replace(plan, installer="uv", uv=str(uv_binary()))
 
 
 def test_uv_installs_a_sound_plan_from_each_owner_with_hashes(

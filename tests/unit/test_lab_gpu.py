@@ -10,9 +10,7 @@ import contextlib
 import json
 import os
 import runpy
-import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -31,6 +29,7 @@ from lab_sim_support import (
     metadata,
     pip,
 )
+from sim_fixtures import NVIDIA_SMI, gpu_root
 
 from servefleet.fleet.lab import layout
 from servefleet.fleet.lab.cli import lab as lab_cli
@@ -41,7 +40,6 @@ from servefleet.fleet.lab.topology import host_groups, plan_hosts
 MODEL = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-v3"
 H200_MIB = 143771
-NVIDIA_SMI = SIMULATOR / "sim" / "nvidia-smi"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,17 +151,6 @@ def test_inventory_exposes_a_group_per_hardware(
 # nvidia-smi and lspci
 
 
-def gpu_root(path: Path, hardware: str = "h200") -> Path:
-    """A simulated GPU host root: hardware.json, nvidia-smi, platform ``upstream``."""
-    host = plan_hosts(1, 4, {}, "cr13", {"lab1": hardware})[0]
-    (path / "etc/rbln-sim").mkdir(parents=True)
-    (path / "etc/rbln-sim/hardware.json").write_text(json.dumps(hardware_json(host)))
-    (path / "etc/rbln-sim/platform").write_text("upstream\n")
-    (path / "usr/bin").mkdir(parents=True)
-    shutil.copy2(NVIDIA_SMI, path / "usr/bin/nvidia-smi")
-    return path
-
-
 def smi(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, RBLN_SIM_ROOT=str(root))
     return subprocess.run([str(NVIDIA_SMI), *args], capture_output=True, text=True, env=env)
@@ -252,16 +239,6 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("labgpu") / "out"
     build.build(path)
-    return path
-
-
-@pytest.fixture(scope="session")
-def gpu_venv(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """vllm 0.30.0 installed as a GPU host installs it: from the public index alone."""
-    path = tmp_path_factory.mktemp("gpuvenv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    pip(path / "bin/python", "install", "--no-index", "--find-links", str(out / "index/public"),
-        "vllm==0.30.0", "arctic-inference==0.1.1")  # fmt: skip
     return path
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_fetch_model import fetch, write_token
+from fetch_stubs import fetch, write_token
 
 from servefleet.base.remote import snapshot_place, tar_safety
 from servefleet.fleet.lab import fleet

@@ -1,7 +1,7 @@
 """The flow runs one way: every import statement of every module, function-level ones included,
 reaches only its own layer or a lower one, and the modules form no circle.
 
-The layers, written once here (top first; docs/design.md describes them):
+The layers, written once in layer_table.py (top first; docs/design.md describes them):
 the CLI and the deploy steps use the fleet commands, which use the host plan, which uses the
 release (locks, builds, wheelhouse), which uses the renderer and the settings; the settings read
 the kinds (recipe families and their hosts), which resolve into a ServeSpec; everything stands on
@@ -15,23 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import servefleet
-
-SRC = Path(servefleet.__file__).resolve().parent
-
-# Top first: a module may import its own layer and the ones after it, never one before it. A
-# layer is a package of the same name (``servefleet/<layer>/``; ``spec`` is one module), so a
-# module's layer is its package: a new module cannot sit outside one. PLACED would name a package
-# that keeps a name of its own inside a layer.
-LAYERS = ["entry", "fleet", "hostplan", "release", "render", "settings", "kinds", "spec", "base"]
-PLACED: dict[str, str] = {}  # none left: every package sits in its layer's
-ROOT = {"servefleet", "servefleet.__main__"}  # the package's own face: entry
-# A component is a package of its own name (``servefleet/<component>/``) that keeps one part of
-# the system together across layers; each of its modules sits in the layer its role names here
-# (its ``__init__`` too), so a module of a component with no role sits in no layer.
-COMPONENTS: dict[str, dict[str, str]] = {
-    "router": {"__init__": "base", "plan": "hostplan", "render": "render", "step": "entry"},
-}
+from layer_table import COMPONENTS, LAYERS, PLACED, ROOT, SRC
 
 
 def modules() -> dict[str, Path]:

@@ -1,7 +1,7 @@
 """Locks (src/servefleet/release/lock.py): resolving a stack with the real uv against local indexes,
 installing it with every hash checked, and the lock directory's format, checks and use.
 
-The indexes are test_install_release's: ``owner`` (HTTP Basic auth) owns ``sfowned 1.0``;
+The indexes are conftest.py's ``index`` fixture: ``owner`` (HTTP Basic auth) owns ``sfowned 1.0``;
 ``public`` has everything else and a squatter ``sfowned 9.0``."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from host_inputs import CREDS, defaults, gpu_settings, probe
 from local_indexes import OWNER_LOGIN
-from test_deploy_plan import probe
-from test_install_release import install, release_plan, with_uv
+from local_release import install, pylock, release_plan, with_uv
 
 from servefleet.base.errors import DataError
 from servefleet.fleet.lockfleet import FleetLock, locked_models, make_lock
@@ -30,7 +30,6 @@ from servefleet.release.plan import MARKER, plan_release, with_locked_models
 from servefleet.release.pylock import packages, release_id
 from servefleet.release.resolve import resolve
 from servefleet.release.stack import LockError, Stack, project_toml, stack
-from servefleet.settings.table import settings_from
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -185,28 +184,6 @@ def test_the_project_uv_resolves_pins_owned_packages_to_explicit_owner_indexes()
     }
 
 
-PYLOCK = """lock-version = "1.0"
-created-by = "uv"
-requires-python = ">=3.10"
-
-[[packages]]
-name = "a"
-version = "1.0"
-index = "https://i.example/simple"
-wheels = [{ url = "https://i.example/files/a-1.0-py3-none-any.whl", hashes = { sha256 = "%s" } }]
-
-[[packages]]
-name = "b"
-version = "2.0"
-index = "https://i.example/simple"
-sdist = { url = "https://i.example/files/b-2.0.tar.gz", hashes = { sha256 = "%s" } }
-"""
-
-
-def pylock(a: str = "1" * 64, b: str = "2" * 64) -> str:
-    return PYLOCK % (a, b)
-
-
 def test_the_release_id_is_the_locked_set_not_the_file_layout() -> None:
     text = pylock()
     blocks = text.split("\n\n")
@@ -264,13 +241,6 @@ def test_check_names_every_difference(tmp_path: Path) -> None:
         "model org/m: revision r1 -> r2",
         "model org/n: not locked",
     ]
-
-
-ENV = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
-
-
-def defaults(**data: object):  # type: ignore[no-untyped-def]
-    return settings_from(lambda k: data.get(k), environ=ENV, keys=data.keys())
 
 
 def test_a_deploy_with_a_lock_installs_the_locked_set_and_refuses_a_stack_it_lacks(
@@ -345,8 +315,6 @@ def test_the_lock_records_a_driver_runfile_only_for_a_kind_that_installs_one(
     """driver_runfile_url may be every host's data (one group_data over a mixed fleet): the lock
     records the runfile of an RBLN host's driver (driver_step "runfile"), and none for a GPU
     host, whose kind installs no driver and only checks it (driver_step "check")."""
-    from test_platform_gpu import gpu_settings
-
     from servefleet.fleet import lockfleet
 
     url = "https://files.example/rebellions-x86_64-{version}.run"
@@ -375,7 +343,7 @@ def test_lock_check_with_a_selection_names_the_stack_it_needs(tmp_path: Path) ->
     def check(*extra: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "servefleet", "lock", str(inventory), "--lock-dir",
                str(tmp_path / "lock"), "--check", *extra]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | ENV
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | CREDS
         return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
 
     current = check()
@@ -496,7 +464,7 @@ def test_lock_check_names_a_changed_serve_files_file_and_refuses_two_files_for_o
         files = json.dumps({TEMPLATE: str(template)})
         cmd = [sys.executable, "-m", "servefleet", "lock", str(inv), "--lock-dir",
                str(tmp_path / "lock"), "--check", "--data", f"serve_files={files}"]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | ENV
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | CREDS
         return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
 
     current = check(inventory)
@@ -516,7 +484,7 @@ def test_lock_check_names_a_changed_serve_files_file_and_refuses_two_files_for_o
     )
     cmd = [sys.executable, "-m", "servefleet", "lock", str(two), "--lock-dir",
            str(tmp_path / "lock"), "--check"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | ENV
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RBLN_")} | CREDS
     split = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert split.returncode == 2
     assert split.stderr.strip().splitlines() == [

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_deploy_plan import CREDS, probe, settings
+from host_inputs import CREDS, probe, settings
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import plan_host

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_vllm_site_parity import EXPECTED, SITE, _argv_units
+from site_commands import EXPECTED, SITE, argv_units
 
 from servefleet.base.errors import RecipeError
 from servefleet.entry.cli import main
@@ -107,7 +107,7 @@ def test_every_pd_cluster_selection_matches_the_site() -> None:
             differences.append(f"{key}: features {ours} != {e['features']}")
         for server in spec.servers:
             site = e[server.role]
-            if _argv_units(server.argv) != _argv_units(site["argv"]):
+            if argv_units(server.argv) != argv_units(site["argv"]):
                 differences.append(f"{key} {server.role}: argv {server.argv} != {site['argv']}")
             if server.env != site["env"]:
                 differences.append(f"{key} {server.role}: env {server.env} != {site['env']}")
@@ -218,7 +218,7 @@ def test_pd_layers_on_gb200_and_a_chosen_pool() -> None:
     assert gb.router[-1] == "2"  # 4 GPUs / tp 2
     both_tp = resolve_vllm(r, hardware="h200", strategy="pd_cluster", pool_parallelism="tp")
     decode_tp = both_tp.servers[1]
-    assert _argv_units(decode_tp.argv)[1]["--tensor-parallel-size"] == "8"
+    assert argv_units(decode_tp.argv)[1]["--tensor-parallel-size"] == "8"
     assert "--data-parallel-size" not in decode_tp.argv
     assert both_tp.selection["pool_parallelism"] == "tp" and both_tp.router[-1] == "1"
 

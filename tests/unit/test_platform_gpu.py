@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
+from host_inputs import GPU_DATA, H200, gpu_probe, gpu_settings
 from systemd_parse import parse_unit
-from test_deploy_plan import probe
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import plan_host
@@ -19,28 +18,8 @@ from servefleet.kinds import find, kind_of as platform_for
 from servefleet.kinds.vllm.kind import _nvidia, torch_backend
 from servefleet.settings.table import load_defaults, settings_from
 
-RECIPE = "vllm/openai/gpt-oss-120b"
-H200 = [f"{i}, NVIDIA H200, 143771, 570.133.20" for i in range(8)]
+RECIPE = GPU_DATA["serve_recipe"]
 H100 = [f"{i}, NVIDIA H100 80GB HBM3, 81559, 570.133.20" for i in range(8)]
-GPU_DATA = {
-    "serve_recipe": RECIPE,
-    "serve_hardware": "h200",
-    "sdk_pins": ["vllm==0.30.0", "torch==2.13.0"],
-    "sdk_extra_packages": {},
-    "pip_indexes": {},
-    "pip_public_index": "https://pypi.example/simple",
-}
-
-
-def gpu_settings(**over: Any):
-    data = load_defaults()
-    data.update(GPU_DATA)
-    data.update(over)
-    return settings_from(data.get, {})
-
-
-def gpu_probe(lines: list[str] | None = None, **over: Any) -> dict[str, Any]:
-    return probe(smi=None, pci=[], gpus=H200 if lines is None else lines, **over)
 
 
 def resolved(*features: str) -> list[str]:

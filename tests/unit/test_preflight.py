@@ -302,7 +302,7 @@ RUNUSER = 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'  # as the ser
 def host(site: Path, tmp_path: Path) -> dict[str, Any]:
     """A host root (serve_root) whose release is a venv seeing the simulator's vllm, with
     lib/preflight.py, and fakes of runuser, install and touch on PATH."""
-    from test_deploy_plan import probe, settings
+    from host_inputs import probe, settings
 
     data = settings(serve_root=str(tmp_path / "root"))
     plan = plan_host(data, probe())
@@ -352,7 +352,7 @@ def test_a_run_killed_after_the_preflight_passed_but_before_its_marker_runs_it_a
     """Killed after the pre-flight passed (before the marker's directory, or between it and the
     marker): no marker, so the next run's plan runs the pre-flight again, which writes it; the
     run after that needs none."""
-    from test_deploy_plan import probe
+    from host_inputs import probe
 
     plan = host["plan"]
     assert plan.preflight_needed
@@ -375,7 +375,7 @@ def test_a_run_killed_after_the_preflight_passed_but_before_its_marker_runs_it_a
 def test_a_run_killed_after_the_marker_runs_nothing_twice(host: dict[str, Any]) -> None:
     """The run dies after the step's command ended (the marker written): the next run's plan
     has no pre-flight to run."""
-    from test_deploy_plan import probe
+    from host_inputs import probe
 
     plan = host["plan"]
     assert run_step(host, plan) == 0

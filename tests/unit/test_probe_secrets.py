@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_deploy_plan import probe, settings
+from host_inputs import probe, settings
 
 from servefleet.base.remote import REMOTE
 from servefleet.base.remote.layout import HF_TOKEN_FILE

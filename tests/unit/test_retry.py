@@ -17,7 +17,7 @@ from email.message import Message
 from pathlib import Path
 
 import pytest
-from test_fetch_model import Stub, in_turn, respond
+from fetch_stubs import Stub, in_turn, respond
 
 from servefleet.base.errors import Unreachable
 from servefleet.base.remote import retry

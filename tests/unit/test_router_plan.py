@@ -7,8 +7,8 @@ import hashlib
 from typing import Any
 
 import pytest
+from host_inputs import probe, settings
 from systemd_parse import parse_unit
-from test_deploy_plan import probe, settings
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import ROUTER_UNIT

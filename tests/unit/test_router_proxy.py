@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_inputs import probe, settings
 from systemd_parse import parse_exec
-from test_deploy_plan import probe, settings
 
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_deploy_plan import CREDS
+from host_inputs import CREDS
 
 from servefleet.base.errors import DataError
 from servefleet.entry.cli import main

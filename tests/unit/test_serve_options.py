@@ -14,10 +14,9 @@ import io
 from typing import Any
 
 import pytest
+from host_inputs import CREDS, GPU_DATA, gpu_probe, probe
 from lab_sim_support import load_sim
 from systemd_parse import parse_unit
-from test_deploy_plan import CREDS, probe
-from test_platform_gpu import GPU_DATA, gpu_probe
 
 from servefleet.base import flags
 from servefleet.base.errors import DataError

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_platform_gpu import GPU_DATA, gpu_probe
+from host_inputs import GPU_DATA, gpu_probe
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import GROUP_SHA_VAR

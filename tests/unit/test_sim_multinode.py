@@ -6,9 +6,6 @@ test_sim_pd.py start them, without the lab). Every process is killed at the end 
 waits are on conditions with deadlines. Where the real-wheel tier is built (tests/realvllm/
 build.py), the refusals' words and the parallel config's hash factors are read from the wheel."""
 
-# The fixtures of test_lab_gpu.py are imported by name, and test arguments name them again:
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import argparse
@@ -26,8 +23,7 @@ from typing import Any
 
 import pytest
 from lab_sim_support import REPO, SIMULATOR, free_port, http
-from sim_fixtures import MODEL
-from test_lab_gpu import gpu_root, gpu_venv  # noqa: F401 (a fixture, used by name)
+from sim_fixtures import MODEL, gpu_root
 
 sys.path.insert(0, str(REPO / "tests" / "realvllm"))
 import build as realvllm  # noqa: E402  (the real-wheel tier's venvs)

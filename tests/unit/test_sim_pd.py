@@ -7,9 +7,6 @@ mode in front of both (skipped without its binary: ``$VLLM_ROUTER`` or ``vllm-ro
 Runs as test_sim_serving.py does (whose fixtures this reuses). Waits on conditions with
 deadlines, never on fixed sleeps."""
 
-# The fixtures of test_lab_sim.py are imported by name, and test arguments name them again:
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import json
@@ -28,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import Server, derived_venv, free_port, http
-from sim_fixtures import MODEL, vllm
-from test_lab_gpu import gpu_root, gpu_venv  # noqa: F401 (a fixture, used by name)
-from test_sim_serving import Stream, read_stream, request, wait_for
+from lab_sim_support import (
+    Server,
+    Stream,
+    derived_venv,
+    free_port,
+    http,
+    read_stream,
+    request,
+    wait_for,
+)
+from sim_fixtures import MODEL, gpu_root, vllm
 
 sys.path.insert(
     0, str(Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote")

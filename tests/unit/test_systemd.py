@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from rbln_cases import COMPILER, TINY, combinations, seed
 from systemd_parse import ParseError, parse_environment, parse_exec, parse_unit
+from systemd_verify import needs_analyze, verify
 
 from servefleet.base.errors import ServefleetError
 from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.render.systemd import environment_line, exec_arg, exec_line, unit_text
-
-ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
-needs_analyze = pytest.mark.skipif(not Path(ANALYZE).exists(), reason="systemd-analyze missing")
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
 
@@ -83,17 +79,6 @@ def _all_specs():  # type: ignore[no-untyped-def]
                 continue  # excluded combinations of the fixture card
 
 
-def _verify(units: dict[str, str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    paths = []
-    for name, body in units.items():
-        path = tmp / name
-        path.write_text(body, encoding="utf-8")
-        paths.append(str(path))
-    return subprocess.run(
-        [ANALYZE, "verify", "--man=no", *paths], capture_output=True, text=True, check=False
-    )
-
-
 @pytest.fixture
 def placeholder(tmp_path: Path) -> Path:
     exe = tmp_path / "bin" / "vllm"
@@ -119,7 +104,7 @@ def test_every_combination_unit_verifies_and_reads_back(tmp_path: Path, placehol
     names = list(units)
     for start in range(0, len(names), 40):
         batch = {n: units[n] for n in names[start : start + 40]}
-        result = _verify(batch, tmp_path)
+        result = verify(batch, tmp_path)
         assert result.returncode == 0, result.stderr
         assert result.stderr == "", result.stderr
 
@@ -138,5 +123,5 @@ def test_random_units_verify(
     argv = [str(placeholder), *args]
     body = unit_text(argv, env, description="random")
     assert parse_unit(body) == (argv, env)
-    result = _verify({"rand.service": body}, tmp_path)
+    result = verify({"rand.service": body}, tmp_path)
     assert result.returncode == 0 and result.stderr == "", result.stderr

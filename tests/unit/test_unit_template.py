@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rbln_cases import COMPILER, combinations, seed
 from systemd_parse import parse_unit
-from test_systemd import _verify, needs_analyze
+from systemd_verify import needs_analyze, verify
 
 from servefleet.base.errors import RecipeError, ServefleetError
 from servefleet.kinds.rbln.resolve import resolve_rbln
@@ -66,7 +66,7 @@ def test_every_seed_selection_renders_a_unit_systemd_accepts(tmp_path: Path) -> 
     assert len(units) == 108
     names = list(units)
     for start in range(0, len(names), 40):
-        result = _verify({n: units[n] for n in names[start : start + 40]}, tmp_path)
+        result = verify({n: units[n] for n in names[start : start + 40]}, tmp_path)
         assert result.returncode == 0, result.stderr
         assert result.stderr == "", result.stderr
 

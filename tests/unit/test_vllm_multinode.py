@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_vllm_site_parity import (
+from site_commands import (
     EXPECTED,
     SITE,
-    _argv_units,
-    _feature_names,
-    _resolve_entry,
-    _site_entries,
-    _site_key,
+    argv_units,
+    feature_names,
+    resolve_entry,
+    site_entries,
+    site_key,
 )
 
 from servefleet.base.errors import RecipeError
@@ -88,13 +88,13 @@ def _tail(server: Server) -> list[str]:
 
 @pytest.mark.skipif(not EXPECTED.is_file(), reason=f"no {EXPECTED} beside the repository")
 def test_every_multi_node_selection_matches_the_site() -> None:
-    entries = _site_entries("multi_node")
+    entries = site_entries("multi_node")
     assert len(entries) == 244
     differences = []
     for e in entries:
-        key = _site_key(e)
+        key = site_key(e)
         try:
-            spec = _resolve_entry(e)
+            spec = resolve_entry(e)
         except RecipeError as err:
             differences.append(f"{key}: refused: {err}")
             continue
@@ -102,13 +102,13 @@ def test_every_multi_node_selection_matches_the_site() -> None:
         if spec.nodes != e["nodes"] or len(spec.servers) != len(site):
             differences.append(f"{key}: {spec.nodes} nodes, {len(spec.servers)} servers")
             continue
-        ours = _feature_names(spec)
+        ours = feature_names(spec)
         if ours != e["features"]:
             differences.append(f"{key}: features {ours} != {e['features']}")
         for rank, (server, argv) in enumerate(zip(spec.servers, site, strict=True)):
             if server.rank != rank or server.role != "main":
                 differences.append(f"{key}: server {rank} is {server.role} rank {server.rank}")
-            if _argv_units(server.argv) != _argv_units(argv):
+            if argv_units(server.argv) != argv_units(argv):
                 differences.append(f"{key} rank {rank}: argv {server.argv} != {argv}")
             if server.env != e["env"]:
                 differences.append(f"{key} rank {rank}: env {server.env} != {e['env']}")
@@ -126,8 +126,8 @@ def test_a_site_group_rank_by_rank() -> None:
     rendezvous = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "$HEAD_IP"]
     sized = ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
     assert _tail(head)[2:10] == [*sized, *rendezvous[:4]]
-    assert _argv_units(worker.argv)[1] == {
-        **_argv_units(head.argv)[1],
+    assert argv_units(worker.argv)[1] == {
+        **argv_units(head.argv)[1],
         "--node-rank": "1",
         "--headless": None,
     }
@@ -168,7 +168,7 @@ def test_tp_and_tep_span_every_gpu_of_the_group(tmp_path: Path) -> None:
     r = _group(tmp_path)
     spec = resolve_vllm(r, hardware="b300", strategy="multi_node_tep", nodes=4)
     for rank, server in enumerate(spec.servers):
-        flags = _argv_units(server.argv)[1]
+        flags = argv_units(server.argv)[1]
         assert flags["--enable-expert-parallel"] is None
         assert flags["--tensor-parallel-size"] == "32" and flags["--nnodes"] == "4"
         assert flags["--node-rank"] == str(rank) and flags["--master-addr"] == "$HEAD_IP"
@@ -179,15 +179,15 @@ def test_dep_nodes_start_at_their_first_rank(tmp_path: Path) -> None:
     r = _group(tmp_path)
     spec = resolve_vllm(r, hardware="h200", strategy="multi_node_dep", variant="small")
     assert spec.nodes == node_floor(r, "small", "multi_node_dep", "h200") == 4  # 32 GPUs / 8
-    starts = [_argv_units(s.argv)[1].get("--data-parallel-start-rank") for s in spec.servers]
+    starts = [argv_units(s.argv)[1].get("--data-parallel-start-rank") for s in spec.servers]
     assert starts == [None, "8", "16", "24"]
     for server in spec.servers:  # every DEP node serves HTTP (hybrid load balancing)
-        flags = _argv_units(server.argv)[1]
+        flags = argv_units(server.argv)[1]
         assert "--headless" not in flags and flags["--data-parallel-size"] == "32"
         assert flags["--data-parallel-size-local"] == "8" and server.npus == 8
     grown = resolve_vllm(r, hardware="h200", strategy="multi_node_dep", variant="small", nodes=6)
-    assert _argv_units(grown.servers[5].argv)[1]["--data-parallel-start-rank"] == "40"
-    assert _argv_units(grown.servers[0].argv)[1]["--data-parallel-size"] == "48"
+    assert argv_units(grown.servers[5].argv)[1]["--data-parallel-start-rank"] == "40"
+    assert argv_units(grown.servers[0].argv)[1]["--data-parallel-size"] == "48"
 
 
 def test_a_dep_nodes_local_ranks_come_from_the_recipe(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_a_dep_nodes_local_ranks_come_from_the_recipe(tmp_path: Path) -> None:
     )
     r = _group(tmp_path, extra)
     spec = resolve_vllm(r, hardware="h200", strategy="multi_node_dep", variant="small")
-    starts = [_argv_units(s.argv)[1].get("--data-parallel-start-rank") for s in spec.servers]
+    starts = [argv_units(s.argv)[1].get("--data-parallel-start-rank") for s in spec.servers]
     assert starts == [None, "4", "8", "12"] and [s.npus for s in spec.servers] == [8] * 4
     msg = _refused(r, hardware="h200", strategy="multi_node_dep", variant="small", nodes=5)
     assert "asks for 16 data-parallel ranks but 5 nodes of --data-parallel-size-local 4" in msg
@@ -321,7 +321,7 @@ def test_a_group_binds_rank_0s_address_and_the_interface(tmp_path: Path) -> None
     bound = bind_group(spec, "10.0.0.5", "ens5f0np0")
     assert placeholders(bound) == [] and bound.nodes == 4
     for server in bound.servers:
-        assert _argv_units(server.argv)[1]["--data-parallel-address"] == "10.0.0.5"
+        assert argv_units(server.argv)[1]["--data-parallel-address"] == "10.0.0.5"
         assert server.env == {"GLOO_SOCKET_IFNAME": "ens5f0np0", "NCCL_SOCKET_IFNAME": "ens5f0np0"}
     assert [s.rank for s in bound.servers] == [0, 1, 2, 3]
     tp = resolve_vllm(_group(tmp_path), hardware="h200", strategy="multi_node_tp")
@@ -374,7 +374,7 @@ def test_resolve_shows_every_rank_as_json() -> None:
     assert result.exit_code == 0, result.output
     spec = json.loads(result.output)
     assert spec["nodes"] == 2 and [s["rank"] for s in spec["servers"]] == [0, 1]
-    head, worker = (_argv_units(s["argv"])[1] for s in spec["servers"])
+    head, worker = (argv_units(s["argv"])[1] for s in spec["servers"])
     assert head["--tensor-parallel-size"] == worker["--tensor-parallel-size"] == "16"
     assert "--headless" not in head and worker["--headless"] is None
     shell = CliRunner().invoke(main, [*args, "--format", "shell"])

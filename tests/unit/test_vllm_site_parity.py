@@ -8,7 +8,6 @@ servefleet's default features, compared with the site's argv and env.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,9 +16,16 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from site_commands import (
+    EXPECTED,
+    argv_units,
+    feature_names,
+    resolve_entry,
+    site_entries,
+    site_key,
+)
 
 from servefleet.base.errors import RecipeError
-from servefleet.base.vllm_args import flag_name, is_flag
 from servefleet.entry.cli import main
 from servefleet.kinds.vllm import describe_vllm, list_vllm_recipes, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.layers import ARG_ORDER, ENV_ORDER
@@ -28,9 +34,6 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 FIXTURES = DATA / "vllm"
 UPSTREAM = DATA / "vllm-upstream"
-SHARED = Path(__file__).parents[2].parent / "shared"
-SITE = SHARED / "recipes" / "vllm-yaml"
-EXPECTED = SITE / "expected" / "commands.json"
 
 
 def _fixture(name: str) -> Any:
@@ -255,64 +258,23 @@ REFUSED = {
 }
 
 
-def _argv_units(argv: list[str]) -> tuple[list[str], dict[str, str | None], list[str]]:
-    """``vllm serve MODEL``, each flag's last value (vLLM's parser: order does not matter, a
-    repeated flag's last value wins) and the positionals in order."""
-    flags: dict[str, str | None] = {}
-    positionals: list[str] = []
-    rest = argv[3:]
-    i = 0
-    while i < len(rest):
-        tok = rest[i]
-        if not is_flag(tok):
-            positionals.append(tok)
-        elif "=" in tok:
-            flags[flag_name(tok)] = tok.split("=", 1)[1]
-        elif i + 1 < len(rest) and not is_flag(rest[i + 1]):
-            flags[tok] = rest[i + 1]
-            i += 1
-        else:
-            flags[tok] = None
-        i += 1
-    return argv[:3], flags, positionals
-
-
-def _site_entries(deploy_type: str = "single_node") -> list[dict[str, Any]]:
-    return [e for e in json.loads(EXPECTED.read_text()) if e["deploy_type"] == deploy_type]
-
-
-def _site_key(e: dict[str, Any]) -> tuple[str, str, str, str]:
-    return (e["recipe"], e["hardware"], e["strategy"], e["variant"])
-
-
-def _resolve_entry(e: dict[str, Any]) -> Any:
-    """A site entry's selection resolved by servefleet (its recipe in shared/)."""
-    r = load_vllm_recipe(SITE / "models" / f"{e['recipe']}.yaml")
-    return resolve_vllm(r, hardware=e["hardware"], strategy=e["strategy"], variant=e["variant"])
-
-
-def _feature_names(spec: Any) -> list[str]:
-    """The names of a spec's enabled features, in order (as the site lists them)."""
-    return [f.partition("=")[0] for f in spec.selection["features"].split(",") if f]
-
-
 @pytest.mark.skipif(not EXPECTED.is_file(), reason=f"no {EXPECTED} beside the repository")
 def test_every_single_node_selection_matches_the_site() -> None:
-    entries = _site_entries()
+    entries = site_entries()
     assert len(entries) > 100
     differences, refused = [], {}
     for e in entries:
-        key = _site_key(e)
+        key = site_key(e)
         try:
-            spec = _resolve_entry(e)
+            spec = resolve_entry(e)
         except RecipeError as err:
             refused[key] = str(err)
             continue
         server = spec.servers[0]
-        ours = _feature_names(spec)
+        ours = feature_names(spec)
         if ours != e["features"]:
             differences.append(f"{key}: features {ours} != {e['features']}")
-        if _argv_units(server.argv) != _argv_units(e["argv"]):
+        if argv_units(server.argv) != argv_units(e["argv"]):
             differences.append(f"{key}: argv {server.argv} != {e['argv']}")
         if server.env != e["env"]:
             differences.append(f"{key}: env {server.env} != {e['env']}")

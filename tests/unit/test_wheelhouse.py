@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fetch_stubs import REV, TOKEN, Stub, hf_layout, respond, tgz
+from host_inputs import CREDS as ENV, defaults
 from local_indexes import OWNER_LOGIN
-from test_fetch_model import REV, TOKEN, Stub, hf_layout, respond, tgz
-from test_install_release import install, release_plan, with_uv
-from test_lock import ENV, defaults
+from local_release import install, release_plan, with_uv
 
 from servefleet.base.errors import DataError
 from servefleet.entry.steps.facts import HOST_CHECK
