@@ -124,6 +124,9 @@ def plan_cmd(
         click.echo(plan_table(plans))
         if diff:
             click.echo("\n" + (plan_diffs(plans) or "no unit changes"))
+    for host, p in sorted(plans.items()):  # what the table's "reinstall (drifted)" stands for
+        for line in p.get("release_drift") or []:
+            click.echo(f"servefleet: {host}: {line}", err=True)
     runs.say_missing(missing)
     sys.exit(Exit.FAILED if missing else Exit.OK)
 

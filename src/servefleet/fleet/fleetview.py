@@ -197,6 +197,7 @@ def plan_summary(
         "driver": [plan.hardware.driver_version, s.driver_version] if plan.driver_needed else None,
         "release": [plan.current, rel.id] if plan.current != rel.id else None,
         "install_release": not plan.release_complete,
+        "release_drift": list(plan.release_drift),
         "locked": rel.locked,
         "changed_on_index": dict(changed_on_index or {}),
         "packages": packages if plan.current != rel.id else {},
@@ -302,6 +303,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "sku": plan.hardware.sku or ",".join(sorted(set(plan.hardware.skus))),
         "devices": len(plan.hardware.devices),
         "release": plan.current,
+        "release_drift": list(plan.release_drift),
         "good_release": plan.good_release,
         "servefleet": plan.good_servefleet,  # the servefleet that last converged the host
         "packages": plan.current_pins or {},
@@ -378,6 +380,7 @@ def missing_status(
         "sku": None,
         "devices": None,
         "release": None,
+        "release_drift": [],
         "good_release": None,
         "servefleet": None,
         "packages": {},
@@ -409,6 +412,7 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
     if status.get("failed"):
         return [f"{host}: failed: {status['failed']}"]
     out = [f"{host}: {status['refusal']}"] if status.get("refusal") else []
+    out += [f"{host}: {line}" for line in status.get("release_drift") or []]
     for inst in status["instances"]:
         if inst["drift"]:
             running = inst["running"] or "nothing of ours"
@@ -539,6 +543,8 @@ def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
             rows.append([host, first] + [None] * (len(PLAN_COLUMNS) - 2))
             continue
         release = p["release"] or ([None, "install"] if p["install_release"] else None)
+        if p.get("release_drift"):  # the same id, installed again beside the drifted one
+            release = f"{_cell(p['release']) + ' ' if p['release'] else ''}reinstall (drifted)"
         if not p.get("locked", True):
             release = f"{_cell(release)} (unlocked)" if release else "unlocked"
         packages = {**p["packages"], **{

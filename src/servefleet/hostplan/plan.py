@@ -123,6 +123,9 @@ def plan_host(
         spec, placed, pd_refusal = place_pd(settings, spec, groups, place.groups, address)
         refusal = refusal or pd_refusal
         groups = groups[: len(placed)]
+    drift = probe.get("release_drift") or {}  # release id -> how it differs from its install
+    complete = release.id in probe.get("releases", []) and release.id not in drift
+    reinstalled = not complete  # (a release another run set aside, or left half-installed)
     instances = []
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
@@ -136,6 +139,8 @@ def plan_host(
             on_host.get("active") == "active"
             and on_host.get("running") == sha
             and on_host.get("key_current") is not False  # it runs with the key file's key
+            and not on_host.get("older_than_release")  # started before its release's install
+            and not reinstalled  # its release installs (again) first: then it restarts onto it
         )
         serves = HEADLESS not in argv
         worker = (
@@ -171,7 +176,10 @@ def plan_host(
         refusal=refusal,
         driver_needed=driver_needed,
         release=release,
-        release_complete=release.id in probe.get("releases", []),
+        release_complete=complete,
+        release_drift=tuple(
+            f"release {r}: {line}" for r, lines in sorted(drift.items()) for line in lines
+        ),  # fmt: skip
         current=probe.get("current"),
         current_pins=probe.get("current_pins"),
         current_files=probe.get("current_files") or {},

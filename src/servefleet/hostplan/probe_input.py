@@ -41,7 +41,7 @@ REMOTE_SCRIPTS = (
     "http_client.py", "tar_safety.py", "snapshot_place.py", "store_source.py", "hub_source.py",
     "hub_client.py", "health.py", "instances.py", "prewarm.py", "driver.py", "preflight.py",
     "trees.py", "group.py", "systemd_units.py", "warm_state.py", "restart_gate.py",
-    "rotation.py", "state_files.py",
+    "rotation.py", "state_files.py", "release_check.py",
 )  # fmt: skip
 
 
@@ -99,6 +99,7 @@ def probe_args(
             "accelerators": [list(c) for c in kind_of(settings.serve_recipe).probe_commands],
             "models": models,
             "paths": watched_paths(settings, *ids),
+            "releases": ids,  # checked against what their markers recorded (#36)
             "files": files,
             "keyed": keyed,
             "python": settings.sdk_python,

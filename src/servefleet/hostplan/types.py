@@ -112,6 +112,7 @@ class HostPlan:
     driver_needed: bool
     release: ReleasePlan
     release_complete: bool
+    release_drift: tuple[str, ...]  # how its releases differ from their install (#36)
     current: str | None  # the release `current` points at now
     current_pins: dict[str, str] | None  # what that release holds (its completion marker)
     current_files: dict[str, Any]  # package -> [version, sha256s] it was installed with (plan)

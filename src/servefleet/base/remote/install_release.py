@@ -37,6 +37,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 import zipfile
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout  # noqa: E402  (next to this file on the host)
+import release_check  # noqa: E402
 import retry  # noqa: E402
 
 UV_WHEEL_MAX = 256 << 20  # bytes of a uv wheel read at most (0.13's is about 20 MB)
@@ -109,8 +111,13 @@ def main(plan_file: str, by: str | None = None) -> None:
     plan = json.loads(Path(plan_file).read_text())
     release = Path(plan["path"])
     if (release / plan["marker"]).exists():
-        print(f"release {plan['id']} is complete")
-        return
+        problems = release_check.drift(str(release), recorded(release / plan["marker"]))
+        if not problems:
+            print(f"release {plan['id']} is complete")
+            return
+        aside = set_aside(release)  # its servers run on from it until each restarts
+        print(f"servefleet: release {plan['id']} drifted ({'; '.join(problems[:3])}): kept as "
+              f"{aside} for inspection; installing it again", file=sys.stderr)  # fmt: skip
     if release.exists():
         shutil.rmtree(release)
     wheelhouse = release / "wheelhouse"
@@ -125,10 +132,32 @@ def main(plan_file: str, by: str | None = None) -> None:
         sys.exit(f"servefleet: release {plan['id']} failed its checks; it is not marked complete")
     marker = release / plan["marker"]
     tmp = marker.with_suffix(".tmp")
-    done = {"id": plan["id"], "pins": plan["expect"], "servefleet": by}  # by: who installed it
+    done = {
+        "id": plan["id"],
+        "pins": plan["expect"],
+        "servefleet": by,  # by: who installed it
+        "dists": release_check.manifest(str(release)),
+    }  # what the probe compares (#36)
     tmp.write_text(json.dumps(done, sort_keys=True) + "\n")
     tmp.rename(marker)
     print(f"release {plan['id']} installed and checked")
+
+
+def recorded(marker: Path) -> dict | None:
+    """The distributions a release's marker recorded at install (None: a marker before #36)."""
+    try:
+        return json.loads(marker.read_text()).get("dists")
+    except (OSError, ValueError, AttributeError):
+        return {}  # an unreadable marker: everything installed differs from nothing recorded
+
+
+def set_aside(release: Path) -> Path:
+    """Rename a drifted release to ``<id>.tampered-<UTC time>`` beside it (never patched in
+    place; ``state_files.clean_up`` removes it after ``layout.TAMPERED_KEEP`` seconds)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = release.with_name(f"{release.name}{layout.TAMPERED}{stamp}")
+    release.rename(aside)
+    return aside
 
 
 def uv_env(plan: dict) -> dict[str, str]:

@@ -71,6 +71,7 @@ def bring_to(state: dict[str, Any]) -> None:
         current = now.get(inst["unit"])
         keyed = f"EnvironmentFile={layout.API_KEY_FILE}" in inst.get("text", "")
         restart = not systemd_units.running_desired(current, inst["sha"], key if keyed else None)
+        restart = restart or bool(current and current.get("older_than_release"))
         if restart or warm_state.is_cold(state, inst):
             worker = str(inst.get("worker") or "") if restart else ""
             for admin in routers if worker else ():

@@ -27,6 +27,8 @@ WHEELHOUSE = "wheelhouse"  # sdk_source = "wheelhouse": the host's copy of the f
 RELEASE_MARKER = ".servefleet-release.json"  # written last, after every check passed
 LOCKED = "locked.txt"  # what the release was installed from: every file's sha256
 RELEASE_FILES = "files"  # serve_files: the files its command lines name (shipped by the deploy)
+TAMPERED = ".tampered-"  # <id>.tampered-<UTC time>: a drifted release set aside, never served
+TAMPERED_KEEP = 7 * 86400  # seconds a set-aside release is kept for inspection
 
 # In the state directory.
 DESIRED = "desired.json"  # what `instances.py converge` brings the host to

@@ -34,6 +34,7 @@ from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 import layout
+import release_check
 import trusted
 
 
@@ -92,6 +93,25 @@ def releases(out: dict[str, Any], root: str, files: bool) -> None:
     out["current_files"] = current_files(
         read(os.path.join(rel, out["current"] or "-", layout.LOCKED)) if files else None
     )
+
+
+def release_drift(root: str, ids: list[str], current: str | None) -> dict[str, list[str]]:
+    """Release id -> how it differs from what its marker recorded at install (the wanted
+    releases and the serving one; :func:`release_check.drift`); none that do not differ."""
+    out = {}
+    for rid in sorted({*ids, *([current] if current else [])}):
+        path = os.path.join(root, layout.RELEASES, rid)
+        try:
+            marker = json.loads(read(os.path.join(path, layout.RELEASE_MARKER)) or "null")
+        except ValueError:
+            marker = {}
+        if marker is None:
+            continue  # not installed (or not complete): nothing to compare
+        problems = release_check.drift(path, marker.get("dists") if isinstance(marker, dict)
+                                       else {})  # fmt: skip
+        if problems:
+            out[rid] = problems
+    return out
 
 
 def current_files(locked: str | None) -> dict[str, list[Any]]:
@@ -155,6 +175,10 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
             # it runs with the key the key file holds (or neither has one): a yes or no, no
             # digest of the key leaves the host (#31 finding 4)
             "key_current": (key or [None])[0] == _wanted_key(text, file_key) if pid else None,
+            # it started before its release was (re)installed: it runs files gone since
+            "older_than_release": release_check.older_than_release(
+                pid, text.decode("utf-8", "replace") if text else None, layout.RELEASE_MARKER
+            ),
         }
         if texts:
             found[u]["text"] = text.decode("utf-8", "replace") if text is not None else None
@@ -302,6 +326,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
         out["libc"] = None
     accelerators(out, a["accelerators"])
     releases(out, root, bool(a.get("files")))
+    out["release_drift"] = release_drift(root, a.get("releases") or [], out["current"])
     good_state(out, root)
     out["units"] = units(texts=bool(a.get("files")))  # the plan's probe: their texts too
     out["router"] = router((a.get("router") or {}).get("url"))

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,8 @@ def released_in_units() -> set[str]:
 
 def clean_up(state_dir: Path) -> None:
     """Remove releases and kept units nothing can need: keep ``current``, every release a unit
-    on disk names, and those of the good and previous states."""
+    on disk names, those of the good and previous states, and a drifted release set aside
+    (``<id>.tampered-...``) for ``layout.TAMPERED_KEEP`` seconds."""
     root = state_dir.parent
     states = [s for s in (load(state_dir / layout.GOOD), load(state_dir / layout.PREVIOUS)) if s]
     keep = released_in_units() | {s["release"] for s in states}
@@ -110,6 +112,8 @@ def clean_up(state_dir: Path) -> None:
         keep.add(os.path.basename(os.readlink(cur)))
     releases = root / layout.RELEASES
     for rel in sorted(releases.iterdir()) if releases.is_dir() else []:
+        if layout.TAMPERED in rel.name and not _expired(rel):
+            continue  # a drifted release set aside: kept for inspection a while
         if rel.name not in keep:
             shutil.rmtree(rel, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
@@ -119,6 +123,14 @@ def clean_up(state_dir: Path) -> None:
     for kept in (state_dir / layout.KEPT_UNITS).glob("*.service"):
         if kept.stem not in shas:
             kept.unlink()
+
+
+def _expired(path: Path) -> bool:
+    """A set-aside release older than ``layout.TAMPERED_KEEP`` (by when it was set aside)."""
+    try:
+        return time.time() - path.lstat().st_ctime > layout.TAMPERED_KEEP
+    except OSError:
+        return False
 
 
 def kept_instances(state_dir: Path, target: dict[str, Any]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout  # noqa: E402  (next to this file on the host)
+import release_check  # noqa: E402
 
 UNIT_DIR = Path(layout.UNIT_DIR)
 UNIT_GLOB = layout.UNIT_GLOB
@@ -105,8 +106,18 @@ def live(devices_env: str) -> dict[str, dict[str, Any]]:
             "key": env.get(layout.API_KEY_VAR),
             "port": process_port(pid) if pid else None,
             "devices": set(filter(None, env.get(devices_env, "").split(","))),
+            "older_than_release": release_check.older_than_release(
+                pid, _text(UNIT_DIR / unit), layout.RELEASE_MARKER
+            ),  # started before its release was (re)installed: restart it onto the new files
         }
     return out
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def file_key() -> str | None:

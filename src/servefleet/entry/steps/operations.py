@@ -85,7 +85,7 @@ def put_secret(name: str, dest: str, secret: str) -> None:
 
 
 @operation()
-def release(plan_file: str, marker: str, installer: str, by: str = VERSION):
+def release(plan_file: str, marker: str, installer: str, by: str = VERSION, drifted: bool = False):
     """
     Install a release (one venv) unless its completion marker exists. The installer writes the
     marker only after every pinned version and import checked out, so "installed" never comes
@@ -95,8 +95,10 @@ def release(plan_file: str, marker: str, installer: str, by: str = VERSION):
     + marker: the completion marker's path
     + installer: ``install_release.py`` on the host
     + by: the servefleet version the marker records
+    + drifted: the release differs from its install (the probe's check): the installer sets it
+      aside and installs it again, marker or not
     """
-    if host.get_fact(File, path=marker):
+    if not drifted and host.get_fact(File, path=marker):
         host.noop(f"release {marker.rsplit('/', 2)[-2]} is installed")
         return
     yield StringCommand("python3", QuoteString(installer), QuoteString(plan_file), QuoteString(by))

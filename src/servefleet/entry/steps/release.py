@@ -12,7 +12,7 @@ from pyinfra import host, logger
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server
 
-from servefleet.base.remote.layout import CURRENT, PLANS, RELEASE_FILES
+from servefleet.base.remote.layout import CURRENT, PLANS, RELEASE_FILES, RELEASES, TAMPERED
 from servefleet.entry.steps import ensure
 from servefleet.entry.steps.credentials import netrc
 from servefleet.entry.steps.lib import command
@@ -44,11 +44,20 @@ def install(plan: HostPlan) -> OperationMeta | None:
                         / Path(wheel["path"]).name),
                 dest=wheel["path"], user="root", group="root", mode="644",
             )  # fmt: skip
+        drifted = [line for line in plan.release_drift if line.startswith(f"release {rel.id}:")]
+        for line in drifted:
+            logger.warning(f"{host.print_prefix}{line}")
+        if drifted:
+            logger.warning(
+                f"{host.print_prefix}release {rel.id} drifted: installed again beside it, the "
+                f"drifted one kept as {s.serve_root}/{RELEASES}/{rel.id}{TAMPERED}<UTC time>"
+            )
         installed = release(
             name=f"Install release {rel.id} and check it",
             plan_file=plan_file,
             marker=rel.marker,
             installer=f"{plan.lib}/install_release.py",
+            drifted=bool(drifted),
         )
     if rel.files:  # serve_files: the files its command lines name, root's, next to its venv
         ensure.directory(plan, f"{rel.path}/{RELEASE_FILES}")
