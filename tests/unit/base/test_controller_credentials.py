@@ -1,7 +1,7 @@
 """Credentials on the controller (issue #18): every download goes through one opener whose
 redirects to another origin carry no Authorization header; an sdist's credentials are chosen by
 its URL's origin; the subprocesses that run code from sdists get an allow-listed environment (and
-run in the sandbox: tests/unit/test_index_code_sandbox.py)."""
+run in the sandbox: tests/unit/release/test_index_code_sandbox.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """servefleet's own version is recorded where an operator later asks which servefleet did this
-(#32 item 6): the lock, the release marker (tests/unit/test_install_release.py), the host's
-desired state (and so its good state), and ``status``."""
+(#32 item 6): the lock, the release marker (tests/unit/base/remote/test_install_release.py), the
+host's desired state (and so its good state), and ``status``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from repo_paths import REMOTE
 
 from servefleet.base.version import VERSION
 from servefleet.release.lock import LOCK_FILE, write_lock
@@ -27,7 +29,7 @@ def test_a_lock_records_the_servefleet_that_wrote_it(tmp_path: Path) -> None:
 
 def _good_state(root: Path) -> dict[str, object]:
     """remote/probe.py's own good_state(), run as the host runs it."""
-    remote = Path(__file__).parents[2] / "src" / "servefleet" / "base" / "remote"
+    remote = REMOTE
     code = (f"import json, sys; sys.path.insert(0, {str(remote)!r}); import probe; out = {{}}; "
             f"probe.good_state(out, {str(root)!r}); print(json.dumps(out))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

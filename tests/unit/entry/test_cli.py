@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 from rbln_cases import COMPILER, DATA, TINY, combinations, seed
+from repo_paths import REPO
 from systemd_parse import parse_unit
 
 from servefleet.base.errors import RecipeError
@@ -275,7 +276,7 @@ def test_help_works_on_every_command(path: tuple[str, ...], group: bool, flag: s
 def test_the_exit_code_table_is_the_one_in_the_docs() -> None:
     from servefleet.base.exitcodes import BEGIN, END, exit_code_table
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md").read_text()
+    doc = (REPO / "docs" / "exit-codes.md").read_text()
     table = doc.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
     assert table == exit_code_table(), (
         "docs/exit-codes.md is stale: python -m servefleet.base.exitcodes"

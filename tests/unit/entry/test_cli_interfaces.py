@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 from fake_pyinfra import INVENTORY, OUTPUT, FakePyinfra, healthy
 from host_inputs import converged_probe, probe, probed_units, settings
+from repo_paths import REPO
 
 from servefleet.base.download import transient, unreachable
 from servefleet.base.errors import DataError
@@ -30,8 +31,6 @@ from servefleet.entry import cli, cmd_fleet, cmd_recipes, common, pyinfra_run
 from servefleet.fleet.fleetview import ReportRequest, plan_diffs, plan_summary, unit_diffs
 from servefleet.hostplan.plan import plan_host
 from servefleet.settings.table import DEFAULTS, KEYS
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def invoke(*args: str, **kw: Any) -> Any:

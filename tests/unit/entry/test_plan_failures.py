@@ -22,6 +22,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_cli.util import load_deploy_file
+from repo_paths import REPO
 
 from servefleet.fleet.fleetview import (
     REPORT_DIR_ENV,
@@ -36,7 +37,7 @@ from servefleet.hostplan.plan import plan_host
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.settings.table import load_defaults, settings_from
 
-DEPLOYS = Path(__file__).resolve().parents[2] / "deploys"
+DEPLOYS = REPO / "deploys"
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
 DEFAULTS = load_defaults()
 PROBE = re.compile("servefleet probe")  # the probe's docstring, sent inline

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from host_inputs import CREDS
+from repo_paths import REPO
 
 from servefleet.base.errors import DataError
 from servefleet.entry.cli import main
 from servefleet.fleet.scaffold import DEPLOYS, LAB_INVENTORY, SITE_KEYS, deploy_file, files, init
 from servefleet.settings.table import DEFAULTS, KEYS
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_this_repositorys_deploys_and_lab_inventory_are_the_scaffolds() -> None:

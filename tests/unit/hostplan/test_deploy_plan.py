@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from host_inputs import probe, settings
+from repo_paths import REPO
 from systemd_parse import parse_unit
 
 from servefleet.base.errors import DataError
@@ -21,7 +22,6 @@ from servefleet.kinds.rbln.kind import hardware_from_probe
 from servefleet.release.plan import plan_release
 from servefleet.settings.table import load_defaults, settings_from
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
 PINS = load_defaults()["sdk_pins"]
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from host_inputs import CR13, CREDS, probe, probed_units, run_probe, settings
+from repo_paths import REPO
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import plan_host
 from servefleet.settings.table import load_defaults, settings_from
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "rbln" / "tiny-moe.json"
 
 

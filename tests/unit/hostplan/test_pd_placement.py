@@ -3,11 +3,11 @@ placeholders bound to the host, behind its router in P/D mode; decode restarts b
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from host_inputs import CREDS, probe, settings
+from repo_paths import DATA
 
 from servefleet.base.errors import DataError
 from servefleet.hostplan.plan import plan_host
@@ -16,7 +16,7 @@ from servefleet.kinds.roles import placeholders
 from servefleet.kinds.vllm import defaults as vllm_defaults
 from servefleet.settings.table import load_defaults, settings_from
 
-PD_CARD = Path(__file__).resolve().parents[1] / "data" / "rbln" / "gpt-oss-120b-pd.json"
+PD_CARD = DATA / "rbln" / "gpt-oss-120b-pd.json"
 
 
 def pd(**over: Any):

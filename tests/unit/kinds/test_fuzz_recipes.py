@@ -39,13 +39,14 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
+from repo_paths import DATA, UNIT
 from systemd_parse import parse_unit
 
 from servefleet.base.shipped import FILES
 from servefleet.kinds.base import LAUNCHERS, MODEL_ID, MODEL_PATH
 from servefleet.kinds.rbln.card_checks import MAX_NPUS
 
-WORKER = Path(__file__).with_name("fuzz_worker.py")
+WORKER = UNIT / "fuzz_worker.py"
 SEED_CARD = FILES / "recipes" / "rbln" / "gpt-oss-120b.json"
 VLLM_ROOT = FILES / "recipes" / "vllm"
 SEED_VLLM = VLLM_ROOT / "models" / "openai" / "gpt-oss-120b.yaml"
@@ -53,7 +54,7 @@ SEED_SITE_JSON = VLLM_ROOT / "json" / "openai" / "gpt-oss-120b.json"  # with rec
 # further vLLM seeds: feature modes, KV offload, an omni recipe with tasks
 MORE_VLLM = [VLLM_ROOT / "models" / "Qwen" / "Qwen3.8-27B.yaml",
              VLLM_ROOT / "models" / "zai-org" / "GLM-5.2.yaml",
-             Path(__file__).parents[1] / "data" / "vllm" / "omni-task-hardware.yaml"]  # fmt: skip
+             DATA / "vllm" / "omni-task-hardware.yaml"]  # fmt: skip
 BUDGET_MIB = 256  # what one command may grow the worker's address space by
 HARD_SECONDS = 30.0  # a worker that has not answered by then is killed
 # Examples of each test: the file takes well under 30 s; SERVEFLEET_FUZZ_EXAMPLES=N runs a

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import RECIPES
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import FILES
@@ -254,7 +255,7 @@ def test_an_omni_serve_binary_outside_the_allow_list_is_refused(
 def test_the_allowed_launchers_still_resolve() -> None:
     card = card_from_dict(seed(), name="ok")
     assert card.strategies[0].options[0].grid.base[0].launcher == ["vllm", "serve"]
-    omni = load_vllm_recipe(Path(__file__).with_name("recipes") / "omni-diffusion.yaml")
+    omni = load_vllm_recipe(RECIPES / "omni-diffusion.yaml")
     from servefleet.kinds.vllm import resolve_vllm
 
     assert resolve_vllm(omni).servers[0].argv[:2] == ["vllm-omni", "serve"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import REPO
 from site_commands import EXPECTED, SITE, argv_units
 
 from servefleet.base.errors import RecipeError
@@ -34,7 +35,6 @@ from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.pd import pool_modes
 from servefleet.settings.table import load_defaults, settings_from
 
-REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 PD_CARD = DATA / "rbln" / "gpt-oss-120b-pd.json"
 SEED = REPO / "src" / "servefleet" / "_files" / "recipes" / "rbln" / "gpt-oss-120b.json"

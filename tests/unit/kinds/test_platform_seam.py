@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import REPO
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.remote import REMOTE
@@ -29,7 +30,6 @@ from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.settings import table
 from servefleet.settings.table import DEFAULTS, KIND, Settings, settings_from
 
-REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 sys.path.insert(0, str(TESTS))
 from testkind import RECIPE, Testkind  # noqa: E402  (tests/ is not a package)

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+CONFTEST = REPO / "tests" / "conftest.py"
 
 
 @pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])

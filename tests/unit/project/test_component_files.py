@@ -1,5 +1,5 @@
 """A component's files beside its code (``router/templates/``) ship in the wheel: each matches a
-glob of pyproject's package data (tests/unit/test_packaging.py builds and installs the wheel;
+glob of pyproject's package data (test_packaging.py beside this builds and installs the wheel;
 this is the cheap check that a new file is not left out of it), and its templates are found
 where the package is installed from (``base/shipped.templates_of``)."""
 

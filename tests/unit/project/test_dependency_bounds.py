@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+from repo_paths import REPO
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+PYPROJECT = REPO / "pyproject.toml"
 REQUIRED = [
     r
     for r in map(Requirement, tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"])

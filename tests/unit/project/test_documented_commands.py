@@ -23,11 +23,11 @@ import click
 import pytest
 from click.testing import CliRunner
 from pyinfra_cli.main import cli as pyinfra_cli
+from repo_paths import REPO
 
 from servefleet.entry.cli import main
 from servefleet.fleet.scaffold import files as scaffold_files
 
-REPO = Path(__file__).resolve().parents[2]
 DOCS = {"README.md": (REPO / "README.md").read_text(),
         "docs/real-fleet.md": (REPO / "docs" / "real-fleet.md").read_text()}  # fmt: skip
 SCAFFOLD = {f"init: {rel}": text for rel, text in scaffold_files().items()}

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from flag_settings import FLAGS, settings, spelling
 from rbln_cases import COMPILER, TINY
+from repo_paths import REMOTE
 
 from servefleet.base import flags
 from servefleet.base.errors import RecipeError
@@ -36,7 +37,6 @@ from servefleet.kinds.rbln.card import load_card
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import instances  # noqa: E402  (a host program: imported as the host imports it)
 import layout  # noqa: E402

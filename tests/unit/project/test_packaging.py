@@ -20,7 +20,6 @@ from servefleet.entry.cli import main
 from servefleet.fleet.datadoc import data_table
 from servefleet.kinds import list_recipes
 
-REPO = Path(__file__).resolve().parents[2]
 CREDS = {"RBLN_INDEX_USER": "u", "RBLN_INDEX_PASSWORD": "p"}
 SEED = ["rbln/gpt-oss-120b", "--target", "throughput", "--set", "lmcache=cpu"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
+from repo_paths import REPO
 from wheel_venv import INSTALL, quick_start, readme_install
 
 from servefleet.entry.cli import main
@@ -22,7 +23,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 MAX_LINES = 160

@@ -12,11 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from repo_paths import REMOTE
 
 from servefleet.fleet.fleetview import fleet_plan
 from servefleet.release.prewarm_store import Store, WarmEntry, prewarm_roles
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import prewarm  # noqa: E402
 

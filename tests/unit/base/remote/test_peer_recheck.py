@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import REMOTE
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import health  # noqa: E402
 import restart_gate  # noqa: E402

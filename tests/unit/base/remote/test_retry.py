@@ -2,7 +2,8 @@
 hosts: what is transient (tried again, with a growing wait) and what is a refusal (raised at
 once); and the controller's wheelhouse downloads under it, against a local HTTP server in a
 thread: 503 then 200 (tried again, downloaded), 401 (asked once, one line), a closed port (tried
-again, then ``Unreachable``: exit 3). The host fetcher's retries: tests/unit/test_fetch_model.py."""
+again, then ``Unreachable``: exit 3). The host fetcher's retries: test_fetch_model.py (beside
+this)."""
 
 from __future__ import annotations
 

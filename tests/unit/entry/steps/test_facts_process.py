@@ -3,7 +3,7 @@ argument, the command the fact runs for it, the output the host gave and the fac
 makes of it. The outputs are real: each fact's command is also run here as pyinfra runs it (one
 ``sh -c``, stdout as lines) against a host built in a temporary directory, and the recorded
 samples are such runs' outputs. ``PreflightRefusal``'s host is the simulator's vllm package as
-vLLM 0.30.0 (as in tests/unit/test_preflight.py), run by the fact's own command.
+vLLM 0.30.0 (as in tests/unit/base/remote/test_preflight.py), run by the fact's own command.
 """
 
 from __future__ import annotations

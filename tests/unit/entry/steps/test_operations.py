@@ -24,6 +24,7 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 from pyinfra.connectors.local import LocalConnector
+from repo_paths import DATA
 
 from servefleet.entry.steps.operations import secret_file
 
@@ -91,7 +92,7 @@ def test_a_secret_file_of_another_mode_is_replaced(
 
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
-DEPLOY = Path(__file__).resolve().parents[1] / "data" / "deploy_secret.py"
+DEPLOY = DATA / "deploy_secret.py"
 
 
 @pytest.mark.parametrize("how", [["--debug-operations"], ["--debug-operations", "--json"],

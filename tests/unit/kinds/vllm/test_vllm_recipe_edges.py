@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from repo_paths import RECIPES, REPO
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import FILES
@@ -34,10 +35,9 @@ from servefleet.kinds.vllm.pd import is_pd
 from servefleet.kinds.vllm.words import items, words
 from servefleet.spec import ServeSpec
 
-REPO = Path(__file__).resolve().parents[2]
 SHIPPED = FILES / "recipes" / "vllm"
 SHARED = REPO.parent / "shared" / "recipes"  # shared/ beside the repo, when present
-EDGES = Path(__file__).resolve().parent / "recipes"
+EDGES = RECIPES
 BAD = EDGES / "bad"
 # Single-dash flags vLLM itself spells (-tp, -dp, -pp, -cc.pass_config..., -O3, -q).
 SHORT_FLAG = re.compile(r"^-[A-Za-z]{1,3}([.=].*)?$|^-O\d?$")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 from regen_goldens import vllm_expected
+from repo_paths import REPO
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import FILES
@@ -29,7 +30,6 @@ from servefleet.kinds.vllm import (
 )
 from servefleet.kinds.vllm.hardware import fits_one_node, is_cpu
 
-REPO = Path(__file__).resolve().parents[2]
 VLLM = FILES / "recipes" / "vllm"
 SEED = VLLM / "json" / "openai" / "gpt-oss-120b.json"
 MODELS = sorted((VLLM / "models").glob("*/*.yaml"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import REPO
 from site_commands import (
     EXPECTED,
     argv_units,
@@ -30,7 +31,6 @@ from servefleet.entry.cli import main
 from servefleet.kinds.vllm import describe_vllm, list_vllm_recipes, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.layers import ARG_ORDER, ENV_ORDER
 
-REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 FIXTURES = DATA / "vllm"
 UPSTREAM = DATA / "vllm-upstream"

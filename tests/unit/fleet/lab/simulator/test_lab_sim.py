@@ -370,7 +370,8 @@ def test_preflight_runs_unchanged_under_the_installed_wheel(
     venv: Path, sim_env: dict[str, str]
 ) -> None:
     """remote/preflight.py under a release's python: the wheel's vLLM entry points, its
-    version as the pin, its flag table and checks (tests/unit/test_preflight.py: the details)."""
+    version as the pin, its flag table and checks (tests/unit/base/remote/test_preflight.py: the
+    details)."""
     unit_env = {k: sim_env[k] for k in ("RBLN_SIM_ROOT", "HF_HOME", "RBLN_VISIBLE_DEVICES")}
     ok = ["vllm", "serve", MODEL, "--chat-template", "template_chatml.jinja", "-cc.mode", "3"]
     ok += ["--speculative-config.method", "eagle3", "--rbln-use-w8a8"]

@@ -32,7 +32,7 @@ SIM = load_sim("servefleet_lab_vllm_sim_flags")
 FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
 REFERENCE = REPO.parent / "shared" / "reference" / "vllm-serve-flags"  # shared/ beside the repo
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
-# the config classes' schemas and the wheel's chat templates (tests/unit/test_sim_configs.py)
+# the config classes' schemas and the wheel's chat templates (test_sim_configs.py beside this)
 CONFIGS = {
     "rbln": "vllm-0.30.0-rbln-0.12.0-configs.json",
     "upstream": "vllm-0.30.0-upstream-configs.json",

@@ -35,11 +35,10 @@ from lab_sim_support import (
     request,
     wait_for,
 )
+from repo_paths import REMOTE
 from sim_fixtures import MODEL, gpu_root, vllm
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote")
-)
+sys.path.insert(0, str(REMOTE))
 import health  # noqa: E402  (the host program the deploy's peer re-check runs)
 
 PROMPT = "Tell me more about the lab and its simulated servers please"  # 11 words
