@@ -68,10 +68,13 @@ def test_a_drifted_release_is_seen_and_installed_again(lab: dict[str, Any]) -> N
         on_host(lab, "lab1", "cat /opt/servefleet/current/.servefleet-release.json").stdout
     )
     version = marker["dists"]["vllm"]["version"]
+    assert cli(lab, "status", "inventories/lab.py", *LIMIT).returncode == 0  # a fresh install
 
     # the serve user cannot write into the release (root's, 0755)
-    denied = on_host(lab, "lab1", f"runuser -u servefleet -- sh -c 'touch {SITE}/vllm/x'",
+    denied = on_host(lab, "lab1", f"site=$(echo {SITE}); runuser -u servefleet -- touch $site/vllm/x",
                      check=False)  # fmt: skip
+    writable = on_host(lab, "lab1", "find /opt/servefleet/releases/ -perm -0002 ! -type l").stdout
+    assert writable == "", writable  # nothing in a release another user may write
     assert denied.returncode != 0 and "Permission denied" in denied.stderr, denied
 
     drifted_then_repaired(

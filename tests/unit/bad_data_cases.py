@@ -3,7 +3,7 @@
 ``BAD_DATA_CASES``: (key, value, a substring of the DataError line). Every value is an int, a
 bool, a float or a plain string that pyinfra's ``parse_cli_arg`` gives back unchanged from
 ``f"{key}={value}"``, or a mapping it gives back from ``f"{key}={json.dumps(value)}"``, so a lab
-test can pass each case as ``--data`` (test_data.py checks that).
+test can pass each case as ``--data`` (settings/test_deploy_data.py checks that).
 Each case fails on its own key given the package's defaults or the lab's data.
 Misspelled keys are refused only when the deploy passes the host's keys to ``settings_from``.
 """
@@ -50,6 +50,7 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "serve_target": (1, "serve_target: expected a string, got 1; allowed: Latency, Throughput"),
     "serve_selection": (5, "serve_selection: expected a mapping, got 5"),
     "serve_recommended": (1, "serve_recommended: expected true or false, got 1"),
+    "serve_verify": (1, "serve_verify: expected true or false, got 1"),
     "serve_base_port": (
         True,
         "serve_base_port: expected a whole number, got True; allowed: 1-65535",
@@ -156,6 +157,7 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("serve_selection", "lmcache=cpu,lmcache=off", "serve_selection: 'lmcache=cpu,lmcache=off' sets axis 'lmcache' twice"),
     ("serve_selection", "lmcache=50%", "serve_selection.lmcache: '50%' is not an axis value"),
     ("serve_recommended", "maybe", "serve_recommended: expected true or false, got 'maybe'"),
+    ("serve_verify", "always", "serve_verify: expected true or false, got 'always'"),
     ("serve_base_port", 99999, "serve_base_port: 99999 is out of range; allowed: 1-65535"),
     ("serve_base_port", 0, "serve_base_port: 0 is out of range; allowed: 1-65535"),
     ("serve_base_port", "eighty", "serve_base_port: expected a whole number, got 'eighty'"),

@@ -304,6 +304,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "devices": len(plan.hardware.devices),
         "release": plan.current,
         "release_drift": list(plan.release_drift),
+        "verified": dict(plan.release_verified),  # status --verify: files and bytes hashed
         "good_release": plan.good_release,
         "servefleet": plan.good_servefleet,  # the servefleet that last converged the host
         "packages": plan.current_pins or {},
@@ -557,6 +558,15 @@ def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
              "copy" if p.get("prewarm") == "copy" else p["recompile"]]
         )  # fmt: skip
     return table(rows, PLAN_COLUMNS)
+
+
+def verified_lines(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``status --verify``: what each host's probe read and hashed, a line a release."""
+    return [
+        f"{host}: release {rid}: {v['files']} files, {v['bytes'] / 1e6:.1f} MB read and hashed"
+        for host, st in sorted(statuses.items())
+        for rid, v in sorted((st.get("verified") or {}).items())
+    ]
 
 
 def status_table(statuses: Mapping[str, Mapping[str, Any]]) -> str:

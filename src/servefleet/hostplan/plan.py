@@ -177,6 +177,7 @@ def plan_host(
         driver_needed=driver_needed,
         release=release,
         release_complete=complete,
+        release_verified=probe.get("verified") or {},
         release_drift=tuple(
             f"release {r}: {line}" for r, lines in sorted(drift.items()) for line in lines
         ),  # fmt: skip

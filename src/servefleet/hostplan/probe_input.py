@@ -100,6 +100,7 @@ def probe_args(
             "models": models,
             "paths": watched_paths(settings, *ids),
             "releases": ids,  # checked against what their markers recorded (#36)
+            "verify": settings.serve_verify,  # ... every file's sha256 too
             "files": files,
             "keyed": keyed,
             "python": settings.sdk_python,

@@ -138,6 +138,8 @@ class HostPlan:
     preflights: frozenset[str] = frozenset()  # the pre-flight keys that passed on this host
     router: RouterPlan | None = None  # serve_router = "host": the router in front of them
     router_stale: bool = False  # a router unit of ours is on the host, and none is wanted
+    release_verified: dict[str, dict[str, int]] = field(default_factory=dict)  # serve_verify:
+    # release id -> the files and bytes the probe read and hashed
     router_release: ReleasePlan | None = None  # the release of the router this host runs
     router_host: bool = False  # serve_router = "fleet" and in serve_router_group: routes only
     routers: tuple[str, ...] = ()  # the worker APIs an instance leaves and rejoins at a restart

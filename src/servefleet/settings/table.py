@@ -284,6 +284,9 @@ class Settings:
     serve_health_timeout: int = key(
         c.whole(1), 300, "seconds a warm (re)start may take to answer /health and a chat"
     )
+    serve_verify: bool = key(
+        c.flag, False, "the probe reads every file of the releases and checks its sha256 (slow)"
+    )
     serve_hardware: str | None = key(
         c.optional(_gpu),
         None,

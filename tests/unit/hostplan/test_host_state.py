@@ -60,12 +60,17 @@ def test_probe_counts_a_model_only_when_complete(tmp_path: Path) -> None:
 def test_converged_only_when_every_process_runs_its_unit() -> None:
     s = settings()
     first = plan_host(s, probe())
-    good = {"good": first.release.id, "good_shas": [i.sha for i in first.instances]}
+    good = {"good": first.release.id, "good_shas": [i.sha for i in first.instances],
+            "releases": [first.release.id]}  # fmt: skip
     warm = [first.spec.compile_fingerprint]
     done = plan_host(s, probe(units=probed_units(first, {}), warm=warm, **good))
     assert done.converged and all(i.written and i.converged for i in done.instances)
     # everything runs, but the run died before it recorded the good state: converge again
     assert not plan_host(s, probe(units=probed_units(first, {}), warm=warm)).converged
+    # ... or its release is not (or no longer) complete: it installs, then each restarts onto it
+    unreleased = plan_host(s, probe(units=probed_units(first, {}), warm=warm,
+                                    **{**good, "releases": []}))  # fmt: skip
+    assert not unreleased.converged and not any(i.converged for i in unreleased.instances)
     # unit files say the new selection but instance 2 still runs what it was started with
     stale = plan_host(s, probe(units=probed_units(first, {2: "0" * 16}), warm=warm, **good))
     assert not stale.converged

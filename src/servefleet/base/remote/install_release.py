@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -125,6 +126,7 @@ def main(plan_file: str, by: str | None = None) -> None:
         install_with_uv(plan, release)
     else:
         install_with_pip(plan, release, wheelhouse)
+    harden(release)
     check = subprocess.run(
         [str(release / "bin" / "python"), "-c", CHECK, plan_file, str(wheelhouse)]
     )
@@ -136,19 +138,33 @@ def main(plan_file: str, by: str | None = None) -> None:
         "id": plan["id"],
         "pins": plan["expect"],
         "servefleet": by,  # by: who installed it
-        "dists": release_check.manifest(str(release)),
-    }  # what the probe compares (#36)
+        **release_check.manifest(str(release)),  # what the probe compares with (#36)
+    }
     tmp.write_text(json.dumps(done, sort_keys=True) + "\n")
     tmp.rename(marker)
     print(f"release {plan['id']} installed and checked")
 
 
-def recorded(marker: Path) -> dict | None:
-    """The distributions a release's marker recorded at install (None: a marker before #36)."""
+def harden(release: Path) -> None:
+    """No file or directory in the release that another user may write (uv leaves its venv
+    ``.lock`` 0666): group and other write bits off, links left alone (nothing is followed)."""
+    for top, dirs, files in os.walk(release):
+        for name in (*dirs, *files):
+            path = os.path.join(top, name)
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and mode & 0o022:
+                os.chmod(path, stat.S_IMODE(mode) & ~0o022)
+
+
+def recorded(marker: Path) -> dict:
+    """What a release's marker recorded at install (:func:`release_check.manifest`'s keys;
+    none in a marker before #36)."""
     try:
-        return json.loads(marker.read_text()).get("dists")
-    except (OSError, ValueError, AttributeError):
-        return {}  # an unreadable marker: everything installed differs from nothing recorded
+        found = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        found = None
+    # an unreadable marker: every distribution installed differs from none recorded
+    return found if isinstance(found, dict) else {"dists": {}}
 
 
 def set_aside(release: Path) -> Path:

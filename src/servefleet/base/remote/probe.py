@@ -95,20 +95,31 @@ def releases(out: dict[str, Any], root: str, files: bool) -> None:
     )
 
 
-def release_drift(root: str, ids: list[str], current: str | None) -> dict[str, list[str]]:
+def release_drift(
+    out_verified: dict[str, Any], root: str, ids: list[str], current: str | None, verify: bool
+) -> dict[str, list[str]]:
     """Release id -> how it differs from what its marker recorded at install (the wanted
-    releases and the serving one; :func:`release_check.drift`); none that do not differ."""
+    releases and the serving one; :func:`release_check.drift`, with ``verify`` every file's
+    sha256: :func:`release_check.verify`, whose files and bytes go in ``out_verified``); none
+    that do not differ."""
     out = {}
     for rid in sorted({*ids, *([current] if current else [])}):
         path = os.path.join(root, layout.RELEASES, rid)
-        try:
-            marker = json.loads(read(os.path.join(path, layout.RELEASE_MARKER)) or "null")
-        except ValueError:
-            marker = {}
-        if marker is None:
+        text = read(os.path.join(path, layout.RELEASE_MARKER))
+        if text is None:
             continue  # not installed (or not complete): nothing to compare
-        problems = release_check.drift(path, marker.get("dists") if isinstance(marker, dict)
-                                       else {})  # fmt: skip
+        try:
+            marker = json.loads(text)
+        except ValueError:
+            marker = None
+        # an unreadable marker: every distribution differs from none recorded
+        recorded = marker if isinstance(marker, dict) else {"dists": {}}
+        if verify:
+            full = release_check.verify(path, recorded)
+            out_verified[rid] = {"files": full["files"], "bytes": full["bytes"]}
+            problems = full["differ"]
+        else:
+            problems = release_check.drift(path, recorded)
         if problems:
             out[rid] = problems
     return out
@@ -326,7 +337,9 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
         out["libc"] = None
     accelerators(out, a["accelerators"])
     releases(out, root, bool(a.get("files")))
-    out["release_drift"] = release_drift(root, a.get("releases") or [], out["current"])
+    out["verified"] = {}
+    out["release_drift"] = release_drift(out["verified"], root, a.get("releases") or [],
+                                         out["current"], bool(a.get("verify")))  # fmt: skip
     good_state(out, root)
     out["units"] = units(texts=bool(a.get("files")))  # the plan's probe: their texts too
     out["router"] = router((a.get("router") or {}).get("url"))

@@ -1,20 +1,25 @@
 """What a release holds, against what it was installed with (#36). Runs ON THE HOST, as root,
 stdlib only; the installer, the probe and the converge import it (the probe carries it inline).
 
-At install (:func:`manifest`), after every check passed, the release's marker records each
-distribution's canonical name, version, and the sha256, file count and bytes of its wheel
-``RECORD`` (every file the wheel installed, each with its sha256 and size). Then:
+At install (:func:`manifest`), after every check passed, the release's marker records:
 
-- :func:`drift`, on every probe: the distributions there now (their ``*.dist-info``: the version
-  in ``METADATA`` and the ``RECORD`` digest) against the marker, and every file a ``RECORD``
-  lists still there as a regular file of its recorded size (an ``lstat`` a file: a few ms for
-  vLLM's ~3,000). One line per difference; none: the release is what was installed.
-- :func:`verify`, when asked (``status --verify``): every listed file's sha256 against its
-  ``RECORD`` line, with how many files and bytes it read.
+- each distribution's canonical name, version, its ``*.dist-info`` directory, and the sha256,
+  file count and bytes of its wheel ``RECORD`` (every file the wheel installed, with its sha256
+  and size);
+- the files whose size or sha256 on disk is not their ``RECORD``'s, as installed (uv rewrites
+  a console script's ``#!python`` line after the wheel's RECORD says its size): their real size
+  and sha256, which the checks then hold them to;
+- every directory that holds a listed file, with its mtime (ns) and which distributions list
+  files there.
 
-A ``RECORD`` line without a hash (the ``RECORD`` itself, ``.pyc`` files some installers add) is
-checked for existence only. Nothing here follows a link out of the release: a listed path that
-resolves outside it, or through a symbolic link, is a difference.
+Then :func:`drift`, on every probe, stats every recorded directory (a file removed, added or
+renamed changes its directory's mtime; an edit by ``sed -i`` or an installer is a rename) and
+the site-packages' ``*.dist-info`` names: a few thousand ``lstat`` calls for vLLM with torch.
+Only in a directory whose mtime changed are its listed files looked at (each there as a
+regular file of its size, no link on the way), and a changed ``*.dist-info`` is read again (its
+version, its RECORD's digest). Root's ``__pycache__`` writes change a directory's mtime and
+nothing else: no drift. :func:`verify`, when asked (``status --verify``), reads every listed
+file and compares its sha256. Both return one line per difference.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import stat
 from typing import Any
 
 MAX_RECORD = 16 << 20  # bytes of one RECORD read
+LIMIT = 20  # file lines a check reports; the rest are counted
 
 
 def canonical(name: str) -> str:
@@ -73,109 +79,56 @@ def _record(raw: bytes) -> list[tuple[str, str, str]]:
     return [(r[0], r[1], r[2]) for r in rows if len(r) >= 3 and r[0]]
 
 
-def installed(release: str) -> dict[str, dict[str, Any]]:
-    """Every distribution in the release now: canonical name -> version, RECORD sha256, its
-    files and bytes (from the RECORD), and the dist-info directory (relative to the release)."""
-    out: dict[str, dict[str, Any]] = {}
-    for site in site_packages(release):
-        for dist_info in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
-            meta = _metadata(dist_info)
-            raw = _read(os.path.join(dist_info, "RECORD"))
-            if meta is None or raw is None:
-                name = os.path.basename(dist_info)[: -len(".dist-info")].split("-", 1)[0]
-                out[canonical(name)] = {"version": None, "record": None,
-                                        "dir": os.path.relpath(dist_info, release)}  # fmt: skip
-                continue
-            rows = _record(raw)
-            out[canonical(meta[0])] = {
-                "version": meta[1],
-                "record": hashlib.sha256(raw).hexdigest(),
-                "files": len(rows),
-                "bytes": sum(int(r[2]) for r in rows if r[2].isdigit()),
-                "dir": os.path.relpath(dist_info, release),
-            }
+def _dist_infos(release: str) -> list[str]:
+    return [d for site in site_packages(release)
+            for d in sorted(glob.glob(os.path.join(site, "*.dist-info")))]  # fmt: skip
+
+
+def _dist(release: str, dist_info: str) -> tuple[str, dict[str, Any]]:
+    """One distribution as it is now: its canonical name and version, RECORD digest, files."""
+    meta = _metadata(dist_info)
+    raw = _read(os.path.join(dist_info, "RECORD"))
+    rel = os.path.relpath(dist_info, release)
+    if meta is None or raw is None:
+        name = os.path.basename(dist_info)[: -len(".dist-info")].split("-", 1)[0]
+        return canonical(name), {"version": None, "record": None, "dir": rel}
+    rows = _record(raw)
+    return canonical(meta[0]), {
+        "version": meta[1],
+        "record": hashlib.sha256(raw).hexdigest(),
+        "files": len(rows),
+        "bytes": sum(int(r[2]) for r in rows if r[2].isdigit()),
+        "dir": rel,
+        "meta": _stamp(dist_info),
+    }
+
+
+def _stamp(dist_info: str) -> list[Any]:
+    """Its METADATA's and RECORD's size and mtime (ns): an edit in place changes them."""
+    out: list[Any] = []
+    for name in ("METADATA", "RECORD"):
+        try:
+            st = os.lstat(os.path.join(dist_info, name))
+            out += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [None, None]
     return out
 
 
-def manifest(release: str) -> dict[str, dict[str, Any]]:
-    """What the marker records at install: :func:`installed` without the directories."""
-    return {n: {k: v for k, v in d.items() if k != "dir"} for n, d in installed(release).items()}
-
-
-def _listed(release: str, dist: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """The files a distribution's RECORD lists: (shown path, absolute path, hash, size)."""
-    dist_info = os.path.join(release, dist["dir"])
-    raw = _read(os.path.join(dist_info, "RECORD")) or b""
+def _listed(release: str, dist_dir: str) -> list[tuple[str, str, str, str]]:
+    """The files a distribution's RECORD lists: (path in the release, absolute path, hash,
+    size)."""
+    dist_info = os.path.join(release, dist_dir)
     site = os.path.dirname(dist_info)
     out = []
-    for path, digest, size in _record(raw):
+    for path, digest, size in _record(_read(os.path.join(dist_info, "RECORD")) or b""):
         full = os.path.normpath(os.path.join(site, path))
         out.append((os.path.relpath(full, release), full, digest, size))
     return out
 
 
-def _inside(release: str, full: str) -> bool:
-    """``full`` lies in the release with no symbolic link on the way there."""
-    root = os.path.normpath(release)
-    if os.path.commonpath([root, full]) != root:
-        return False
-    here = root
-    for part in os.path.relpath(full, root).split(os.sep)[:-1]:
-        here = os.path.join(here, part)
-        if os.path.islink(here):
-            return False
-    return True
-
-
-def drift(release: str, recorded: dict[str, dict[str, Any]] | None, limit: int = 20) -> list[str]:
-    """How the release differs from what its marker recorded (one line each, at most ``limit``
-    file lines); empty when it is what was installed. A marker from before #36 (None) records
-    nothing to compare: no drift."""
-    if recorded is None:
-        return []
-    now = installed(release)
-    out = []
-    for name in sorted(set(recorded) | set(now)):
-        want, have = recorded.get(name) or {}, now.get(name)
-        if have is None:
-            out.append(f"{name} {want.get('version')}: not installed any more")
-        elif not want:
-            out.append(f"{name} {have['version']}: installed since (not by servefleet)")
-        elif have["version"] != want["version"]:
-            out.append(f"{name}: version {have['version']}, installed {want['version']}")
-        elif have["record"] != want["record"]:
-            out.append(f"{name} {want['version']}: its RECORD changed")
-    files = []
-    for name, dist in sorted(now.items()):
-        if name not in recorded or dist["record"] is None:
-            continue
-        for shown, full, _digest, size in _listed(release, dist):
-            why = _file_problem(release, full, size)
-            if why:
-                files.append(f"{name}: {shown} {why}")
-    out += files[:limit]
-    if len(files) > limit:
-        out.append(f"... and {len(files) - limit} more file(s)")
-    return out
-
-
-def _file_problem(release: str, full: str, size: str) -> str | None:
-    if not _inside(release, full):
-        return "is outside the release or behind a link"
-    try:
-        st = os.lstat(full)
-    except FileNotFoundError:
-        return "is missing"
-    except OSError as e:
-        return f"cannot be read ({e.strerror})"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    if size.isdigit() and st.st_size != int(size):
-        return f"has {st.st_size} bytes, installed {size}"
-    return None
-
-
 def _digest(full: str) -> str | None:
+    """A file's sha256 as a RECORD writes it (``sha256=`` + urlsafe base64, no padding)."""
     h = hashlib.sha256()
     try:
         fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
@@ -187,26 +140,164 @@ def _digest(full: str) -> str | None:
     return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
 
-def verify(release: str, limit: int = 20) -> dict[str, Any]:
+def _mtime(path: str) -> int | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns if stat.S_ISDIR(st.st_mode) else None
+
+
+def manifest(release: str) -> dict[str, Any]:
+    """What the marker records at install (``dists``, ``rewritten``, ``dirs``: see above)."""
+    dists: dict[str, dict[str, Any]] = {}
+    rewritten: dict[str, list[Any]] = {}
+    dirs: dict[str, set[str]] = {}
+    for dist_info in _dist_infos(release):
+        name, dist = _dist(release, dist_info)
+        dists[name] = dist
+        if dist["record"] is None:
+            continue
+        for shown, full, _, size in _listed(release, dist["dir"]):
+            dirs.setdefault(os.path.relpath(os.path.dirname(full), release), set()).add(name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue  # a listed file the install did not leave: drift from the start
+            if size.isdigit() and st.st_size != int(size):  # rewritten by the installer
+                rewritten[shown] = [st.st_size, _digest(full)]
+    return {
+        "dists": dists,
+        "rewritten": rewritten,
+        "dirs": {d: [_mtime(os.path.join(release, d)), sorted(n)] for d, n in sorted(dirs.items())},
+    }
+
+
+def _inside(release: str, full: str, plain: set[str]) -> bool:
+    """``full`` lies in the release with no symbolic link on the way there (``plain``: the
+    directories found to be no link so far)."""
+    root = os.path.normpath(release)
+    if os.path.commonpath([root, full]) != root:
+        return False
+    here = os.path.dirname(full)
+    while here != root and here not in plain:
+        if os.path.islink(here):
+            return False
+        plain.add(here)
+        here = os.path.dirname(here)
+    return True
+
+
+def _file_problem(release: str, full: str, size: int | None, plain: set[str]) -> str | None:
+    if not _inside(release, full, plain):
+        return "is outside the release or behind a link"
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if size is not None and st.st_size != size:
+        return f"has {st.st_size} bytes, installed {size}"
+    return None
+
+
+def _want(
+    shown: str, digest: str, size: str, rewritten: dict[str, list[Any]]
+) -> tuple[int | None, str]:
+    """The size and sha256 a listed file must have: its RECORD's, or as the installer left it."""
+    if shown in rewritten:
+        return rewritten[shown][0], rewritten[shown][1] or ""
+    return (int(size) if size.isdigit() else None), digest
+
+
+def _capped(lines: list[str], limit: int) -> list[str]:
+    return lines[:limit] + (
+        [f"... and {len(lines) - limit} more file(s)"] if len(lines) > limit else []
+    )
+
+
+def drift(release: str, marker: dict[str, Any] | None, limit: int = LIMIT) -> list[str]:
+    """How the release differs from what its marker recorded (one line each, at most ``limit``
+    file lines); empty when it is what was installed. A marker from before #36 (no ``dists``)
+    records nothing to compare: no drift."""
+    if not isinstance(marker, dict) or not isinstance(marker.get("dists"), dict):
+        return []
+    recorded: dict[str, dict[str, Any]] = marker["dists"]
+    rewritten = marker.get("rewritten") or {}
+    by_dir = {d["dir"]: n for n, d in recorded.items() if isinstance(d, dict) and "dir" in d}
+    now_dirs = {os.path.relpath(d, release) for d in _dist_infos(release)}
+    out = []
+    for gone in sorted(set(by_dir) - now_dirs):
+        name = by_dir[gone]
+        out.append(f"{name} {recorded[name].get('version')}: not installed any more")
+    for new in sorted(now_dirs - set(by_dir)):
+        name, dist = _dist(release, os.path.join(release, new))
+        out.append(f"{name} {dist['version']}: installed since (not by servefleet)")
+    changed = [d for d, (mtime, _) in (marker.get("dirs") or {}).items()
+               if _mtime(os.path.join(release, d)) != mtime]  # fmt: skip
+    restamped = [d for d in sorted(now_dirs & set(by_dir)) if d not in changed
+                 and _stamp(os.path.join(release, d)) != recorded[by_dir[d]].get("meta")]  # fmt: skip
+    for d in [*changed, *restamped]:
+        # a dist-info that changed: its version and RECORD again
+        owner = by_dir.get(d)
+        if owner and d in now_dirs:
+            _, have = _dist(release, os.path.join(release, d))
+            name, want = owner, recorded[owner]
+            if have["version"] != want.get("version"):
+                out.append(f"{name}: version {have['version']}, installed {want.get('version')}")
+            elif have["record"] != want.get("record"):
+                out.append(f"{name} {want.get('version')}: its RECORD changed")
+            elif have.get("meta") != want.get("meta"):
+                out.append(f"{name} {want.get('version')}: its METADATA changed")
+    files: list[str] = []
+    plain: set[str] = set()
+    owners = {d: set(names) for d, (_, names) in (marker.get("dirs") or {}).items()}
+    for d in changed:
+        for name in sorted(owners.get(d, ())):
+            dist = recorded.get(name) or {}
+            if dist.get("dir") not in now_dirs:
+                continue
+            for shown, full, digest, size in _listed(release, dist["dir"]):
+                if os.path.relpath(os.path.dirname(full), release) != d:
+                    continue
+                why = _file_problem(release, full, _want(shown, digest, size, rewritten)[0], plain)
+                if why:
+                    files.append(f"{name}: {shown} {why}")
+    return out + _capped(files, limit)
+
+
+def verify(release: str, marker: dict[str, Any] | None, limit: int = LIMIT) -> dict[str, Any]:
     """Every file each RECORD lists, read and hashed: ``{"files": N, "bytes": B, "differ":
-    [lines]}`` (a file whose sha256 is not its RECORD's, or :func:`drift`'s reasons)."""
+    [lines]}`` (a file whose sha256 is not what was installed, or :func:`drift`'s reasons)."""
+    if not isinstance(marker, dict) or not isinstance(marker.get("dists"), dict):
+        return {"files": 0, "bytes": 0, "differ": []}  # a marker before #36: nothing to hold
+    rewritten = marker.get("rewritten") or {}
     files = read = 0
-    differ = []
-    for name, dist in sorted(installed(release).items()):
+    differ = [line for line in drift(release, marker, limit) if ": " in line
+              and not line.startswith("...")]  # fmt: skip
+    plain: set[str] = set()
+    checked = []
+    for dist_info in _dist_infos(release):
+        name, dist = _dist(release, dist_info)
         if dist["record"] is None:
             differ.append(f"{name}: no readable METADATA or RECORD")
             continue
-        for shown, full, digest, size in _listed(release, dist):
-            why = _file_problem(release, full, size)
-            if why is None and digest.startswith("sha256="):
+        for shown, full, digest, size in _listed(release, dist["dir"]):
+            want_size, want_digest = _want(shown, digest, size, rewritten)
+            why = _file_problem(release, full, want_size, plain)
+            if why is None and want_digest.startswith("sha256="):
                 files += 1
                 read += os.lstat(full).st_size
-                if _digest(full) != digest:
-                    why = "differs from its RECORD's sha256"
+                if _digest(full) != want_digest:
+                    why = "differs from the sha256 it was installed with"
             if why:
-                differ.append(f"{name}: {shown} {why}")
-    more = [f"... and {len(differ) - limit} more file(s)"] if len(differ) > limit else []
-    return {"files": files, "bytes": read, "differ": differ[:limit] + more}
+                checked.append(f"{name}: {shown} {why}")
+    seen = set(differ)
+    differ += [x for x in checked if x not in seen]
+    return {"files": files, "bytes": read, "differ": _capped(differ, limit)}
 
 
 def _unit_release(text: str) -> str | None:

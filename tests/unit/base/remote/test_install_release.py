@@ -35,11 +35,13 @@ def test_a_sound_plan_is_installed_and_marked(index: dict[str, str], tmp_path: P
     proc = install(plan, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert CHECK_PREFIX not in proc.stderr
-    assert json.loads((tmp_path / "release" / MARKER).read_text()) == {
+    marker = json.loads((tmp_path / "release" / MARKER).read_text())
+    assert {k: v for k, v in marker.items() if k not in ("dists", "rewritten", "dirs")} == {
         "id": "rel1",
         "pins": plan.expect,
         "servefleet": "9.8.7",  # the servefleet that installed it
     }
+    assert marker["dists"]["sfowned"]["version"] == "1.0"  # what the probe compares (#36)
     python = str(tmp_path / "release" / "bin" / "python")
     origin = subprocess.run(
         [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
@@ -140,3 +142,28 @@ def test_uv_refuses_an_owned_package_its_owner_does_not_serve(
     assert not (tmp_path / "release" / "lib").exists() or not list(
         (tmp_path / "release" / "lib").glob("python*/site-packages/sfowned")
     )
+
+
+def test_a_drifted_release_is_set_aside_and_installed_again(
+    index: dict[str, str], tmp_path: Path
+) -> None:
+    """#36: never patched in place: the drifted tree is renamed beside it, a fresh one checked."""
+    plan = release_plan(index, tmp_path / "release")
+    assert install(plan, tmp_path).returncode == 0
+    (meta,) = (tmp_path / "release").glob(
+        "lib/python*/site-packages/sfowned-1.0.dist-info/METADATA"
+    )
+    meta.write_text(meta.read_text().replace("Version: 1.0", "Version: 9.9.9"))
+    again = install(plan, tmp_path)
+    assert again.returncode == 0, again.stderr
+    (aside,) = tmp_path.glob("release.tampered-*")
+    assert again.stderr == (
+        "servefleet: release rel1 drifted (sfowned: version 9.9.9, installed 1.0): kept as "
+        f"{aside} for inspection; installing it again\n"
+    )
+    assert (
+        "Version: 9.9.9"
+        in next(aside.glob("lib/python*/site-packages/sfowned-*/METADATA")).read_text()
+    )
+    assert "Version: 1.0\n" in meta.read_text()  # the fresh install
+    assert install(plan, tmp_path).stdout == "release rel1 is complete\n"

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_paths import REMOTE
 
-REMOTE = Path(__file__).resolve().parents[2] / "src" / "servefleet" / "base" / "remote"
 sys.path.insert(0, str(REMOTE))
 import release_check  # noqa: E402
 
@@ -49,13 +49,22 @@ def release(tmp_path: Path) -> Path:
     return rel
 
 
+def replace(path: Path, data: bytes) -> None:
+    """Replace a file as installers and ``sed -i`` do: a new file renamed over it."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(data)
+    tmp.rename(path)
+
+
 def test_a_fresh_release_is_what_its_marker_recorded(release: Path) -> None:
     recorded = release_check.manifest(str(release))
-    assert set(recorded) == {"vllm", "typing-extensions"}
-    assert recorded["vllm"]["version"] == "0.30.0" and recorded["vllm"]["files"] == 5
+    assert set(recorded["dists"]) == {"vllm", "typing-extensions"}
+    assert recorded["dists"]["vllm"]["version"] == "0.30.0"
+    assert recorded["dists"]["vllm"]["files"] == 5 and recorded["rewritten"] == {}
     assert release_check.drift(str(release), recorded) == []
     assert release_check.drift(str(release), None) == []  # a marker from before: nothing to say
-    full = release_check.verify(str(release))
+    assert release_check.drift(str(release), {"id": "x", "pins": {}}) == []
+    full = release_check.verify(str(release), recorded)
     assert full["differ"] == [] and full["files"] == 4 and full["bytes"] == 23
 
 
@@ -68,21 +77,48 @@ def test_an_edited_version_a_removed_module_and_a_changed_file_are_each_named(
 ) -> None:
     recorded = release_check.manifest(str(release))
     meta = site(release) / "vllm-0.30.0.dist-info" / "METADATA"
-    meta.write_text(meta.read_text().replace("Version: 0.30.0", "Version: 9.9.9"))
+    text = meta.read_text()
+    meta.write_text(text.replace("Version: 0.30.0", "Version: 9.9.9"))  # in place, as an editor
     assert release_check.drift(str(release), recorded) == ["vllm: version 9.9.9, installed 0.30.0"]
-    meta.write_text(meta.read_text().replace("Version: 9.9.9", "Version: 0.30.0"))
+    replace(meta, text.encode())  # back, by rename: its directory changed, nothing else
+    assert release_check.drift(str(release), recorded) == ["vllm 0.30.0: its METADATA changed"]
+    recorded = release_check.manifest(str(release))
     (site(release) / "vllm" / "serve_args.py").unlink()
     assert release_check.drift(str(release), recorded) == [
         "vllm: lib/python3.11/site-packages/vllm/serve_args.py is missing"
     ]
-    (site(release) / "vllm" / "serve_args.py").write_bytes(b"b\n")  # same size, other bytes
+    replace(site(release) / "vllm" / "serve_args.py", b"b\n")  # same size, other bytes
     assert release_check.drift(str(release), recorded) == []  # the cheap check: sizes only
-    assert release_check.verify(str(release))["differ"] == [
-        "vllm: lib/python3.11/site-packages/vllm/serve_args.py differs from its RECORD's sha256"
+    assert release_check.verify(str(release), recorded)["differ"] == [
+        "vllm: lib/python3.11/site-packages/vllm/serve_args.py differs from the sha256 it was "
+        "installed with"
     ]
-    (release / "bin" / "vllm").write_bytes(b"#!/bin/sh\nexit 0\n")
+    replace(release / "bin" / "vllm", b"#!/bin/sh\nexit 0\n")
     assert release_check.drift(str(release), recorded) == [
         "vllm: bin/vllm has 17 bytes, installed 10"
+    ]
+    (site(release) / "typing_extensions.py").write_bytes(b"pass  \n")  # in place: --verify's
+    assert release_check.drift(str(release), recorded) == [
+        "vllm: bin/vllm has 17 bytes, installed 10"
+    ]
+    assert (
+        "typing-extensions: lib/python3.11/site-packages/typing_extensions.py has 7 bytes, "
+        "installed 5" in release_check.verify(str(release), recorded)["differ"]
+    )
+
+
+def test_a_file_the_installer_rewrote_is_held_to_what_it_left(release: Path) -> None:
+    # uv rewrites a console script's #!python after the wheel's RECORD gave its size
+    replace(release / "bin" / "vllm", b"#!/opt/servefleet/releases/abc/bin/python\n")
+    recorded = release_check.manifest(str(release))
+    assert recorded["rewritten"] == {
+        "bin/vllm": [42, b64(b"#!/opt/servefleet/releases/abc/bin/python\n")]
+    }
+    assert release_check.drift(str(release), recorded) == []
+    assert release_check.verify(str(release), recorded)["differ"] == []
+    replace(release / "bin" / "vllm", b"#!/bin/sh\n")  # back to the RECORD's: that is drift now
+    assert release_check.drift(str(release), recorded) == [
+        "vllm: bin/vllm has 10 bytes, installed 42"
     ]
 
 
@@ -92,14 +128,14 @@ def test_distributions_added_removed_or_rerecorded_and_links_are_drift(release: 
     assert release_check.drift(str(release), recorded) == [
         "evil 1.0: installed since (not by servefleet)"
     ]
+    recorded = release_check.manifest(str(release))
     record = site(release) / "evil-1.0.dist-info" / "RECORD"
-    record.write_text(record.read_text() + "\n")
-    del recorded["typing-extensions"]
-    recorded["evil"] = {"version": "1.0", "record": "0" * 64}
-    assert release_check.drift(str(release), recorded) == [
-        "evil 1.0: its RECORD changed",
-        "typing-extensions 4.12.0: installed since (not by servefleet)",
-    ]
+    replace(record, record.read_bytes() + b"\n")
+    assert release_check.drift(str(release), recorded) == ["evil 1.0: its RECORD changed"]
+    import shutil
+
+    shutil.rmtree(site(release) / "evil-1.0.dist-info")
+    assert release_check.drift(str(release), recorded) == ["evil 1.0: not installed any more"]
     recorded = release_check.manifest(str(release))
     target = site(release) / "vllm"
     os.rename(target, site(release) / "vllm.real")
@@ -112,7 +148,8 @@ def test_many_differing_files_are_counted_not_all_listed(release: Path) -> None:
     recorded = release_check.manifest(str(release))
     for f in (site(release) / "vllm").iterdir():
         f.unlink()
-    assert len(release_check.drift(str(release), recorded, limit=1)) == 2  # 1 line, "... and 1"
+    lines = release_check.drift(str(release), recorded, limit=1)
+    assert len(lines) == 2 and lines[1] == "... and 1 more file(s)"
 
 
 def test_a_server_started_before_its_release_was_installed_again(tmp_path: Path) -> None:
