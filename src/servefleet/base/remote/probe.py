@@ -77,6 +77,22 @@ def accelerators(out: dict[str, Any], commands: list[list[Any]]) -> None:
             out[name] = found.splitlines() if found else []
 
 
+MISSING = object()  # a release without a marker
+_MARKERS: dict[str, Any] = {}  # release path -> its parsed marker (read once a probe)
+
+
+def marker_of(release: str) -> Any:
+    """A release's parsed marker (a real vLLM's is ~0.5 MB: parsed once), ``None`` when it
+    does not parse, :data:`MISSING` when there is none."""
+    if release not in _MARKERS:
+        text = read(os.path.join(release, layout.RELEASE_MARKER))
+        try:
+            _MARKERS[release] = MISSING if text is None else json.loads(text)
+        except ValueError:
+            _MARKERS[release] = None
+    return _MARKERS[release]
+
+
 def releases(out: dict[str, Any], root: str, files: bool) -> None:
     rel = os.path.join(root, layout.RELEASES)
     out["releases"] = sorted(
@@ -86,9 +102,8 @@ def releases(out: dict[str, Any], root: str, files: bool) -> None:
     cur = os.path.join(root, layout.CURRENT)
     out["current"] = os.path.basename(os.readlink(cur)) if os.path.islink(cur) else None
     try:
-        marker = os.path.join(rel, out["current"] or "-", layout.RELEASE_MARKER)
-        out["current_pins"] = json.loads(read(marker) or "null")["pins"]
-    except (ValueError, TypeError, KeyError):
+        out["current_pins"] = marker_of(os.path.join(rel, out["current"] or "-"))["pins"]
+    except (TypeError, KeyError):
         out["current_pins"] = None
     out["current_files"] = current_files(
         read(os.path.join(rel, out["current"] or "-", layout.LOCKED)) if files else None
@@ -105,13 +120,9 @@ def release_drift(
     out = {}
     for rid in sorted({*ids, *([current] if current else [])}):
         path = os.path.join(root, layout.RELEASES, rid)
-        text = read(os.path.join(path, layout.RELEASE_MARKER))
-        if text is None:
+        marker = marker_of(path)
+        if marker is MISSING:
             continue  # not installed (or not complete): nothing to compare
-        try:
-            marker = json.loads(text)
-        except ValueError:
-            marker = None
         # an unreadable marker: every distribution differs from none recorded
         recorded = marker if isinstance(marker, dict) else {"dists": {}}
         if verify:
