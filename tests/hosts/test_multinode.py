@@ -118,6 +118,10 @@ def test_tp_pp_across_two_h200_hosts_restarts_as_one_group(
     check_serving(lab, tp_pp)
     assert not answers(lab, "lab2")  # the headless rank serves no API
     assert deploy(lab, tp_pp) == []  # a re-run changes nothing
+    table = status(lab, tp_pp)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "rank 0 lab1 (port 8000): runs the group's hash, ok; rank 1 lab2 (headless): runs " \
+        "the group's hash, ok" in table.stdout, table.stdout  # fmt: skip
     prom = tmp_path / "targets.json"
     ok = status(lab, tp_pp, "--prometheus", str(prom), "--json")
     assert ok.returncode == 0, ok.stdout + ok.stderr

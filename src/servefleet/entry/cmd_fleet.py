@@ -163,6 +163,7 @@ def status_cmd(
     from servefleet.base.files import write_atomic
     from servefleet.fleet.fleetview import (
         dumps,
+        group_lines,
         group_problems,
         missing_status,
         planned_instances,
@@ -190,8 +191,8 @@ def status_cmd(
         instances = planned_instances(settings[host], seen.get(host, ()))
         statuses[host] = missing_status(why, fleet.fleet.host(host).address, instances)
     click.echo(dumps(statuses) if as_json else status_table(statuses))
-    if verify and not as_json:
-        for line in verified_lines(statuses):
+    if not as_json:
+        for line in [*group_lines(statuses), *(verified_lines(statuses) if verify else [])]:
             click.echo(line)
     if prometheus:
         try:

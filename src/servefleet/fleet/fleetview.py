@@ -295,6 +295,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
                 "health": health.get(str(inst.port), "not checked"),
             }
             | ({} if inst.serves else {"headless": True})  # a group's rank: no port serves
+            | ({"group_running": state.get("group")} if plan.group else {})  # its hash now
         )
     return {
         "address": address,
@@ -314,7 +315,12 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "fingerprint": plan.spec.compile_fingerprint,
         "router": router_status(plan, health),
         "group": (
-            {"name": plan.group.name, "rank": plan.group.rank, "hosts": list(plan.group.hosts)}
+            {
+                "name": plan.group.name,
+                "rank": plan.group.rank,
+                "hosts": list(plan.group.hosts),
+                "sha": plan.group.sha,
+            }  # fmt: skip
             if plan.group
             else None
         ),
@@ -432,6 +438,30 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
             )
         out += [f"{host}: {router['unit']} finds {worker} {seen}"
                 for worker, seen in router["workers"].items() if seen != "healthy"]  # fmt: skip
+    return out
+
+
+def group_lines(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``status``: each serving group, a line: each rank, the host that holds it, whether it
+    runs the group's hash, and its gate (rank 0's: a chat; a headless rank's: its unit)."""
+    groups: dict[str, dict[str, Any]] = {}
+    for st in statuses.values():
+        if st.get("group"):
+            groups.setdefault(st["group"]["name"], st["group"])
+    out = []
+    for name, g in sorted(groups.items()):
+        ranks = []
+        for rank, host in enumerate(g["hosts"]):
+            insts = (statuses.get(host) or {}).get("instances") or []
+            if not insts or (statuses.get(host) or {}).get("unreachable"):
+                ranks.append(f"rank {rank} {host}: not reached")
+                continue
+            i = insts[0]
+            runs = "runs the group's hash" if i.get("group_running") == g["sha"] else (
+                f"runs {i.get('group_running') or 'no group hash'}")  # fmt: skip
+            what = "headless" if i.get("headless") else f"port {i['port']}"
+            ranks.append(f"rank {rank} {host} ({what}): {runs}, {i['health']}")
+        out.append(f"group {name} ({g['sha']}): " + "; ".join(ranks))
     return out
 
 

@@ -156,7 +156,12 @@ def test_ranks_follow_inventory_order_unless_given() -> None:
 
 
 def test_status_reports_a_headless_rank_by_its_unit_and_the_group_as_one() -> None:
-    from servefleet.fleet.fleetview import group_problems, prometheus_targets, status_summary
+    from servefleet.fleet.fleetview import (
+        group_lines,
+        group_problems,
+        prometheus_targets,
+        status_summary,
+    )
 
     f = fleet(("h1", {}), ("h2", {}))
     head, worker = rank_plan(f, "h1"), rank_plan(f, "h2")
@@ -165,7 +170,15 @@ def test_status_reports_a_headless_rank_by_its_unit_and_the_group_as_one() -> No
                 "h2": status_summary(worker, ok, "10.0.0.2")}  # fmt: skip
     assert statuses["h2"]["instances"][0]["headless"] and "headless" not in statuses["h1"][
         "instances"][0]  # fmt: skip
-    assert statuses["h2"]["group"] == {"name": "g1", "rank": 1, "hosts": ["h1", "h2"]}
+    sha = head.group.sha
+    assert statuses["h2"]["group"] == {"name": "g1", "rank": 1, "hosts": ["h1", "h2"], "sha": sha}
+    # the group in one line: each rank, its host, whether it runs the group's hash, its gate
+    assert group_lines(statuses) == [
+        f"group g1 ({sha}): rank 0 h1 (port 8000): runs no group hash, ok; "
+        "rank 1 h2 (headless): runs no group hash, ok"
+    ]
+    statuses["h2"]["instances"][0]["group_running"] = sha
+    assert "rank 1 h2 (headless): runs the group's hash, ok" in group_lines(statuses)[0]
     # only rank 0 serves an API: the headless rank is no scrape target
     targets = [t for g in prometheus_targets(statuses) for t in g["targets"]]
     assert targets == ["10.0.0.1:8000"]

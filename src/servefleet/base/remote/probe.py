@@ -177,6 +177,7 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
         kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         by_id[kv.get("Id")] = kv
     var = f"{layout.UNIT_SHA_VAR}=".encode()
+    gvar = f"{layout.GROUP_SHA_VAR}=".encode()  # a serving group's rank: the group's hash
     key_var = f"{layout.API_KEY_VAR}=".encode()
     key_line = read(layout.API_KEY_FILE, "rb") or b""
     file_key = [k[len(key_var) :] for k in key_line.splitlines() if k.startswith(key_var)]
@@ -186,11 +187,13 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
         pid = int(kv.get("MainPID") or 0)
         env = (read(f"/proc/{pid}/environ", "rb") or b"") if pid else b""
         running = [e[len(var) :].decode() for e in env.split(b"\0") if e.startswith(var)]
+        group = [e[len(gvar) :].decode() for e in env.split(b"\0") if e.startswith(gvar)]
         key = [e[len(key_var) :] for e in env.split(b"\0") if e.startswith(key_var)]
         text = read(os.path.join(layout.UNIT_DIR, u), "rb")
         found[u] = {
             "active": kv.get("ActiveState", "unknown"),
             "running": (running or [None])[0],
+            "group": (group or [None])[0],
             "enabled": kv.get("UnitFileState"),
             "reload": kv.get("NeedDaemonReload") == "yes",
             "file": hashlib.sha256(text).hexdigest() if text is not None else None,
