@@ -3,6 +3,7 @@ JSON), ``rollout`` (batch by batch, a canary first) and ``rollback``."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -162,6 +163,7 @@ def status_cmd(
     stderr counts the hosts done."""
     from servefleet.base.files import write_atomic
     from servefleet.fleet.fleetview import (
+        ReportRequest,
         dumps,
         group_lines,
         group_problems,
@@ -182,7 +184,7 @@ def status_cmd(
     if verify:  # the probe of every host reads and hashes its releases' files
         pyinfra_args = (*pyinfra_args, "--data", "serve_verify=True")
     fleet = runs.fleet_args(inventory, limits, pyinfra_args)
-    settings = fleet.settings()
+    settings = fleet.settings({**os.environ, **ReportRequest.environ_of("status")})
     found, missing = runs.report("status", inventory, fleet.hosts,
                              (*fleet.limit_args(), *pyinfra_args), common.shows_progress())  # fmt: skip
     seen = seen_ports(prometheus) if prometheus else {}
@@ -234,7 +236,7 @@ def _interactive() -> bool:
 )  # fmt: skip
 @click.option(
     "--max-failures", type=click.IntRange(min=0), default=0, show_default=True,
-    help="Failed hosts (a serving group counts once) the rollout tolerates, over all batches so "
+    help="Failed hosts the rollout tolerates (a serving group counts once), over all batches so "
     "far; one more stops it (the failed hosts back on what they served, the rest untouched) and "
     "it exits 1.",
 )  # fmt: skip

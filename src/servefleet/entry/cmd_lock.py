@@ -43,12 +43,15 @@ def lock_cmd(
         servefleet lock inventories/prod.py && git diff locks/
     """
     from servefleet.fleet.lockfleet import check_lock, fleet_lock, make_lock
+    from servefleet.settings.across import NO_INDEX
 
+    # --check reads only the lock and the data: no index, so no index credentials
+    environ = {**os.environ, NO_INDEX: "1"} if check else None
     overrides = _overrides(data)
     if selection:
         chosen = _overrides(selection, "--selection", parse=False)
         overrides["serve_selection"] = {**(overrides.get("serve_selection") or {}), **chosen}
-    fl = fleet_lock(inventory, overrides, lock_dir)
+    fl = fleet_lock(inventory, overrides, lock_dir, environ)
     if not check:
         make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo)
         if as_json:

@@ -176,16 +176,19 @@ class Fleet:
     def host(self, name: str) -> InventoryHost:
         return next(h for h in self.hosts if h.name == name)
 
-    def settings(self, names: Sequence[str] | None = None) -> dict[str, Settings]:
+    def settings(
+        self, names: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> dict[str, Settings]:
         """Each host's data validated as the deploys validate it, before any pyinfra run: bad
         data is one line naming the host and the key, and no host is contacted.
 
         + names: these hosts (default: all)
+        + environ: where credentials are read from (default: this process's environment)
         """
         out = {}
         for host in self.hosts if names is None else [self.host(n) for n in names]:
             try:
-                out[host.name] = settings_from(host.data.get, keys=host.data.keys())
+                out[host.name] = settings_from(host.data.get, environ, keys=host.data.keys())
             except ServefleetError as e:
                 raise DataError(f"{host.name}: {e}") from None
         return out
@@ -298,9 +301,9 @@ class FleetArgs:
         hosts = fleet.select((*limit, *options.limit), options.exclude, warn)
         return cls(fleet, hosts, tuple(limit), tuple(pyinfra_args), options)
 
-    def settings(self) -> dict[str, Settings]:
+    def settings(self, environ: Mapping[str, str] | None = None) -> dict[str, Settings]:
         """Each of its hosts' data validated (:meth:`Fleet.settings`)."""
-        return self.fleet.settings(self.hosts)
+        return self.fleet.settings(self.hosts, environ)
 
     def limit_args(self) -> list[str]:
         """The command's ``--limit`` options, for a pyinfra run over its hosts."""

@@ -42,8 +42,10 @@ class FleetLock:
     files: dict[str, dict[str, str]] = field(default_factory=dict)  # serve_files: argv -> entry
 
 
-def _hosts(inventory: str, overrides: Mapping[str, Any]) -> list[tuple[str, Settings]]:
-    return list(read_inventory(inventory, overrides).settings().items())
+def _hosts(
+    inventory: str, overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, Settings]]:
+    return list(read_inventory(inventory, overrides).settings(environ=environ).items())
 
 
 def alternatives(settings: Settings, spec: ServeSpec) -> list[Stack]:
@@ -68,13 +70,17 @@ def alternatives(settings: Settings, spec: ServeSpec) -> list[Stack]:
 
 
 def fleet_lock(
-    inventory: str, overrides: Mapping[str, Any], lock_dir: str | None = None
+    inventory: str,
+    overrides: Mapping[str, Any],
+    lock_dir: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> FleetLock:
     """Gather what the inventory's hosts need locked.
 
     + inventory: a pyinfra inventory file
     + overrides: data over everything (as ``pyinfra --data``)
     + lock_dir: where the lock lives (default: the hosts' ``sdk_lock``)
+    + environ: where credentials are read from (default: this process's environment)
     """
     from servefleet.hostplan.extras import resolve_for
     from servefleet.kinds import kind_named
@@ -86,7 +92,7 @@ def fleet_lock(
     sources: dict[str, Settings] = {}
     files: dict[str, tuple[str, dict[str, str]]] = {}  # argv -> (a host shipping it, its entry)
     dirs = set()
-    for name, settings in _hosts(inventory, overrides):
+    for name, settings in _hosts(inventory, overrides, environ):
         dirs.add(settings.sdk_lock)
         unlocked = without_lock(settings)
         try:

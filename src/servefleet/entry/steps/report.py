@@ -36,6 +36,7 @@ def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, A
             "address": address,
             "refusal": why,
             "release_drift": [],
+            "verified": {},
             "packages": {},
             "instances": [],
             "stale_units": [],
