@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,16 @@ def drifted_then_repaired(lab: dict[str, Any], tamper: str, named: str) -> None:
     """Tamper with the serving release; status and plan name it; a deploy repairs it."""
     rel, pids = release(lab), started(lab)
     on_host(lab, "lab1", tamper)
-    status = cli(lab, "status", "inventories/lab.py", *LIMIT)
+    metrics = Path(tempfile.gettempdir()) / f"servefleet-test-{os.getpid()}.prom"
+    status = cli(lab, "status", "inventories/lab.py", *LIMIT, "--textfile", str(metrics))
     assert status.returncode == 1
     assert f"servefleet: lab1: release {rel}: {named}" in status.stderr, status.stderr
+    text = metrics.read_text()  # drift as a metric, for node_exporter's textfile collector
+    assert (
+        'servefleet_host_drift{host="lab1"} 1\n' in text
+        and 'servefleet_host_reachable{host="lab1"} 1' in text
+    )
+    metrics.unlink()
     plan = cli(lab, "plan", "inventories/lab.py", *LIMIT)
     assert "reinstall (drifted)" in plan.stdout and named in plan.stderr, plan.stdout + plan.stderr
     fixed = run(lab, *LIMIT)

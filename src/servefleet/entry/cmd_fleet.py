@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,12 @@ def plan_cmd(
     'unreachable="1" on a host status could not reach.',
 )
 @click.option(
+    "--textfile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write drift, reachability, release and gate results as metrics in the Prometheus "
+    "text format to this file (atomically), for node_exporter's textfile collector.",
+)
+@click.option(
     "--verify", is_flag=True,
     help="Read every file of each host's releases and check its sha256 against what was "
     "installed (serve_verify for this run); says how many files and bytes it read.",
@@ -153,6 +160,7 @@ def status_cmd(
     limits: tuple[str, ...],
     as_json: bool,
     prometheus: Path | None,
+    textfile: Path | None,
     verify: bool,
     pyinfra_args: tuple[str, ...],
 ) -> None:
@@ -173,14 +181,15 @@ def status_cmd(
         seen_ports,
         status_problems,
         status_table,
+        textfile_metrics,
         verified_lines,
     )
 
-    if prometheus and not prometheus.parent.is_dir():  # before any host is asked
-        raise click.BadParameter(
-            f"{prometheus}: its directory {prometheus.parent} does not exist",
-            param_hint="'--prometheus'",
-        )
+    for path, option in ((prometheus, "--prometheus"), (textfile, "--textfile")):
+        if path and not path.parent.is_dir():  # before any host is asked
+            raise click.BadParameter(
+                f"{path}: its directory {path.parent} does not exist", param_hint=f"'{option}'"
+            )
     if verify:  # the probe of every host reads and hashes its releases' files
         pyinfra_args = (*pyinfra_args, "--data", "serve_verify=True")
     fleet = runs.fleet_args(inventory, limits, pyinfra_args)
@@ -203,6 +212,11 @@ def status_cmd(
             raise ServefleetError(
                 f"--prometheus {prometheus}: not written ({e.strerror})"
             ) from None
+    if textfile:
+        try:
+            write_atomic(textfile, textfile_metrics(statuses, time.time()))
+        except OSError as e:
+            raise ServefleetError(f"--textfile {textfile}: not written ({e.strerror})") from None
     problems = [line for h, st in sorted(statuses.items()) for line in status_problems(h, st)]
     problems += group_problems(statuses)
     for line in problems:

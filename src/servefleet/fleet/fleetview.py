@@ -489,6 +489,57 @@ def group_problems(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def _label(value: Any) -> str:
+    """A label value as the Prometheus text format writes it (backslash, quote, newline)."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+TEXTFILE_METRICS = {  # name -> (type, help): what status --textfile writes, each once
+    "servefleet_host_reachable": ("gauge", "1 when status reached the host"),
+    "servefleet_host_drift": ("gauge", "1 when the host does not run what its data asks for"),
+    "servefleet_host_release_drift": ("gauge", "differences between a release and its install"),
+    "servefleet_host_release_info": ("gauge", "1, labelled with the release the host serves"),
+    "servefleet_instance_healthy": ("gauge", "1 when the instance passed the deploy's gate"),
+    "servefleet_instance_drift": ("gauge", "1 when the instance does not run its desired unit"),
+    "servefleet_group_serving": ("gauge", "1 when every rank of the serving group serves"),
+    "servefleet_status_timestamp_seconds": ("gauge", "when status wrote this file"),
+}
+
+
+def textfile_metrics(statuses: Mapping[str, Mapping[str, Any]], now: float) -> str:
+    """``status --textfile``: drift, reachability, release and gate results in the Prometheus
+    text format, for node_exporter's textfile collector (the rules alert on them)."""
+    samples: dict[str, list[str]] = {name: [] for name in TEXTFILE_METRICS}
+
+    def add(name: str, value: float, **labels: Any) -> None:
+        shown = ",".join(f'{k}="{_label(v)}"' for k, v in sorted(labels.items()))
+        number = str(int(value)) if float(value).is_integer() else repr(float(value))
+        samples[name].append(f"{name}{{{shown}}} {number}" if shown else f"{name} {number}")
+
+    for host, st in sorted(statuses.items()):
+        reached = not st.get("unreachable")
+        add("servefleet_host_reachable", int(reached), host=host)
+        if not reached:
+            continue
+        add("servefleet_host_drift", int(bool(status_problems(host, st))), host=host)
+        add("servefleet_host_release_drift", len(st.get("release_drift") or []), host=host)
+        if st.get("release"):
+            add("servefleet_host_release_info", 1, host=host, release=st["release"])
+        for i in st.get("instances") or []:
+            add("servefleet_instance_healthy", int(i["health"] == "ok"), host=host,
+                unit=i["unit"])  # fmt: skip
+            add("servefleet_instance_drift", int(bool(i["drift"])), host=host, unit=i["unit"])
+    failing = {line.split(" ", 2)[1] for line in group_problems(statuses)}
+    groups = {st["group"]["name"] for st in statuses.values() if st.get("group")}
+    for name in sorted(groups):
+        add("servefleet_group_serving", int(name not in failing), group=name)
+    add("servefleet_status_timestamp_seconds", round(now))
+    out = []
+    for name, (kind, text) in TEXTFILE_METRICS.items():
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", *samples[name]]
+    return "\n".join(out) + "\n"
+
+
 def prometheus_targets(statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Prometheus ``file_sd`` target groups: one per host, its instances' ports, labelled
     ``unreachable="1"`` when status could not reach the host (its instances are the ones
