@@ -70,8 +70,8 @@ CORE = {
 # unit tests that need what the copy lacks (the project's installed console scripts, a lab
 # fleet's tools) are left out of the campaign, named here with the reason
 DESELECT: dict[str, str] = {
-    "tests/unit/test_systemd.py::test_random_units_verify": "hypothesis: not the same cases twice",
-    "tests/unit/test_packaging.py": "runs the wheel built from the mutated tree in a venv of its "
+    "tests/unit/render/test_systemd.py::test_random_units_verify": "hypothesis: not the same cases twice",
+    "tests/unit/project/test_packaging.py": "runs the wheel built from the mutated tree in a venv of its "
     "own, where the stats run's trampolines find no mutmut configuration",
 }
 SHIM = '''\

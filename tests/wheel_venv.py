@@ -1,13 +1,13 @@
 """A wheel built from this tree, installed (not editable) into a fresh venv that sees this
 interpreter's dependencies through a .pth line: what an operator's `pip install servefleet`
 gives. No network: the build runs without isolation, the install with --no-index. Used by
-tests/unit/test_packaging.py and tests/hosts/test_from_a_wheel.py.
+tests/unit/project/test_packaging.py and tests/hosts/test_from_a_wheel.py.
 
 The README's "Install a controller" commands are read here (:func:`readme_install`) and run by
 :func:`quick_start`, which the wheel test calls as they are written, its ``uv tool install``
 included (in the environment :func:`tool_env` makes: the tools and their executables under the
 test's directory, the versions this interpreter has): the README is their one source, and
-tests/unit/test_readme.py holds what they may be."""
+tests/unit/project/test_readme.py holds what they may be."""
 
 from __future__ import annotations
 

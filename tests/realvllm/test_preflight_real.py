@@ -5,7 +5,7 @@ real vLLM (:mod:`judge_real`, vLLM's own ``main()``), on both platforms, with th
 
 The corpus runs with an empty environment, one pre-flight child a platform (a child imports
 vLLM: about 10 s); the per-environment children are held by the cases below and by
-tests/unit/test_preflight.py."""
+tests/unit/base/remote/test_preflight.py."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ server (one request, a stream read event by event)."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -121,10 +122,26 @@ def extract_model(tgz: Path, hf_home: Path) -> None:
         tar.extractall(hf_home / "hub")
 
 
+_PORTS = itertools.count()  # this process's next candidate in its own block
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port for a test server to listen on, free now. Not the kernel's port 0: that
+    is drawn from the ephemeral range, where the outgoing connections of everything else on the
+    machine (a lab's SSH, the other xdist worker's clients) take ports too, so one could take it
+    between this check and the server's bind. Each xdist worker has a block of its own below the
+    ephemeral range (20000-31999: 12 blocks of 1000), gone through in order."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    block = 20000 + (int(worker) % 12 if worker.isdigit() else 0) * 1000
+    for _ in range(1000):
+        port = block + next(_PORTS) % 1000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # held by something else: the next one
+            return port
+    raise RuntimeError(f"no free loopback port in {block}-{block + 999}")
 
 
 def http(port: int, path: str, body: Any = None) -> tuple[int, bytes]:

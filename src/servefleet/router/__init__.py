@@ -1,6 +1,6 @@
 """The router (vllm-router in front of the vllm instances, ``serve_router``): one component, its
 pieces in one place across the layers, each module in the layer of its role
-(``tests/unit/test_layers.py`` ``COMPONENTS``):
+(``tests/unit/layer_table.py`` ``COMPONENTS``):
 
 - :mod:`.plan` (host plan): its release, command line, unit and proxy, as the probe found them
 - :mod:`.render` (render): its unit, its proxy's unit and nginx configuration, from the templates

@@ -151,7 +151,8 @@ def test_a_new_key_or_a_server_on_another_key_is_not_converged() -> None:
 
     def again(key_current: bool, paths: dict[str, Any]) -> HostPlan:
         found = {u: dict(e, key_current=key_current) for u, e in units.items()}
-        return plan_host(s, probe(units=found, paths=paths), secret_key=secret)
+        probed = probe(units=found, paths=paths, releases=[first.release.id])  # installed
+        return plan_host(s, probed, secret_key=secret)
 
     assert again(True, {API_KEY_FILE: current}).key_file_current
     assert all(i.converged for i in again(True, {API_KEY_FILE: current}).instances)

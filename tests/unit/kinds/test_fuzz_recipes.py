@@ -619,12 +619,20 @@ def check_spec(spec: dict[str, Any], kind: str) -> None:
 
 
 def check_unit(unit: str, spec: dict[str, Any]) -> None:
-    """The unit systemd reads runs exactly the spec's first server, with its env."""
-    argv, env = parse_unit(unit)
-    server = spec["servers"][0]
-    assert argv[0].endswith("/bin/" + server["argv"][0]), argv[0]
-    assert argv[1 : len(server["argv"])] == server["argv"][1:]
-    assert all(env.get(k) == v for k, v in server["env"].items())
+    """The unit systemd reads runs exactly the spec's first server, with its env; a selection
+    of several nodes prints one unit a rank (each after its ``# rank N of M`` line), each
+    running its rank's server."""
+    units = (
+        re.split(r"^# rank \d+ of \d+.*\n", unit, flags=re.M)[1:]
+        if spec.get("nodes", 1) > 1
+        else [unit]
+    )
+    assert units, unit
+    for text, server in zip(units, spec["servers"], strict=True):
+        argv, env = parse_unit(text)
+        assert argv[0].endswith("/bin/" + server["argv"][0]), argv[0]
+        assert argv[1 : len(server["argv"])] == server["argv"][1:]
+        assert all(env.get(k) == v for k, v in server["env"].items())
 
 
 def check(results: list[dict[str, Any]], runs: list[list[str]], kind: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from host_inputs import probe, settings
+from lab_sim_support import free_port
 from systemd_parse import parse_exec
 
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
@@ -42,12 +43,6 @@ WORKER_API = ("/add_worker?url=http%3A%2F%2F10.9.9.9%3A9", "/remove_worker?url=x
               "/workers", "/flush_cache", "/get_loads", "/v1/../add_worker?url=x", "/workers/x")  # fmt: skip
 
 needs_nginx = pytest.mark.skipif(not Path(NGINX).exists(), reason="nginx missing (./setup.sh)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Backend(http.server.ThreadingHTTPServer):
