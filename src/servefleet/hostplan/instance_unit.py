@@ -15,6 +15,7 @@ from servefleet.base.remote.layout import API_KEY_FILE, API_KEY_VAR, GROUP_SHA_V
 from servefleet.hostplan.serve_files import shipped_paths
 from servefleet.kinds import kind_named
 from servefleet.release.plan import ReleasePlan
+from servefleet.render.systemd import environment_line
 from servefleet.render.units import render_unit
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
@@ -119,8 +120,17 @@ def instance_unit(
     # the unit's text only: no digest of the API key (world-readable, it would let a guess be
     # confirmed offline, #31 finding 4); a new key restarts the servers because each one is
     # checked for the key it runs with (the probe, remote/instances.py)
-    sha = hashlib.sha256(render_unit(env=env, **fields).encode()).hexdigest()[:16]
-    return render_unit(env={**env, UNIT_SHA_VAR: sha}, **fields), sha, exec_argv, env
+    # rendered once, its sha line a placeholder: the sha is of the text without that line
+    # (what a render without it gives), then written into it
+    marked = render_unit(env={**env, UNIT_SHA_VAR: _PLACEHOLDER}, **fields)
+    line = f"Environment={environment_line(UNIT_SHA_VAR, _PLACEHOLDER)}\n"
+    assert marked.count(line) == 1, "the unit's sha line is written once"
+    sha = hashlib.sha256(marked.replace(line, "").encode()).hexdigest()[:16]
+    text = marked.replace(line, f"Environment={environment_line(UNIT_SHA_VAR, sha)}\n")
+    return text, sha, exec_argv, env
+
+
+_PLACEHOLDER = "0" * 15 + "x"  # never a sha (hex): where the unit's own sha goes
 
 
 def served_name(argv: list[str], model: str) -> str:
