@@ -49,6 +49,14 @@ nothing: a download cut short leaves it behind. A failed fetch leaves an earlier
 and never a partial one: leftovers of a killed run (``$HF_HOME/hub/.fetch-*``) are removed by
 the next run; runs on one host take turns (a lock on ``$HF_HOME/hub``).
 
+Record (#36): before the fetched tree is given to OWNER, root reads every file of its snapshot
+in its own staging directory and keeps each one's size and sha256 in root's own directory of the
+hub (``$HF_HOME/hub/servefleet-models/models--ORG--NAME``, ``content_check.py``), which
+``servefleet status --verify`` holds the model to. A snapshot file that links out of the model's
+directory, through a link or to no regular file is refused. A fetch of a model that is there
+already (a drifted one: the deploy with ``serve_verify``) fetches it whole into staging and
+renames it over the old copy, which goes aside and is removed: never patched in place.
+
 Retries (``retry.py``, the controller's rule too): a request to the store, or a hub download,
 that fails in a way that may pass (a connection refused or reset, a timeout, HTTP 408/425/429/5xx)
 is tried again, up to ``--tries`` times in all (5), waiting ``--retry-wait`` seconds (1) and

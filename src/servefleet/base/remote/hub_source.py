@@ -109,8 +109,8 @@ def _hub_problem(a: argparse.Namespace, result: dict[str, Any]) -> str:
 def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
     """Download a.model with snapshot_download in the release venv into root's own staging
     directory (its HF_HOME: a descriptor the client inherits, so nothing the serve user plants
-    in its hub redirects a write), check it, give it to the owner and move it into hub; return
-    its revision."""
+    in its hub redirects a write), check and record it, give it to the owner and move it into
+    hub (``snapshot_place.settle``); return its revision."""
     env = {k: v for k, v in os.environ.items() if k not in HUB_ENV_DROPPED}
     env.update(
         HF_HUB_DISABLE_TELEMETRY="1",
@@ -179,7 +179,4 @@ def from_hub(a: argparse.Namespace, hub: Path, uid: int, gid: int) -> str:
                 f"snapshot_download gave {snapshot}, not "
                 f"{a.hf_home}/hub/{top}/snapshots/{a.revision or '<commit>'}"
             )
-        rev = snapshot_place.check_snapshot(staged, snapshot.name, "the hub")
-        snapshot_place.give(staged, uid, gid)
-        snapshot_place.move_in(hub, staged, top, tmp.path)
-    return rev
+        return snapshot_place.settle(hub, staged, snapshot.name, "the hub", tmp.path, uid, gid)

@@ -1,7 +1,10 @@
 """Where a fetched model lands (stdlib only, on the host): ``models--ORG--NAME`` under
-``$HF_HOME/hub``, its snapshot checked, given to the serve user, moved in by rename, refs/main
-pointed at a pinned revision and the completeness marker written last; root's own staging
-directory for the work, and the hub's lock (one fetch at a time).
+``$HF_HOME/hub``, its snapshot checked, each of its files' size and sha256 recorded from root's
+own staging copy (``content_check``: what ``status --verify`` holds it to), given to the serve
+user, moved in by rename (whatever was there, a drifted copy too, goes aside and is removed:
+never patched in place), refs/main pointed at a pinned revision and the completeness marker
+written last; root's own staging directory for the work, and the hub's lock (one fetch at a
+time).
 
 The hub directory is the serve user's (its servers write there): root works in it through
 directory descriptors and never follows a link, the top of a tree included (#18 finding 1).
@@ -21,8 +24,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 if __package__:  # the controller imports this module (servefleet.base.remote.snapshot_place)
-    from servefleet.base.remote import layout, refusal, trusted
+    from servefleet.base.remote import content_check, layout, refusal, trusted
 else:  # on the host, next to layout.py, refusal.py and trusted.py
+    import content_check  # type: ignore[no-redef]
     import layout  # type: ignore[no-redef]
     import refusal  # type: ignore[no-redef]
     import trusted  # type: ignore[no-redef]
@@ -34,7 +38,7 @@ LOCK_POLL = 0.2  # seconds between two tries of the hub's lock
 
 def repo_dir_name(model: str) -> str:
     """``models--ORG--NAME``: the directory of model under ``$HF_HOME/hub``."""
-    return "models--" + model.replace("/", "--")
+    return content_check.repo_dir(model)
 
 
 def check_snapshot(repo: Path, rev: str | None, source: str) -> str:
@@ -54,6 +58,35 @@ def check_snapshot(repo: Path, rev: str | None, source: str) -> str:
     snapshot = repo / "snapshots" / rev
     if not snapshot.is_dir() or not any(snapshot.iterdir()):
         raise refusal.Refusal(f"{source} does not hold the files of {repo.name}/snapshots/{rev}")
+    return rev
+
+
+def settle(
+    hub: Path, repo: Path, rev: str | None, source: str, tmp: Path, uid: int, gid: int
+) -> str:
+    """The staged ``repo`` (in root's staging ``tmp``) into ``hub``: its snapshot checked
+    (:func:`check_snapshot`), every file of it read and recorded (size, sha256) while it is
+    still root's, given to the owner, moved in (:func:`move_in`) and the record kept in root's
+    own directory of the hub; return its revision. A file of the snapshot that links out of the
+    model's directory, through a link, or to no regular file refuses the fetch."""
+    rev = check_snapshot(repo, rev, source)
+    repofd = _open_dir(repo)
+    try:
+        found = content_check.snapshot_files(repofd, rev)
+    except OSError as exc:
+        raise refusal.Refusal(f"{source}: {repo.name}/snapshots/{rev}: {exc}") from None
+    finally:
+        os.close(repofd)
+    if found.problems:
+        rel, why = min(found.problems.items())
+        raise refusal.Refusal(f"{source}: {repo.name}/snapshots/{rev}/{rel} {why}")
+    give(repo, uid, gid)
+    move_in(hub, repo, repo.name, tmp)
+    hubfd = os.open(hub, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # root's descriptor
+    try:
+        content_check.write_record(hubfd, repo.name, rev, found.files)
+    finally:
+        os.close(hubfd)
     return rev
 
 

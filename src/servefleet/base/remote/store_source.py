@@ -93,12 +93,10 @@ def place(
     a: argparse.Namespace, hub: Path, archive: Path, tmp: Path, source: str, uid: int, gid: int
 ) -> str:
     """Unpack a checked archive in tmp (an archive inside tmp is removed once unpacked), check
-    its snapshot, give it to the owner and move it into hub; return its revision."""
+    and record its snapshot, give it to the owner and move it into hub
+    (``snapshot_place.settle``); return its revision."""
     top = snapshot_place.repo_dir_name(a.model)
     repo = tar_safety.unpack(archive, tmp / "unpacked", top, source)
     if archive.parent == tmp:
         archive.unlink()
-    rev = snapshot_place.check_snapshot(repo, a.revision, source)
-    snapshot_place.give(repo, uid, gid)
-    snapshot_place.move_in(hub, repo, top, tmp)
-    return rev
+    return snapshot_place.settle(hub, repo, a.revision, source, tmp, uid, gid)

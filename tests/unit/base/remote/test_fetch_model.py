@@ -43,6 +43,7 @@ from fetch_stubs import (
 )
 
 REV2 = hashlib.sha1(b"rev-2").hexdigest()
+RECORDS = "servefleet-models"  # root's own directory in the hub: what each fetch brought (#36)
 
 
 def _pythons() -> list[str]:
@@ -149,9 +150,15 @@ def test_good_archive_lands_owned_and_marked_last(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{MODEL} {REV} is in {home / 'hub'}\n" and proc.stderr == ""
     repo = home / "hub" / TOP
-    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP]
+    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP, RECORDS]
     assert marker(home) == REV
     snap = repo / "snapshots" / REV
+    # root's record of what it fetched (#36), in root's own directory of the hub
+    records = home / "hub" / RECORDS
+    assert (records.lstat().st_uid, records.lstat().st_mode & 0o022) == (os.geteuid(), 0)
+    assert json.loads((records / TOP).read_text()) == {"revision": REV, "files": {
+        "config.json": [len(CONFIG), hashlib.sha256(CONFIG).hexdigest()],
+        "model.safetensors": [13, hashlib.sha256(b"stub weights\n").hexdigest()]}}  # fmt: skip
     assert (snap / "config.json").read_bytes() == CONFIG
     assert (snap / "model.safetensors").stat().st_mode & 0o7777 == 0o755  # setuid dropped
     owner = pwd.getpwnam(OWNER)
@@ -185,6 +192,7 @@ def test_a_pinned_revision_must_be_in_the_archive(stub: Stub, home: Path) -> Non
     # offline servers load what refs/main names: the pinned snapshot
     assert (home / "hub" / TOP / "refs" / "main").read_text() == REV2
     shutil.rmtree(home / "hub" / TOP)
+    shutil.rmtree(home / "hub" / RECORDS)  # a hub as before the first fetch
     line = refused(fetch(home, "--store", store, "--revision", REV))
     assert line == (
         f"servefleet: {store}/{MODEL}.tar.gz does not hold the files of {TOP}/snapshots/{REV}"
@@ -210,7 +218,7 @@ def test_a_local_archive_lands_when_its_sha256_matches_and_is_refused_whole_othe
     proc = fetch(home, "--archive", str(archive), "--sha256", sha, "--revision", REV)
     assert proc.returncode == 0, proc.stderr
     assert marker(home) == REV and archive.is_file()  # the copy stays for the next host step
-    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP]
+    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP, RECORDS]
 
 
 # --- what is refused whole -----------------------------------------------------------------------
@@ -310,7 +318,7 @@ def test_an_earlier_copy_survives_a_failed_refetch(stub: Stub, home: Path) -> No
     store = publish(stub, tgz(hf_layout(REV2, REV2) + [("hard", f"{TOP}/h", f"{TOP}/refs/main")]))
     refused(fetch(home, "--store", store))
     assert marker(home) == REV and (home / "hub" / TOP / "snapshots" / REV).is_dir()
-    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP]
+    assert sorted(p.name for p in (home / "hub").iterdir()) == [TOP, RECORDS]
 
 
 @pytest.mark.parametrize("listed", [False, True], ids=["not in the manifest", "archive 404"])
@@ -772,7 +780,7 @@ def test_a_hub_fetch_writes_nothing_through_links_the_serve_user_planted(
     st = sentinel.lstat()
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
     assert (sentinel / "keep").lstat().st_uid == 0
-    assert sorted(p.name for p in hub.iterdir()) == [".locks", TOP]  # no staging left
+    assert sorted(p.name for p in hub.iterdir()) == [".locks", TOP, RECORDS]  # no staging left
 
 
 def test_a_lock_held_on_the_hub_fails_the_fetch_in_one_line_within_its_deadline(
