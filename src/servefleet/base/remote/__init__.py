@@ -20,8 +20,8 @@ def source(name: str) -> str:
 
 def inline(name: str) -> str:
     """The host program ``name`` as one ``python3 -c`` argument: it runs as ``__main__`` (its
-    arguments in ``sys.argv[1:]``), with ``import layout``, ``import trusted`` and ``import release_check``
-    giving the modules it carries along."""
+    arguments in ``sys.argv[1:]``), with ``import layout``, ``import trusted``, ``import release_check``
+    and ``import content_check`` giving the modules it carries along."""
     carried = "".join(
         f"{mod} = sys.modules[{mod!r}] = types.ModuleType({mod!r})\n"
         f"exec(compile({source(mod + '.py')!r}, {mod + '.py'!r}, 'exec'), {mod}.__dict__)\n"
@@ -30,4 +30,4 @@ def inline(name: str) -> str:
     return f"import sys, types\n{carried}exec(compile({source(name)!r}, {name!r}, 'exec'))\n"
 
 
-CARRIED = ("layout", "trusted", "release_check")  # the modules every host program may import
+CARRIED = ("layout", "trusted", "release_check", "content_check")  # what a program may import

@@ -16,6 +16,9 @@ hosts), the complete releases, ``current`` and what it holds, the last good stat
 (active, enabled, the unit sha each main process runs, the file's sha256; for ``plan``, whose
 ARGS_JSON has ``"files": true``, the file's text too), the warm compile
 fingerprints, the complete models, the serve user and group, and a stat of each watched path.
+With ``"verify": true`` (``serve_verify``) it also reads every file of each release, each
+complete model and each warm cache, and says how each differs from what was installed, fetched
+or sealed (``release_drift``, ``model_drift``, ``cache_drift``) and what it read (``verified``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import urllib.request
 from stat import S_ISDIR, S_ISREG
 from typing import Any
 
+import content_check
 import layout
 import release_check
 import trusted
@@ -133,6 +137,45 @@ def release_drift(
             problems = release_check.drift(path, recorded)
         if problems:
             out[rid] = problems
+    return out
+
+
+def _counts(found: dict[str, Any]) -> dict[str, Any]:
+    """What a content check read and hashed (files, bytes; those it had nothing to hold to)."""
+    return {k: found[k] for k in ("files", "bytes", "unchecked", "unsealed") if k in found}
+
+
+def model_drift(
+    out_verified: dict[str, Any], hf_home: str, models: list[str]
+) -> dict[str, list[str]]:
+    """``serve_verify``: model -> how the files of its snapshot differ from what was fetched
+    (:func:`content_check.verify_model`: every file read through no-follow descriptors, held to
+    root's record of the fetch, else to its blob's digest-name; files and bytes read in
+    ``out_verified`` under ``model <id>``); none that do not differ."""
+    out = {}
+    for model in models:
+        found = content_check.verify_model(hf_home, model)
+        out_verified[f"model {model}"] = _counts(found)
+        if found["differ"]:
+            out[model] = found["differ"]
+    return out
+
+
+def cache_drift(
+    out_verified: dict[str, Any], cache_root: str, fingerprints: list[str]
+) -> dict[str, list[str]]:
+    """``serve_verify``: fingerprint -> how its warm cache differs from the seal its marker
+    recorded when the compile ended (:func:`content_check.verify_cache`; files and bytes read in
+    ``out_verified`` under ``cache <fingerprint>``); none that do not differ."""
+    out = {}
+    for fp in fingerprints:
+        record = content_check.cache_record(cache_root, fp)
+        if record is None:
+            continue
+        found = content_check.verify_cache(cache_root, record)
+        out_verified[f"cache {fp}"] = _counts(found)
+        if found["differ"]:
+            out[fp] = found["differ"]
     return out
 
 
@@ -360,6 +403,10 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     out["warm"] = warm_markers(cache_root)
     out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]
+    verify = bool(a.get("verify"))  # every present model's and warm cache's files, read (#36)
+    out["model_drift"] = model_drift(out["verified"], hf_home, out["models"]) if verify else {}
+    fps = [fp for fp in out["warm"] if a.get("fingerprint") in (None, fp)]  # given: only its
+    out["cache_drift"] = cache_drift(out["verified"], cache_root, fps) if verify else {}
     account(out, a["user"])
     out["paths"] = {p: stat(p, key) for p in a.get("paths", [])}
     if a.get("addresses"):

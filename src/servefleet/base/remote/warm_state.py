@@ -1,11 +1,21 @@
+#!/usr/bin/env python3
 """Whether a compile fingerprint is warm on a host. Runs ON THE HOST, as root, with the system
 python3 (stdlib only), next to ``instances.py`` and ``prewarm.py``.
+
+usage: warm_state.py drop CACHE_ROOT FINGERPRINT UNIT   # a cache that drifted from its seal
 
 A warm marker is root's record, in its own directory of the serve user's cache root
 (``layout.WARM_DIR``, read through ``trusted``: what a serving process put there never counts),
 that the cache of a fingerprint is here: which directories hold it, where it came from, and its
 seal (each file's size and sha256 when the compile ended). A fleet pre-warm copies those
 directories to the other hosts, packed only from a cache that still matches its seal.
+
+``drop`` (#36: a deploy with ``serve_verify`` that found the cache differing from its seal, just
+before its converge): when the cache still differs from its seal (a fleet copy may have replaced
+it since), UNIT (the first instance the converge restarts) is stopped, the cache's directories
+are moved aside, the warm marker is removed, then what was moved aside: the converge then
+restarts UNIT cold, so it compiles again and is sealed anew. The drifted files never stay where a
+server or a seal could take them once the marker is gone. Prints what differed; exit 0.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import layout  # noqa: E402  (next to this file on the host)
+import content_check  # noqa: E402  (next to this file on the host)
+import layout  # noqa: E402
 import systemd_units  # noqa: E402
 import trusted  # noqa: E402
 
@@ -45,16 +56,7 @@ def warm_dir(state: dict[str, Any], create: bool = False) -> int | None:
 
 def warm_record(state: dict[str, Any], fingerprint: str) -> dict[str, Any] | None:
     """The warm marker of ``fingerprint`` (None: not warm here)."""
-    fd = warm_dir(state)
-    if fd is None:
-        return None
-    try:
-        record = json.loads(trusted.read(fd, fingerprint))
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-    return record if isinstance(record, dict) else None
+    return content_check.cache_record(state["cache_root"], fingerprint)
 
 
 def is_cold(state: dict[str, Any], inst: dict[str, Any]) -> bool:
@@ -149,3 +151,69 @@ def cache_seal(cache_root: str, dirs: list[str]) -> dict[str, list[Any]] | None:
         return None
     finally:
         os.close(cache)
+
+
+def drop(cache_root: str, fingerprint: str, unit: str) -> None:
+    """The cache of ``fingerprint`` dropped when it still differs from its seal: ``unit``
+    stopped, its directories moved aside, the marker removed, then what was moved aside (see
+    above)."""
+    record = warm_record({"cache_root": cache_root}, fingerprint)
+    if record is None:
+        print(f"cache {fingerprint}: not warm here: nothing to drop")
+        return
+    differ = content_check.verify_cache(cache_root, record)["differ"]
+    if not differ:
+        print(f"cache {fingerprint}: matches its seal: kept")
+        return
+    for line in differ:
+        print(f"cache {fingerprint}: {line}")
+    systemd_units.systemctl("stop", unit, check=False)  # the converge restarts it: it compiles
+    aside = _move_aside(cache_root, [str(d) for d in record.get("dirs") or []])
+    try:
+        fd = warm_dir({"cache_root": cache_root})
+        if fd is not None:
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(fingerprint, dir_fd=fd)
+            finally:
+                os.close(fd)
+        for parent, name in aside:
+            trusted.remove_in(parent, name)
+    finally:
+        for parent, _ in aside:
+            os.close(parent)
+    print(f"cache {fingerprint}: dropped; {unit} compiles it again at its restart")
+
+
+def _move_aside(cache_root: str, dirs: list[str]) -> list[tuple[int, str]]:
+    """Rename each of ``dirs`` (``rbln/<model>/<sig>``) in the serve user's cache root to
+    ``.<sig>.dropped-<ns>`` beside it, through descriptors (a link is moved, never followed):
+    (its parent's descriptor, the new name) of each moved."""
+    cache = trusted.open_dir(cache_root)
+    if cache is None:
+        return []
+    moved = []
+    try:
+        for d in dirs:
+            *up, name = d.split("/")
+            try:
+                parent = content_check.open_dirs(cache, up)
+            except OSError:
+                continue  # gone already
+            new = f".{name}.dropped-{time.time_ns()}"
+            try:
+                os.rename(name, new, src_dir_fd=parent, dst_dir_fd=parent)
+            except OSError:
+                os.close(parent)
+                continue
+            moved.append((parent, new))
+    finally:
+        os.close(cache)
+    return moved
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "drop":
+        print("usage: warm_state.py drop CACHE_ROOT FINGERPRINT UNIT", file=sys.stderr)
+        sys.exit(2)
+    drop(*sys.argv[2:])
