@@ -206,6 +206,8 @@ def plan_summary(
         "release": [plan.current, rel.id] if plan.current != rel.id else None,
         "install_release": not plan.release_complete,
         "release_drift": list(plan.release_drift),
+        "model_drift": list(plan.model_drift),  # serve_verify: each fetched again (#36)
+        "cache_drift": list(plan.cache_drift),  # ... dropped and warmed again
         "locked": rel.locked,
         "changed_on_index": dict(changed_on_index or {}),
         "packages": packages if plan.current != rel.id else {},
@@ -313,6 +315,8 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "devices": len(plan.hardware.devices),
         "release": plan.current,
         "release_drift": list(plan.release_drift),
+        "model_drift": list(plan.model_drift),  # status --verify: files that differ (#36)
+        "cache_drift": list(plan.cache_drift),
         "verified": dict(plan.release_verified),  # status --verify: files and bytes hashed
         "good_release": plan.good_release,
         "servefleet": plan.good_servefleet,  # the servefleet that last converged the host
@@ -396,6 +400,8 @@ def missing_status(
         "devices": None,
         "release": None,
         "release_drift": [],
+        "model_drift": [],
+        "cache_drift": [],
         "verified": {},
         "good_release": None,
         "servefleet": None,
@@ -429,6 +435,8 @@ def status_problems(host: str, status: Mapping[str, Any]) -> list[str]:
         return [f"{host}: failed: {status['failed']}"]
     out = [f"{host}: {status['refusal']}"] if status.get("refusal") else []
     out += [f"{host}: {line}" for line in status.get("release_drift") or []]
+    out += [f"{host}: {line}" for key in ("model_drift", "cache_drift")
+            for line in status.get(key) or []]  # fmt: skip
     for inst in status["instances"]:
         if inst["drift"]:
             running = inst["running"] or "nothing of ours"
@@ -643,20 +651,34 @@ def plan_table(plans: Mapping[str, Mapping[str, Any]]) -> str:
                   f"{c['served'][0][:12]}"
             for name, c in (p.get("changed_on_index") or {}).items()
         }}  # fmt: skip
-        rows.append(
-            [host, p["driver"], release, packages, p["models"], p["restarts"], p["remove"],
-             "copy" if p.get("prewarm") == "copy" else p["recompile"]]
-        )  # fmt: skip
+        models, recompile = p["models"], "copy" if p.get("prewarm") == "copy" else p["recompile"]
+        drifted = {line.split(": ", 1)[0][len("model ") :] for line in p.get("model_drift") or []}
+        if drifted:  # fetched again: the models that differ from their fetch (#36)
+            models = ", ".join(f"{m} (drifted)" if m in drifted else m for m in models)
+        if p.get("cache_drift"):  # dropped and warmed again: it differs from its seal
+            recompile = f"{_cell(recompile)} (drifted)"
+        rows.append([host, p["driver"], release, packages, models, p["restarts"], p["remove"],
+                     recompile])  # fmt: skip
     return table(rows, PLAN_COLUMNS)
 
 
 def verified_lines(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """``status --verify``: what each host's probe read and hashed, a line a release."""
-    return [
-        f"{host}: release {rid}: {v['files']} files, {v['bytes'] / 1e6:.1f} MB read and hashed"
-        for host, st in sorted(statuses.items())
-        for rid, v in sorted((st.get("verified") or {}).items())
-    ]
+    """``status --verify``: what each host's probe read and hashed, a line a release, a model
+    (``model <id>``) and a warm cache (``cache <fingerprint>``), with what it had nothing to
+    hold to."""
+    out = []
+    for host, st in sorted(statuses.items()):
+        order = {"model": 1, "cache": 2}  # the releases first, then the models, the caches
+        for rid, v in sorted((st.get("verified") or {}).items(),
+                             key=lambda kv: (order.get(kv[0].split(" ")[0], 0), kv[0])):  # fmt: skip
+            what = rid if rid.split(" ")[0] in order else f"release {rid}"
+            line = f"{host}: {what}: {v['files']} files, {v['bytes'] / 1e6:.1f} MB read and hashed"
+            if v.get("unchecked"):
+                line += f"; {v['unchecked']} file(s) with nothing recorded to hold them to"
+            if v.get("unsealed"):
+                line += "; its warm marker has no seal to hold it to"
+            out.append(line)
+    return out
 
 
 def status_table(statuses: Mapping[str, Mapping[str, Any]]) -> str:

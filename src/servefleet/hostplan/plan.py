@@ -126,6 +126,12 @@ def plan_host(
     drift = probe.get("release_drift") or {}  # release id -> how it differs from its install
     complete = release.id in probe.get("releases", []) and release.id not in drift
     reinstalled = not complete  # (a release another run set aside, or left half-installed)
+    # serve_verify (#36): a model whose files differ from its fetch is fetched again (into
+    # staging, renamed over it); a cache that differs from its seal is not warm: dropped and
+    # warmed again
+    model_drift = probe.get("model_drift") or {}
+    fp = spec.compile_fingerprint
+    cache_drift = ((probe.get("cache_drift") or {}).get(fp) or []) if fp else []
     instances = []
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
@@ -187,10 +193,18 @@ def plan_host(
         instances=tuple(instances),
         stale_units=tuple(u for u in units if u not in names),
         active_units=frozenset(u for u, st in units.items() if st.get("active") == "active"),
-        warm=spec.compile_fingerprint is None or spec.compile_fingerprint in probe.get("warm", []),
+        warm=fp is None or (fp in probe.get("warm", []) and not cache_drift),
         missing_models=tuple(
-            m for m in spec.requirements.models if m not in probe.get("models", [])
+            m
+            for m in spec.requirements.models
+            if m not in probe.get("models", []) or m in model_drift
         ),
+        model_drift=tuple(
+            f"model {m}: {line}"
+            for m in spec.requirements.models
+            for line in model_drift.get(m, ())
+        ),
+        cache_drift=tuple(f"cache {fp}: {line}" for line in cache_drift),
         kernel=kernel,
         python=probe.get("python"),
         reload_needed=any(st.get("reload") for st in units.values()),

@@ -144,6 +144,8 @@ class HostPlan:
     router_host: bool = False  # serve_router = "fleet" and in serve_router_group: routes only
     routers: tuple[str, ...] = ()  # the worker APIs an instance leaves and rejoins at a restart
     group: GroupPlace | None = None  # its rank in a serving group (the group restarts as one)
+    model_drift: tuple[str, ...] = ()  # serve_verify: how its models differ from their fetch
+    cache_drift: tuple[str, ...] = ()  # ... and its compile cache from its seal (#36)
 
     @property
     def preflight_input(self) -> list[dict[str, Any]]:

@@ -1,10 +1,12 @@
 """Models: the serve user (a system user without a login shell), the Hugging Face token, and
 each missing model fetched (from the store, the hub, or the wheelhouse copy) into
-``$HF_HOME/hub`` by ``remote/fetch_model.py``, checked against its sha256 and revision."""
+``$HF_HOME/hub`` by ``remote/fetch_model.py``, checked against its sha256 and revision. With
+``serve_verify``, a model whose files differ from its fetch counts as missing: it is fetched
+again whole into root's staging and renamed over the drifted copy (#36)."""
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.operations import server
 
 from servefleet.base.remote.layout import HF_TOKEN_FILE
@@ -55,7 +57,10 @@ def fetch(plan: HostPlan) -> None:
     if secret:
         ensure.secret(plan, "Write the Hugging Face token (0600)", HF_TOKEN_FILE, secret)
         token = ["--token-file", HF_TOKEN_FILE]
+    for line in plan.model_drift:
+        logger.warning(f"{host.print_prefix}{line}")
     for model in host.loop(plan.missing_models):
+        again = any(line.startswith(f"model {model}: ") for line in plan.model_drift)
         copy = plan.from_wheelhouse("models", model)
         if copy:
             source = ["--archive", copy.dest]
@@ -76,7 +81,5 @@ def fetch(plan: HostPlan) -> None:
                       "--", model, s.models_hf_home, s.serve_user)  # fmt: skip
         # no pyinfra _retries: the fetcher tries a transient failure again itself (retry.py) and
         # never a refusal, which shows its line once; exit 3 "could not reach", 1 "refused"
-        server.shell(
-            name=f"{'Unpack' if copy else 'Fetch'} {model} into {s.models_hf_home}/hub",
-            commands=[cmd],
-        )
+        what = f"{'Unpack' if copy else 'Fetch'} {model}{' again (drifted)' if again else ''}"
+        server.shell(name=f"{what} into {s.models_hf_home}/hub", commands=[cmd])

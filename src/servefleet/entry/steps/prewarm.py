@@ -3,14 +3,19 @@ first cold instance compiles alone; with ``"fleet"`` one host compiles, compile 
 host ``serve_prewarm_host``, else the seed: the first cold host), as its own user in a network
 namespace of its own, into its own cache; that cache goes to the controller's store, and every
 cold host (the seed too) gets the copy and converges warm (:mod:`servefleet.entry.steps.fleet` says
-who is who). A serving host's cache is never copied (#31 finding 5)."""
+who is who). A serving host's cache is never copied (#31 finding 5).
+
+A cache that differs from its seal (``serve_verify``, #36) counts as cold: a fleet copy replaces
+it where there is one; just before the converge, ``remote/warm_state.py drop`` drops it if it
+still differs (its first instance stopped, its directories and marker removed), so that instance
+restarts cold and compiles it again."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.operations import server
 
 from servefleet.base.remote.layout import BUILD_CACHE, BUILD_USER, PREWARM, PREWARM_COPIES
@@ -51,10 +56,27 @@ def compile_only(plan: HostPlan, when: Callable[[], bool]) -> None:
     )
 
 
+def drop_drifted(plan: HostPlan, when: Callable[[], bool] | None = None) -> None:
+    """A cache that differed from its seal when the probe read it (``serve_verify``): dropped on
+    the host if it still differs, its first instance stopped so that the converge restarts it
+    cold (``remote/warm_state.py drop``)."""
+    if not plan.cache_drift or plan.builder or not plan.instances:
+        return
+    for line in plan.cache_drift:
+        logger.warning(f"{host.print_prefix}{line}")
+    s, fp, first = plan.settings, plan.spec.compile_fingerprint or "", plan.restart_order[0].unit
+    server.shell(
+        _if=when,
+        name=f"Drop the compile cache of {fp} (it differs from its seal); {first} compiles it again",
+        commands=[command(s.serve_root, "warm_state.py", "drop", s.serve_cache_root, fp, first)],
+    )
+
+
 def converge(plan: HostPlan) -> None:
     """The instances through the health gate, pre-warmed as serve_prewarm_scope says."""
     entry = run_plan().warm[host.name]
     if not entry.fleet:
+        drop_drifted(plan)
         units.converge(plan)
         return
 
@@ -82,4 +104,5 @@ def converge(plan: HostPlan) -> None:
             **_copy_args(plan),
         )
     if not plan.builder:
+        drop_drifted(plan, when=role_is("host", "warm", "copy", "seed"))
         units.converge(plan, when=role_is("host", "warm", "copy", "seed"))
