@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from host_inputs import CREDS, converged_probe, settings
 
-from servefleet.fleet.fleetview import ReportRequest, status_summary
+from servefleet.fleet.fleetview import ReportRequest
+from servefleet.fleet.statusview import status_summary
 from servefleet.hostplan.plan import plan_host
 
 INVENTORY = """

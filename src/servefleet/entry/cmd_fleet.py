@@ -127,7 +127,8 @@ def plan_cmd(
         if diff:
             click.echo("\n" + (plan_diffs(plans) or "no unit changes"))
     for host, p in sorted(plans.items()):  # what the table's "reinstall (drifted)" stands for
-        for line in p.get("release_drift") or []:
+        for line in [*(p.get("release_drift") or []), *(p.get("model_drift") or []),
+                     *(p.get("cache_drift") or [])]:  # fmt: skip
             click.echo(f"servefleet: {host}: {line}", err=True)
     runs.say_missing(missing)
     sys.exit(Exit.FAILED if missing else Exit.OK)
@@ -151,8 +152,9 @@ def plan_cmd(
 )
 @click.option(
     "--verify", is_flag=True,
-    help="Read every file of each host's releases and check its sha256 against what was "
-    "installed (serve_verify for this run); says how many files and bytes it read.",
+    help="Read every file of each host's releases, models and sealed compile caches and check "
+    "its sha256 against what was installed, fetched or sealed (serve_verify for this run); "
+    "says how many files and bytes it read.",
 )  # fmt: skip
 @_PYINFRA_ARGS
 def status_cmd(
@@ -170,9 +172,8 @@ def status_cmd(
     Exits 1 naming every host that is unreachable, drifts or is unhealthy. On a terminal,
     stderr counts the hosts done."""
     from servefleet.base.files import write_atomic
-    from servefleet.fleet.fleetview import (
-        ReportRequest,
-        dumps,
+    from servefleet.fleet.fleetview import ReportRequest, dumps
+    from servefleet.fleet.statusview import (
         group_lines,
         group_problems,
         missing_status,

@@ -16,7 +16,7 @@ from servefleet.entry import common
 # recipes
 
 
-@click.group("recipes")
+@click.group("recipes", context_settings={"help_option_names": ["-h", "--help"]})
 def recipes_group() -> None:
     """List and inspect the shipped recipes (rbln/<name>, vllm/<org>/<name>)."""
 

@@ -101,6 +101,7 @@ def probe_args(
             "paths": watched_paths(settings, *ids),
             "releases": ids,  # checked against what their markers recorded (#36)
             "verify": settings.serve_verify,  # ... every file's sha256 too
+            "fingerprint": spec.compile_fingerprint,  # the one warm cache it checks
             "files": files,
             "keyed": keyed,
             "python": settings.sdk_python,

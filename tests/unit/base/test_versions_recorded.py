@@ -57,7 +57,7 @@ def test_an_odd_version_in_a_hosts_state_is_not_shown() -> None:
 
 
 def test_the_status_table_has_a_servefleet_column() -> None:
-    from servefleet.fleet.fleetview import STATUS_COLUMNS, status_table
+    from servefleet.fleet.statusview import STATUS_COLUMNS, status_table
 
     assert STATUS_COLUMNS[-1] == "servefleet"
     row = {"driver": "3.5.1", "sku": "RBLN-CR13", "devices": 8, "release": "r1",

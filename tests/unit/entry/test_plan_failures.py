@@ -30,9 +30,8 @@ from servefleet.fleet.fleetview import (
     ReportRequest,
     fleet_plan,
     plan_table,
-    status_problems,
-    status_table,
 )
+from servefleet.fleet.statusview import status_problems, status_table
 from servefleet.hostplan.plan import plan_host
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.settings.table import load_defaults, settings_from

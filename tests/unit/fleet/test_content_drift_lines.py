@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from host_inputs import converged_probe, settings
 
-from servefleet.fleet.fleetview import (
+from servefleet.fleet.fleetview import plan_summary, plan_table
+from servefleet.fleet.statusview import (
     missing_status,
-    plan_summary,
-    plan_table,
     status_problems,
     status_summary,
     verified_lines,

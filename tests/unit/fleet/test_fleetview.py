@@ -10,9 +10,8 @@ import pytest
 from fake_pyinfra import whole_reads
 from host_inputs import converged_probe, probe, probed_units, settings
 
-from servefleet.fleet.fleetview import (
-    plan_summary,
-    plan_table,
+from servefleet.fleet.fleetview import plan_summary, plan_table
+from servefleet.fleet.statusview import (
     prometheus_targets,
     status_problems,
     status_summary,
@@ -138,7 +137,7 @@ def test_pyinfra_refusing_to_start_is_its_own_line() -> None:
 
 
 def test_an_unreachable_host_keeps_its_instances_with_the_unreachable_label() -> None:
-    from servefleet.fleet.fleetview import missing_status, planned_instances
+    from servefleet.fleet.statusview import missing_status, planned_instances
 
     plan = plan_host(settings(), converged_probe())
     ok = status_summary(plan, {str(8000 + i): "ok" for i in range(4)}, "10.0.0.5")
@@ -172,7 +171,8 @@ def test_an_unreachable_host_keeps_its_instances_with_the_unreachable_label() ->
 
 def test_the_ports_last_seen_come_from_the_previous_file(tmp_path: Path) -> None:
     from servefleet.base.files import write_atomic
-    from servefleet.fleet.fleetview import dumps, missing_status, seen_ports
+    from servefleet.fleet.fleetview import dumps
+    from servefleet.fleet.statusview import missing_status, seen_ports
 
     path = tmp_path / "targets.json"
     assert seen_ports(path) == {}

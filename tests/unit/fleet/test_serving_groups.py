@@ -156,7 +156,7 @@ def test_ranks_follow_inventory_order_unless_given() -> None:
 
 
 def test_status_reports_a_headless_rank_by_its_unit_and_the_group_as_one() -> None:
-    from servefleet.fleet.fleetview import (
+    from servefleet.fleet.statusview import (
         group_lines,
         group_problems,
         prometheus_targets,

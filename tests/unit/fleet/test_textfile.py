@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from servefleet.fleet.fleetview import TEXTFILE_METRICS, missing_status, textfile_metrics
+from servefleet.fleet.statusview import TEXTFILE_METRICS, missing_status, textfile_metrics
 
 SAMPLE = re.compile(r'^([a-z_]+)(\{([a-z_]+="(?:[^"\\]|\\.)*",?)*\})? (-?[0-9.e+]+)$')
 

@@ -72,7 +72,9 @@ def resolve(words: list[str]) -> tuple[click.Command, str]:
 
 
 def options_of(command: click.Command) -> set[str]:
-    ctx = click.Context(command, info_name=command.name)
+    # the CLI's help option names: click keeps the help option a command first makes, so a
+    # context without them would leave every later invocation without -h (test_cli's)
+    ctx = click.Context(command, info_name=command.name, **main.context_settings)
     return {o for p in command.get_params(ctx) for o in (*p.opts, *p.secondary_opts)}
 
 

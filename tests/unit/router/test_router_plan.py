@@ -162,7 +162,7 @@ def test_router_port_on_an_instance_port_is_refused() -> None:
 
 
 def test_status_shows_the_router_and_its_workers_as_it_sees_them() -> None:
-    from servefleet.fleet.fleetview import prometheus_targets, status_problems, status_summary
+    from servefleet.fleet.statusview import prometheus_targets, status_problems, status_summary
 
     s = routed()
     r = plan_host(s, probe()).router

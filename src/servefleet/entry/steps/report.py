@@ -14,7 +14,8 @@ from servefleet.entry.steps.facts import InstanceHealth, PreflightRefusal, prefl
 from servefleet.entry.steps.plan import plan_or_failure
 from servefleet.entry.steps.wheels import changed_on_the_index
 from servefleet.fleet.fleetplan import warm_entry
-from servefleet.fleet.fleetview import ReportRequest, plan_summary, status_summary
+from servefleet.fleet.fleetview import ReportRequest, plan_summary
+from servefleet.fleet.statusview import status_summary
 from servefleet.hostplan.types import HostPlan
 
 

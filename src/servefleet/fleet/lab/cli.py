@@ -62,7 +62,7 @@ def _groups(values: tuple[str, ...]) -> dict[str, list[str]]:
     return found
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})  # also invoked alone
 def lab() -> None:
     """The local lab fleet (needs root)."""
 

@@ -172,7 +172,8 @@ def test_a_server_started_before_its_release_was_installed_again(tmp_path: Path)
 def test_a_drifted_release_is_planned_again_and_named_by_plan_and_status() -> None:
     from host_inputs import converged_probe, settings
 
-    from servefleet.fleet.fleetview import plan_summary, status_problems, status_summary
+    from servefleet.fleet.fleetview import plan_summary
+    from servefleet.fleet.statusview import status_problems, status_summary
     from servefleet.hostplan.plan import plan_host
 
     clean = plan_host(settings(), converged_probe())
