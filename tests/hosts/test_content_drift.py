@@ -25,11 +25,12 @@ def pids(lab: dict[str, Any]) -> list[str]:
                    "servefleet-vllm-$i.service; done").stdout.split()  # fmt: skip
 
 
-def verified(lab: dict[str, Any], named: str) -> None:
-    """status --verify names ``named`` and exits 1; a deploy with verification repairs it."""
+def verified(lab: dict[str, Any], named: str, why: str) -> None:
+    """status --verify names ``named`` (and ``why``) and exits 1; a deploy with verification
+    repairs it."""
     status = cli(lab, "status", "inventories/lab.py", *LIMIT, "--verify")
     assert status.returncode == 1, status.stdout + status.stderr
-    assert f"servefleet: lab1: {named}" in status.stderr, status.stderr
+    assert f"servefleet: lab1: {named}" in status.stderr and why in status.stderr, status.stderr
     assert "read and hashed" in status.stdout  # how many files and bytes it read
     fixed = run(lab, *LIMIT, *VERIFY)
     assert fixed.returncode == 0, fixed.stdout[-4000:] + fixed.stderr[-4000:]
@@ -47,12 +48,12 @@ def test_a_drifted_model_and_cache_are_seen_by_verify_and_repaired(lab: dict[str
 
     on_host(lab, "lab1", f"truncate -s 0 {HUB}/snapshots/$(cat {HUB}/.servefleet-complete)/"
             "model.safetensors")  # fmt: skip
-    verified(lab, f"model {MODEL}: model.safetensors has 0 bytes, fetched with")
+    verified(lab, f"model {MODEL}: model.safetensors", "has 0 bytes, fetched with")
     assert on_host(lab, "lab1", f"stat -c %s {HUB}/snapshots/*/model.safetensors").stdout != "0\n"
     assert pids(lab) == before  # the servers loaded the model at start: none restarts
 
     on_host(lab, "lab1", f"f=$(ls {CACHE}/rbln/*/*/rank0/mega_cache.bin | head -1); "
             "printf X | dd of=$f bs=1 conv=notrunc status=none")  # fmt: skip
-    verified(lab, "differs from the sha256 it was sealed with")
+    verified(lab, "cache ", "/rank0/mega_cache.bin differs from the sha256 it was sealed with")
     now = pids(lab)
     assert now[0] != before[0] and now[1:] == before[1:], (before, now)  # only its compiler
