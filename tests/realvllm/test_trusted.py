@@ -190,7 +190,7 @@ def test_servefleet_calls_real_routes(upstream: dict[str, Any]) -> None:
     assert '"/health"' in health and '"/v1/chat/completions"' in health
     assert (
         '"--health-check-endpoint", "/health"'
-        in (SERVEFLEET / "hostplan" / "router.py").read_text()
+        in (SERVEFLEET / "router" / "plan.py").read_text()
     )
     assert "GET" in real["/health"] and "POST" in real["/v1/chat/completions"]
 

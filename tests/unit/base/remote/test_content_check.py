@@ -317,13 +317,17 @@ def test_a_fetch_records_each_file_and_a_refetch_replaces_a_drifted_copy(tmp_pat
         stub.close()
 
 
-def test_the_probe_reports_model_and_cache_drift_when_asked(tmp_path: Path) -> None:
+def test_the_probe_reports_model_and_cache_drift_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from host_inputs import run_probe, settings
 
     from servefleet.hostplan.extras import resolve_for
 
     spec = resolve_for(settings())
     model = spec.requirements.models[0]
+    assert spec.compile_fingerprint
+    monkeypatch.setattr(sys.modules[__name__], "FP", spec.compile_fingerprint)  # the one checked
     snap = hub_tree(tmp_path / "hf", model)
     warm_cache(tmp_path / "cache")
     quiet = run_probe(tmp_path, None, driver=False)
