@@ -14,9 +14,10 @@ head dies): every rank stops, every rank starts, rank 0 gates. So ``start`` neve
 the others: a rank's server waits for the rendezvous itself, and only rank 0's ``/health``,
 which comes up once every rank has joined, says the group serves (``gate``, with the
 first-start timeout), and only then puts rank 0 back in the fleet routers' rotation, which
-``stop`` took it out of: the group leaves and rejoins it as one worker. ``good`` then records the state on every rank (``good.json`` and the
-kept unit texts, as ``instances.py converge`` does); after a failed gate ``restore`` starts
-each rank's good state again, and rank 0 gates it. Each step can be interrupted and re-run.
+``stop`` took it out of: the group leaves and rejoins it as one worker. ``good`` then records
+the state on every rank (``good.json`` and the kept unit texts, as ``instances.py converge``
+does); after a failed gate ``restore`` starts each rank's good state again, and rank 0 gates
+it. Each step can be interrupted and re-run.
 """
 
 from __future__ import annotations
