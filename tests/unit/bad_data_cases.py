@@ -117,6 +117,10 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
     "models_revisions": ("main", "models_revisions: expected a mapping, got 'main'"),
     "models_sha256": ("abc", "models_sha256: expected a mapping, got 'abc'"),
     "models_lock_timeout": ("soon", "models_lock_timeout: expected a whole number, got 'soon'"),
+    "monitoring_thresholds": (
+        "fast",
+        "monitoring_thresholds: expected a mapping, got 'fast'; allowed: a mapping of ttft_p95_ms",
+    ),
 }
 
 # (key, a value of the right type that is out of range or malformed, the substring)
@@ -231,6 +235,9 @@ WRONG_VALUE: list[tuple[str, object, str]] = [
     ("models_store_url", "https://store.example:99999/models", "models_store_url: 'https://store.example:99999/models' has an invalid host or port"),
     ("models_hub_url", UNTRUSTED, "models_hub_url: 'http://10.9.9.9:8080' is http on 10.9.9.9"),
     ("models_lock_timeout", 0, "models_lock_timeout: 0 is out of range; allowed: 1-86400"),
+    ("monitoring_thresholds", {"kv_cache_percent": 120}, "monitoring_thresholds.kv_cache_percent: 120 is out of range; allowed: 1-100"),
+    ("monitoring_thresholds", {"ttft_p99_ms": 500}, "monitoring_thresholds: 'ttft_p99_ms' is not a field (did you mean ttft_p95_ms?); allowed: ttft_p95_ms, queue_p95_ms"),
+    ("monitoring_thresholds", {"for_seconds": "soon"}, "monitoring_thresholds.for_seconds: expected a whole number, got 'soon'; allowed: 0-86400"),
 ]  # fmt: skip
 
 

@@ -87,6 +87,17 @@ _deb_package = c.matching(names.DEB_PACKAGE, "a Debian package name", names.DEB_
 _gpu = c.matching(names.SLUG, "a GPU id", "a GPU id of vLLM's taxonomy (h200, b200, mi300x, ...)")
 _revision = c.matching(names.REVISION, "a commit", "40 lowercase hex digits")
 _host_name = c.one_line("an inventory host name", "a host name of the inventory")
+# monitoring_thresholds: each field's check and default (the rules' thresholds)
+_MONITORING = {"ttft_p95_ms": c.whole(1, 3_600_000), "queue_p95_ms": c.whole(1, 3_600_000),
+               "kv_cache_percent": c.whole(1, 100), "for_seconds": c.whole(0, 86400),
+               "status_max_age_seconds": c.whole(60, 604800)}  # fmt: skip
+MONITORING = {"ttft_p95_ms": 2000, "queue_p95_ms": 5000, "kv_cache_percent": 90, "for_seconds": 120,
+              "status_max_age_seconds": 1800}  # fmt: skip
+
+
+def _over(defaults: Mapping[str, Any], check: Check) -> Check:
+    """A mapping checked by ``check``, over ``defaults`` (a field it lacks keeps its default)."""
+    return lambda value: {**defaults, **check(value)}
 
 
 @dataclass(frozen=True)
@@ -445,6 +456,15 @@ class Settings:
         600,
         "seconds a fetch waits for the lock on $HF_HOME/hub (one fetch at a time; the serve user "
         "can hold it too) before it fails",
+    )
+
+    # --- monitoring: the Prometheus rules servefleet ships (`servefleet monitoring`, `init`)
+    monitoring_thresholds: dict[str, int] = key(
+        _over(MONITORING, c.record(_MONITORING, (), "a mapping of " + ", ".join(_MONITORING))),
+        MONITORING,
+        "alert thresholds of the shipped Prometheus rules, each over its default: TTFT p95 and "
+        "queue time p95 (ms), KV-cache usage (%), how long a condition holds before it fires, "
+        "the oldest status --textfile that is trusted (s)",
     )
 
     # The secrets the creds_* keys name, read from the controller's environment (never data)
