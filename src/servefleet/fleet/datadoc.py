@@ -47,7 +47,7 @@ class _Unlike:
 
 def _literal(value: Any) -> str:
     """A default as Python source writes it (``"3.5.1"``, ``None``, ``["--silent"]``)."""
-    if value is None or isinstance(value, (bool, int)):
+    if value is None or isinstance(value, (bool, int, float)):
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)

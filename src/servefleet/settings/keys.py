@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # A data key is a name with one of these prefixes, one per area
-PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_", "monitoring_")
+PREFIXES = ("driver_", "sdk_", "pip_", "creds_", "serve_", "models_", "monitoring_", "rollout_")
 
 
 class _FromKind:

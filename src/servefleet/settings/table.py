@@ -34,6 +34,7 @@ from typing import Any
 from servefleet.base.remote import layout
 from servefleet.kinds import kind_of, roles
 from servefleet.settings import (
+    check_analysis as analysis,
     check_names as names,
     check_net as net,
     check_paths as paths,
@@ -426,6 +427,16 @@ class Settings:
         c.whole(1, 1000),
         2,
         "failed requests in a row that take an instance out until the router's breaker retries it",
+    )
+
+    # --- rollout: `servefleet rollout --analysis` (the canary against a host not yet upgraded)
+    rollout_analysis: dict[str, float] = key(
+        analysis.rollout_analysis,
+        analysis.ANALYSIS,
+        "canary analysis, each field over its default: requests, concurrency, prompt_tokens, "
+        "output_tokens, timeout and request_timeout (s); how much worse the canary may be "
+        "(fractions) in ttft_p50/p95, itl_p50/p95, tokens_per_s, error_rate; the test's "
+        "significance",
     )
 
     # --- models: weights fetched before serving; servers run with HF_HUB_OFFLINE=1
