@@ -1,10 +1,13 @@
 """servefleet's pyinfra facts: each one host program of ``remote/``, sent inline (it must work
-on a host that holds nothing of ours yet, and never depends on what an earlier deploy left)."""
+on a host that holds nothing of ours yet, and never depends on what an earlier deploy left).
+A fact whose program prints one JSON value takes only the shape that program prints; anything
+else is a ProbeError in one line, never read as an answer."""
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -16,6 +19,40 @@ from servefleet.hostplan.types import HostPlan
 PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one round trip
 HOST_CHECK = inline("have_files.py")  # which files the host holds with their sha256
 STATUS = inline("health.py")  # the deploy's health gate, once per instance (`status`)
+
+
+def _json_of(output: list[str], fact: str, allowed: str, shaped: Callable[[Any], bool]) -> Any:
+    """The one JSON value a host program printed (on one line or several), or a ProbeError in
+    one line naming the fact and what it takes: anything else (nothing, a traceback, a cut or
+    misshapen value) is not read as an answer.
+
+    + output: the program's stdout lines
+    + fact: the fact's name in the message
+    + allowed: the shape it takes, in the message
+    + shaped: whether a decoded value has that shape
+    """
+    text = "\n".join(output)
+    try:
+        found = json.loads(text)
+    except (ValueError, RecursionError):
+        found = None
+    if not shaped(found):  # what cannot be decoded is None: no shape
+        raise ProbeError(f"{fact}: unexpected output {text[:80]!r}; allowed: {allowed}")
+    return found
+
+
+def _is_object(found: Any) -> bool:
+    return isinstance(found, dict)
+
+
+def _of_words(found: Any) -> bool:
+    """A JSON object of strings to strings (port -> "ok" or why not)."""
+    return isinstance(found, dict) and all(isinstance(v, str) for v in found.values())
+
+
+def _of_paths(found: Any) -> bool:
+    """A JSON list of strings (the paths held)."""
+    return isinstance(found, list) and all(isinstance(p, str) for p in found)
 
 
 class HostProbe(FactBase):
@@ -31,16 +68,7 @@ class HostProbe(FactBase):
         return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        text = "\n".join(output)
-        try:
-            found = json.loads(text)
-        except (ValueError, RecursionError):
-            found = None
-        if not isinstance(found, dict):
-            raise ProbeError(
-                f"host probe: unexpected output {text[:80]!r}; allowed: one JSON object"
-            )
-        return found
+        return _json_of(output, "host probe", "one JSON object", _is_object)
 
 
 class InstanceHealth(FactBase):
@@ -54,7 +82,7 @@ class InstanceHealth(FactBase):
         return f"python3 -c {shlex.quote(STATUS)} status {shlex.quote(checks)}"
 
     def process(self, output: list[str]) -> dict[str, str]:
-        return json.loads("\n".join(output))
+        return _json_of(output, "instance health", "one JSON object of port -> why", _of_words)
 
 
 class WheelhouseFiles(FactBase):
@@ -67,7 +95,7 @@ class WheelhouseFiles(FactBase):
         return f"python3 -c {shlex.quote(HOST_CHECK)} {shlex.quote(files)}"
 
     def process(self, output: list[str]) -> list[str]:
-        return json.loads("\n".join(output))
+        return _json_of(output, "wheelhouse files", "one JSON list of paths", _of_paths)
 
 
 class PreflightRefusal(FactBase):

@@ -8,6 +8,7 @@ vLLM 0.30.0 (as in tests/unit/base/remote/test_preflight.py), run by the fact's 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import pytest
 from fake_host import FakeSystemd, Stub, running
 from lab_sim_support import SIMULATOR
 from preflight_cases import PREFLIGHT, fixture_command
+from repo_paths import REPO
 
 from servefleet.base.errors import ProbeError
 from servefleet.base.remote import layout
@@ -99,6 +101,45 @@ def test_wheelhouse_files_on_a_host(tmp_path: Path) -> None:
     assert set(found) & set(files) == set(found)  # what steps/wheelhouse.py skips
 
 
+def test_wheelhouse_files_of_nothing_held_or_asked(tmp_path: Path) -> None:
+    """have_files.py's own output when nothing is asked, and when a wanted path is a directory
+    or a dangling link: nothing held (each copied)."""
+    fact = WheelhouseFiles()
+    assert run_fact(fact.command(files="{}")) == ["[]"]
+    (tmp_path / "a.whl").mkdir()
+    (tmp_path / "b.whl").symlink_to(tmp_path / "gone")
+    files = {str(tmp_path / n): hashlib.sha256(b"").hexdigest() for n in ("a.whl", "b.whl")}
+    output = run_fact(fact.command(files=json.dumps(files)))
+    assert output == ["[]"] and fact.process(output) == []
+
+
+# Outputs that are no list of paths: each refused in one line, never read as the paths held (a
+# JSON object's keys would be every path asked: every copy skipped)
+ODD_WHEELHOUSE: list[list[str]] = [
+    [],  # the program printed nothing
+    ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>'],
+    ['{"/opt/servefleet/wheelhouse/pip/a.whl": "' + "0" * 64 + '"}'],  # an object
+    ['["/opt/servefleet/wheelhouse/pip/a.whl", 1]'],  # not every item a path
+    ["null"],
+    ['"/opt/servefleet/wheelhouse/pip/a.whl"'],  # one path, not a list
+    ['["/opt/servefleet/wheelhouse/pip/a.whl"'],  # cut off
+    ["[]", "[]"],  # two values
+]
+
+
+@pytest.mark.parametrize("output", ODD_WHEELHOUSE, ids=range(len(ODD_WHEELHOUSE)))
+def test_wheelhouse_files_refuses_anything_but_a_list_of_paths(output: list[str]) -> None:
+    with pytest.raises(ProbeError) as err:
+        WheelhouseFiles().process(output)
+    _one_line_refusal(str(err.value), "wheelhouse files", "one JSON list of paths")
+
+
+def _one_line_refusal(msg: str, fact: str, allowed: str) -> None:
+    """The fact's refusal of its output: one short line naming the fact and what it takes."""
+    assert msg.startswith(f"{fact}: unexpected output ") and "\n" not in msg
+    assert msg.endswith(f"; allowed: {allowed}") and len(msg) < 200
+
+
 # ---------------------------------------------------------------------------------------------
 # InstanceHealth: port (a string) -> "ok" or why not, the deploy's gate once per instance
 
@@ -151,6 +192,50 @@ def test_instance_health_on_a_host(tmp_path: Path) -> None:
     checks = json.dumps({"model": "m/x", "host": None, "instances": [[unit, 1]]})
     found = fact.process(run_fact(fact.command(checks=checks), env=systemd.env()))
     assert found == {"1": f"{unit} is not loaded (not-found)"}
+
+
+def test_instance_health_of_headless_ranks_on_a_host(tmp_path: Path) -> None:
+    """A serving group's headless rank (its port only its name): its unit runs, or why not."""
+    systemd = FakeSystemd(tmp_path / "host")
+    head, rank = layout.unit_name(0), layout.unit_name(1)
+    systemd.show(running(MainPID=os.getpid(), ControlGroup=f"/system.slice/{head}"))
+    fact = InstanceHealth()
+    with Stub() as ours:
+        checks = json.dumps({"model": "m/x", "host": None, "instances": [[head, ours.port]],
+                             "headless": [[rank, 8001]]})  # fmt: skip
+        found = fact.process(run_fact(fact.command(checks=checks), env=systemd.env()))
+    assert found == {str(ours.port): "ok", "8001": "ok"}
+    systemd.show(running(ActiveState="failed", SubState="failed", Result="exit-code",
+                         ExecMainStatus=1))  # fmt: skip
+    checks = json.dumps({"model": "m/x", "host": None, "instances": [], "headless": [[rank, 8001]]})
+    output = run_fact(fact.command(checks=checks), env=systemd.env())
+    assert output == [HEADLESS_FAILED]
+    assert fact.process(output) == json.loads(HEADLESS_FAILED)
+
+
+# recorded: a headless rank whose unit failed, as health.py printed it
+HEADLESS_FAILED = (
+    '{"8001": "servefleet-vllm-1.service is failed (exit-code, status 1) after 0 automatic '
+    'restart(s)"}'
+)
+
+# Outputs that are no object of port -> why: refused in one line, never a port's health
+ODD_HEALTH: list[list[str]] = [
+    [],  # the program printed nothing
+    ["Traceback (most recent call last):", "KeyError: 'instances'"],
+    ["[]"],  # a list
+    ['{"8000": null}'],  # a port without its why
+    ['{"8000": 500}'],
+    ['{"8000": "ok"'],  # cut off
+    ['{"8000": "ok"}', "servefleet-vllm-0.service: healthy on port 8000"],  # a stray line
+]
+
+
+@pytest.mark.parametrize("output", ODD_HEALTH, ids=range(len(ODD_HEALTH)))
+def test_instance_health_refuses_anything_but_an_object_of_words(output: list[str]) -> None:
+    with pytest.raises(ProbeError) as err:
+        InstanceHealth().process(output)
+    _one_line_refusal(str(err.value), "instance health", "one JSON object of port -> why")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,12 +315,13 @@ ODD_PROBE: list[list[str]] = [
 def test_host_probe_refuses_anything_but_one_object_in_one_line(output: list[str]) -> None:
     with pytest.raises(ProbeError) as err:
         HostProbe().process(output)
-    msg = str(err.value)
-    assert msg.startswith("host probe: unexpected output ") and "\n" not in msg
-    assert msg.endswith("allowed: one JSON object") and len(msg) < 200
+    _one_line_refusal(str(err.value), "host probe", "one JSON object")
 
 
 def test_every_fact_is_covered() -> None:
+    """The facts this file covers are every pyinfra fact of servefleet: every class under src/
+    deriving from pyinfra's FactBase or ShortFactBase (read from the source, so a fact in a
+    module no test imports counts too)."""
     from pyinfra.api import FactBase
 
     import servefleet.entry.steps.facts as facts
@@ -246,6 +332,14 @@ def test_every_fact_is_covered() -> None:
         if isinstance(value, type) and issubclass(value, FactBase) and value is not FactBase
     }
     assert found == {"HostProbe", "InstanceHealth", "PreflightRefusal", "WheelhouseFiles"}
+    anywhere = {
+        f"{path.relative_to(REPO / 'src')}:{node.name}"
+        for path in sorted((REPO / "src").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(b).split(".")[-1] in ("FactBase", "ShortFactBase") for b in node.bases)
+    }
+    assert anywhere == {f"servefleet/entry/steps/facts.py:{name}" for name in found}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,3 +423,37 @@ def test_preflight_refusal_on_a_host(vllm_site: Path) -> None:
     assert fact == f"pre-flight: {REFUSED['line']}; {REFUSED['gap']}"
     passing = shlex.join([sys.executable, str(PREFLIGHT), json.dumps(instances[:1])])
     assert PreflightRefusal().process(run_fact(PreflightRefusal().command(passing))) is None
+
+
+# recorded: remote/preflight.py under a release whose vllm cannot be imported (a CUDA build
+# on a host without CUDA's libraries)
+BROKEN = "libcudart.so.12: cannot open shared object file: No such file or directory"
+UNBUILT = {
+    "flag": "vllm",
+    "gap": None,
+    "key": None,
+    "line": f"servefleet-vllm-0.service: vllm: cannot build vLLM's parser: ImportError: {BROKEN}",
+    "message": f"cannot build vLLM's parser: ImportError: {BROKEN}",
+    "ok": False,
+    "unit": "servefleet-vllm-0.service",
+}
+
+
+def test_preflight_refusal_of_a_release_whose_vllm_cannot_load(tmp_path: Path) -> None:
+    """A release whose vllm fails to import: every instance refused with that line (the fact's
+    command hides the program's stderr); bad input prints nothing: no refusal (the program ran
+    nothing, and said so on stderr with exit 2)."""
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text(f"raise ImportError({BROKEN!r})\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+    vllm = "/opt/servefleet/releases/r1/bin/vllm"
+    instances = [{"unit": "servefleet-vllm-0.service", "argv": [vllm, "serve", "m/x"],
+                  "env": {"PYTHONPATH": str(site)}}]  # fmt: skip
+    run = shlex.join([sys.executable, str(PREFLIGHT), json.dumps(instances)])
+    output = run_fact(PreflightRefusal().command(run), env)
+    assert [json.loads(line) for line in output] == [UNBUILT]
+    assert PreflightRefusal().process(output) == f"pre-flight: {UNBUILT['line']}"
+    bad = shlex.join([sys.executable, str(PREFLIGHT), '{"not": "a list"}'])
+    output = run_fact(PreflightRefusal().command(bad), env)
+    assert output == [] and PreflightRefusal().process(output) is None
