@@ -519,13 +519,13 @@ def test_the_lab_index_password_is_hard_to_quote(lab: dict[str, Any]) -> None:
 
 
 def test_the_test_barrier_waits_only_in_a_root_only_directory(settled: dict[str, Any]) -> None:
-    """``health.barrier`` (the fault points inside the converge) waits while a root-only
+    """``fault_point.barrier`` (the fault points inside the converge) waits while a root-only
     /run/servefleet-test holds its hold file, and is off for a link, a directory others may
     write or own, and a planted link in place of its reached file."""
     lab = settled
     call = (
         'timeout 20 python3 -c \'import sys, time; sys.path.insert(0, "/opt/servefleet/lib"); '
-        'import health; t = time.monotonic(); health.barrier("p", deadline=15); '
+        'import fault_point as f; t = time.monotonic(); f.barrier("p", deadline=15); '
         "print(round(time.monotonic() - t))'"
     )
     fresh = f"rm -rf {BARRIERS} /tmp/sf-barrier /tmp/sf-barrier-target; "

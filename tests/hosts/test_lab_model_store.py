@@ -27,7 +27,7 @@ FETCHER = REPO / "src" / "servefleet" / "base" / "remote" / "fetch_model.py"
 PROGRAMS = [FETCHER] + [
     FETCHER.with_name(f"{name}.py")
     for name in ("layout", "trusted", "retry", "refusal", "http_client", "tar_safety",
-                 "snapshot_place", "store_source", "hub_source", "hub_client", "content_check")
+                 "snapshot_place", "store_source", "hub_source", "hub_client", "content_check", "fault_point")
 ]  # fmt: skip
 SEEDS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]  # the RBLN card and its draft
 ADDED = ["acme/lab-extra-1", "acme/lab-extra-2"]

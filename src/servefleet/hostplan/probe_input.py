@@ -41,7 +41,7 @@ REMOTE_SCRIPTS = (
     "http_client.py", "tar_safety.py", "snapshot_place.py", "store_source.py", "hub_source.py",
     "hub_client.py", "health.py", "instances.py", "prewarm.py", "driver.py", "preflight.py",
     "trees.py", "group.py", "systemd_units.py", "warm_state.py", "restart_gate.py",
-    "rotation.py", "state_files.py", "release_check.py", "content_check.py",
+    "rotation.py", "state_files.py", "release_check.py", "content_check.py", "fault_point.py",
 )  # fmt: skip
 
 

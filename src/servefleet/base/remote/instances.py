@@ -129,6 +129,8 @@ def converge(desired_file: Path) -> int:
         state_files.keep_units(state_dir, desired)
         state_files.record_good(state_dir, desired)
         state_files.clean_up(state_dir)
+        if desired.get("cache_root"):
+            warm_state.sweep(desired["cache_root"])  # what a killed cache drop left
         return 0
     except systemd_units.Failed as failure:
         report(failure)

@@ -78,6 +78,7 @@ SERVE_TREE_ROOTS = ("/var/lib", "/var/cache", "/srv", "/opt", "/home")
 # Under serve_cache_root (VLLM_CACHE_ROOT).
 WARM_DIR = "servefleet-warm"  # <fingerprint>: the compile cache holds it (and where)
 INCOMING = ".servefleet-incoming"  # root's own (0700): a fleet pre-warm copy being checked
+DROPPED = ".servefleet-dropped"  # root's own: a drifted cache moved out of use, then removed
 
 # Under $HF_HOME/hub/models--ORG--NAME.
 MODEL_COMPLETE = ".servefleet-complete"  # names the snapshot, written last by fetch_model.py

@@ -16,7 +16,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import health  # noqa: E402  (next to this file on the host)
+import fault_point  # noqa: E402  (next to this file on the host)
+import health  # noqa: E402
 import systemd_units  # noqa: E402
 import warm_state  # noqa: E402
 
@@ -51,7 +52,7 @@ def start_through_gate(state: dict[str, Any], inst: dict[str, Any], restart: boo
         systemd_units.log(
             f"{inst['unit']}: restarted ({'cold: compiling, ' if cold else ''}gate {timeout}s)"
         )
-        health.barrier(f"restarted-{inst['unit']}-{inst['fingerprint']}")  # tests' fault point
+        fault_point.barrier(f"restarted-{inst['unit']}-{inst['fingerprint']}")  # tests' fault point
     else:
         systemd_units.log(f"{inst['unit']}: runs its unit; resuming the pre-warm (gate {timeout}s)")
     why = health.check(

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 if __package__:  # the controller imports this module (servefleet.base.remote.snapshot_place)
-    from servefleet.base.remote import content_check, layout, refusal, trusted
+    from servefleet.base.remote import content_check, fault_point, layout, refusal, trusted
 else:  # on the host, next to layout.py, refusal.py and trusted.py
     import content_check  # type: ignore[no-redef]
+    import fault_point  # type: ignore[no-redef]
     import layout  # type: ignore[no-redef]
     import refusal  # type: ignore[no-redef]
     import trusted  # type: ignore[no-redef]
@@ -148,6 +149,7 @@ def move_in(hub: Path, repo: Path, top: str, tmp: Path) -> None:
     old = tmp / "old"
     if target.exists() or target.is_symlink():
         os.rename(target, old)
+        fault_point.barrier("model-moved-aside")  # tests' fault point: the model is away a moment
     try:
         os.rename(repo, target)
     except OSError:

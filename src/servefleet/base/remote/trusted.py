@@ -201,7 +201,11 @@ def each_file(base: int, prefix: str, use: Callable[[str, int, os.stat_result], 
     out: dict[str, T] = {}
     for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=base, follow_symlinks=False):
         dirnames.sort()
-        for name in sorted(filenames):  # links and other non-directories land here
+        for name in dirnames:  # fwalk lists a link to a directory here, then skips it unsaid
+            if stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+                rel = os.path.normpath(f"{prefix}/{dirpath}/{name}")
+                raise NotRegular(f"{rel}: not a regular file or directory")
+        for name in sorted(filenames):  # links to files and other non-directories land here
             rel = os.path.normpath(f"{prefix}/{dirpath}/{name}")
             try:
                 f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,

@@ -10,12 +10,19 @@ that the cache of a fingerprint is here: which directories hold it, where it cam
 seal (each file's size and sha256 when the compile ended). A fleet pre-warm copies those
 directories to the other hosts, packed only from a cache that still matches its seal.
 
+A sealed cache is root's (#36): when it is marked warm, each of its directories and files is
+chowned to root, group and other write bits off, readable by the serve user's group, so the serve
+user can read it and not write into it (it can still rename it away inside its own tree: the
+cache is then missing, which the seal check sees).
+
 ``drop`` (#36: a deploy with ``serve_verify`` that found the cache differing from its seal, just
 before its converge): when the cache still differs from its seal (a fleet copy may have replaced
 it since), UNIT (the first instance the converge restarts) is stopped, the cache's directories
-are moved aside, the warm marker is removed, then what was moved aside: the converge then
-restarts UNIT cold, so it compiles again and is sealed anew. The drifted files never stay where a
-server or a seal could take them once the marker is gone. Prints what differed; exit 0.
+are moved into root's own ``layout.DROPPED`` in the cache root, the warm marker is removed, then
+what was moved: the converge then restarts UNIT cold, so it compiles again and is sealed anew.
+The drifted files never stay where a server or a seal could take them once the marker is gone;
+what a drop killed midway left in ``layout.DROPPED`` is removed by the next drop or converge
+(:func:`sweep`). Prints what differed; exit 0.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -32,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import content_check  # noqa: E402  (next to this file on the host)
+import fault_point  # noqa: E402
 import layout  # noqa: E402
 import systemd_units  # noqa: E402
 import trusted  # noqa: E402
@@ -116,6 +125,7 @@ def mark_warm(
     the compile ended (``seal``: a checked copy's manifest). A fleet copy is packed only from a
     cache that still matches it, so what a serving process wrote since never leaves the host.
     """
+    seal_tree(state["cache_root"], dirs)  # root's first: nothing writes after it is hashed
     if seal is None:
         seal = cache_seal(state["cache_root"], dirs)
     record = {
@@ -153,10 +163,59 @@ def cache_seal(cache_root: str, dirs: list[str]) -> dict[str, list[Any]] | None:
         os.close(cache)
 
 
+def seal_tree(cache_root: str, dirs: list[str]) -> None:
+    """Each directory and regular file of ``dirs`` (below the serve user's cache root) made
+    root's: owner root, group the cache root's, mode 0750 for a directory and 0640 (0750 when
+    executable) for a file, through descriptors with no link followed. A file with more than one
+    link, or one another user owns, is left as it is (it may be another tree's: the seal still
+    covers what it holds); a link or a fifo is left too (nothing can change one in a directory
+    root owns)."""
+    cache = trusted.open_dir(cache_root)
+    if cache is None:
+        return
+    try:
+        serve, group = os.fstat(cache).st_uid, os.fstat(cache).st_gid
+        for d in dirs:
+            try:
+                top = trusted.open_below(cache, d)
+            except OSError:
+                continue  # not there (or not a plain tree): nothing to seal
+            try:
+                _seal(top, serve, group)
+            finally:
+                os.close(top)
+    finally:
+        os.close(cache)
+
+
+def _seal(top: int, serve: int, group: int) -> None:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _, _, filenames, dirfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+        _own(dirfd, serve, group, 0o750)
+        for name in filenames:
+            try:
+                f = os.open(name, flags, dir_fd=dirfd)
+            except OSError:
+                continue  # a link (ELOOP) or gone
+            try:
+                st = os.fstat(f)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                    _own(f, serve, group, 0o750 if st.st_mode & 0o111 else 0o640)
+            finally:
+                os.close(f)
+
+
+def _own(fd: int, serve: int, group: int, mode: int) -> None:
+    if os.fstat(fd).st_uid in (serve, 0):
+        os.fchown(fd, 0, group)
+        os.fchmod(fd, mode)
+
+
 def drop(cache_root: str, fingerprint: str, unit: str) -> None:
     """The cache of ``fingerprint`` dropped when it still differs from its seal: ``unit``
-    stopped, its directories moved aside, the marker removed, then what was moved aside (see
-    above)."""
+    stopped, its directories moved into root's ``layout.DROPPED``, the marker removed, then what
+    was moved (see above)."""
+    sweep(cache_root)
     record = warm_record({"cache_root": cache_root}, fingerprint)
     if record is None:
         print(f"cache {fingerprint}: not warm here: nothing to drop")
@@ -168,31 +227,42 @@ def drop(cache_root: str, fingerprint: str, unit: str) -> None:
     for line in differ:
         print(f"cache {fingerprint}: {line}")
     systemd_units.systemctl("stop", unit, check=False)  # the converge restarts it: it compiles
-    aside = _move_aside(cache_root, [str(d) for d in record.get("dirs") or []])
-    try:
-        fd = warm_dir({"cache_root": cache_root})
-        if fd is not None:
-            try:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(fingerprint, dir_fd=fd)
-            finally:
-                os.close(fd)
-        for parent, name in aside:
-            trusted.remove_in(parent, name)
-    finally:
-        for parent, _ in aside:
-            os.close(parent)
+    _move_out(cache_root, [str(d) for d in record.get("dirs") or []])
+    fault_point.barrier("cache-moved-out")  # tests' fault point: the next run converges
+    fd = warm_dir({"cache_root": cache_root})
+    if fd is not None:
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(fingerprint, dir_fd=fd)
+        finally:
+            os.close(fd)
+    sweep(cache_root)
     print(f"cache {fingerprint}: dropped; {unit} compiles it again at its restart")
 
 
-def _move_aside(cache_root: str, dirs: list[str]) -> list[tuple[int, str]]:
-    """Rename each of ``dirs`` (``rbln/<model>/<sig>``) in the serve user's cache root to
-    ``.<sig>.dropped-<ns>`` beside it, through descriptors (a link is moved, never followed):
-    (its parent's descriptor, the new name) of each moved."""
+def _dropped_dir(cache_root: str, create: bool) -> tuple[int, int] | None:
+    """(the cache root's descriptor, root's ``layout.DROPPED`` in it), or None."""
     cache = trusted.open_dir(cache_root)
     if cache is None:
-        return []
-    moved = []
+        return None
+    try:
+        fd = trusted.root_dir(cache, layout.DROPPED, create=create)
+    except OSError:
+        fd = None
+    if fd is None:
+        os.close(cache)
+        return None
+    return cache, fd
+
+
+def _move_out(cache_root: str, dirs: list[str]) -> None:
+    """Rename each of ``dirs`` (relative to the serve user's cache root) into root's own
+    ``layout.DROPPED`` there, through descriptors (a link is moved, never followed): out of
+    every server's and seal's way at once, on the same file system."""
+    found = _dropped_dir(cache_root, create=True)
+    if found is None:
+        return
+    cache, dropped = found
     try:
         for d in dirs:
             *up, name = d.split("/")
@@ -200,16 +270,29 @@ def _move_aside(cache_root: str, dirs: list[str]) -> list[tuple[int, str]]:
                 parent = content_check.open_dirs(cache, up)
             except OSError:
                 continue  # gone already
-            new = f".{name}.dropped-{time.time_ns()}"
             try:
-                os.rename(name, new, src_dir_fd=parent, dst_dir_fd=parent)
+                os.rename(name, f"{name}-{time.time_ns()}", src_dir_fd=parent, dst_dir_fd=dropped)
             except OSError:
+                pass  # gone already
+            finally:
                 os.close(parent)
-                continue
-            moved.append((parent, new))
     finally:
+        os.close(dropped)
         os.close(cache)
-    return moved
+
+
+def sweep(cache_root: str) -> None:
+    """Remove what root's ``layout.DROPPED`` holds (a drop killed midway left it there)."""
+    found = _dropped_dir(cache_root, create=False)
+    if found is None:
+        return
+    cache, dropped = found
+    try:
+        for name in sorted(os.listdir(dropped)):
+            trusted.remove_in(dropped, name)
+    finally:
+        os.close(dropped)
+        os.close(cache)
 
 
 if __name__ == "__main__":
