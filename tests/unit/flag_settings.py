@@ -1,6 +1,6 @@
 """vLLM's ``vllm serve`` flags as the flag table has them (flags.py's dump of vllm-rbln 0.12.0's
 parser), and two settings of each made from what the table says it takes, for the fingerprint's
-tests (test_mutation_holes.py, test_fingerprint_property.py)."""
+tests (test_compile_table_vs_flags.py, test_fingerprint_property.py)."""
 
 from __future__ import annotations
 
