@@ -19,6 +19,20 @@ if [ "$(id -u)" = 0 ]; then
   fi
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
+# promtool and prometheus (the monitoring kit's tests): Debian's prometheus package unpacked into
+# .venv/prometheus, never installed, so no service starts, no user is made and nothing outside
+# the repo changes (tests/prom_tools.py finds them there)
+PROM=.venv/prometheus
+if [ ! -x "$PROM/usr/bin/promtool" ] || [ ! -x "$PROM/usr/bin/prometheus" ]; then
+  deb=$(mktemp -d)
+  get() { (cd "$deb" && apt-get download -qq -o APT::Sandbox::User="$(id -un)" prometheus); }
+  get 2>/dev/null || { [ "$(id -u)" = 0 ] && apt-get update -q >/dev/null && get; } || {
+    echo "setup.sh: cannot download Debian's prometheus package (apt-get download prometheus)" >&2
+    exit 1
+  }
+  rm -rf "$PROM.new" && dpkg-deb -x "$deb"/prometheus_*.deb "$PROM.new"
+  rm -rf "$PROM" "$deb" && mv "$PROM.new" "$PROM"
+fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
 # an editable install's modules are not compiled by pip (a wheel's are): compiled here, or every
 # process recompiles the ones it imports where no bytecode is written (PYTHONDONTWRITEBYTECODE)
