@@ -91,6 +91,7 @@ def _register() -> None:
         cmd_fleet.status_cmd,
         cmd_fleet.rollout_cmd,
         cmd_init.init,
+        cmd_init.monitoring_cmd,
         cmd_lock.lock_cmd,
         cmd_lock.wheelhouse_cmd,
     ):

@@ -5,8 +5,10 @@ package, and the deploy files every fleet command runs (``deploy_files``: this r
 The repository: ``inventories/prod.py`` (groups and a canary) and ``inventories/lab.py``,
 ``group_data/all.py`` (every key of the key table, commented with its meaning, type, allowed
 values and default, generated from the table; the ones a site usually sets first),
-``group_data/cr13.py`` and ``group_data/lab.py``, the thin ``deploys/*.py``, ``locks/``, a
-``.gitignore`` and a short README."""
+``group_data/cr13.py`` and ``group_data/lab.py``, the thin ``deploys/*.py``, ``locks/``,
+``monitoring/`` (the monitoring kit: Prometheus rules with the default thresholds, a Grafana
+dashboard, a prometheus.yml example; :mod:`servefleet.fleet.monitoring.kit`), a ``.gitignore``
+and a short README."""
 
 from __future__ import annotations
 
@@ -151,12 +153,16 @@ README = """# Our servefleet fleet
   (or `servefleet lock inventories/prod.py --lock-dir locks/prod`) and commit `locks/prod`:
   every host installs the same bytes; `servefleet lock inventories/prod.py --check` in CI.
 - `servefleet keys` lists every data key; `servefleet keys serve_target` explains one.
-- `servefleet status inventories/prod.py --prometheus /var/lib/prometheus/servefleet.json`.
+- `servefleet status inventories/prod.py --prometheus /var/lib/prometheus/servefleet.json`;
+  monitoring/ holds Prometheus rules, a Grafana dashboard and a prometheus.yml example
+  (monitoring/README.md).
 """
 
 
 def files() -> dict[str, str]:
     """Every file of a new fleet repository: relative path -> text."""
+    from servefleet.fleet.monitoring.kit import kit_files
+
     out = {f"deploys/{name}": deploy_file(name) for name in DEPLOYS}
     out.update({
         "inventories/prod.py": PROD,
@@ -168,6 +174,7 @@ def files() -> dict[str, str]:
         "(`servefleet lock inventories/prod.py --lock-dir locks/prod`).\n",
         ".gitignore": ".venv/\n__pycache__/\n",
         "README.md": README,
+        **kit_files(),
     })  # fmt: skip
     return out
 

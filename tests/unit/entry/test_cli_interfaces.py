@@ -63,7 +63,7 @@ def test_init_on_a_file_is_one_line_exit_2_and_changes_nothing(tmp_path: Path) -
     assert one_line(result) == (
         f"servefleet: error: {afile}: not a directory; allowed: a directory (made when missing) "
         "without the scaffold's files (.gitignore, README.md, deploys, group_data, inventories, "
-        "locks)"
+        "locks, monitoring)"
     )
     assert afile.read_text() == "mine\n"
     below = invoke("init", str(afile / "fleet"))
@@ -88,7 +88,7 @@ def test_init_that_cannot_write_is_one_line_exit_2(
     assert one_line(result) == (
         f"servefleet: error: {tmp_path}/fleet: cannot be written (Permission denied); allowed: a "
         "directory this user can write, without the scaffold's files (.gitignore, README.md, "
-        "deploys, group_data, inventories, locks)"
+        "deploys, group_data, inventories, locks, monitoring)"
     )
 
 

@@ -102,7 +102,7 @@ def test_init_refuses_a_directory_holding_one_of_its_files_and_writes_nothing(
     assert (tmp_path / "group_data" / "all.py").read_text() == "ours = 1\n"
 
 
-@pytest.mark.parametrize("planted", ["deploys", "group_data", "inventories", "locks"])
+@pytest.mark.parametrize("planted", ["deploys", "group_data", "inventories", "locks", "monitoring"])
 def test_init_follows_no_link_planted_in_the_directory(tmp_path: Path, planted: str) -> None:
     """#31 (6): a link planted where init makes a directory is refused in one line, and nothing
     is written through it (before: 7 files written into the link's target)."""
@@ -115,7 +115,7 @@ def test_init_follows_no_link_planted_in_the_directory(tmp_path: Path, planted: 
     assert result.output.strip().splitlines()[-1] == (
         f"servefleet: error: {target}: {planted} is a link or not a directory; allowed: a directory "
         "without the scaffold's files (.gitignore, README.md, deploys, group_data, inventories, "
-        "locks), none of them a link"
+        "locks, monitoring), none of them a link"
     )
     assert list(elsewhere.iterdir()) == []
     assert sorted(p.name for p in target.iterdir()) == [planted]  # nothing else written
