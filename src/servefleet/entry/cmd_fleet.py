@@ -255,6 +255,19 @@ def _interactive() -> bool:
     "far; one more stops it (the failed hosts back on what they served, the rest untouched) and "
     "it exits 1.",
 )  # fmt: skip
+@click.option(
+    "--analysis", is_flag=True,
+    help="After the canary batch passes its gates, probe one canary instance and one of a host "
+    "not yet upgraded side by side (rollout_analysis: the load and each measure's threshold); "
+    "go on only when every measure passes, else roll the canary back and exit 1.",
+)  # fmt: skip
+@click.option(
+    "--analysis-report",
+    type=click.Path(path_type=Path, file_okay=False),
+    metavar="DIR",
+    help="Write the analysis' report there: analysis.json and analysis.svg (the canary's and "
+    "the baseline's latency distributions).",
+)
 @_LIMIT
 @click.option("--json", "as_json", is_flag=True, help="Per host: releases, result, rolled back.")
 @click.option(
@@ -268,6 +281,8 @@ def rollout_cmd(
     batch_size: int | None,
     batch_percent: float | None,
     max_failures: int,
+    analysis: bool,
+    analysis_report: Path | None,
     limits: tuple[str, ...],
     as_json: bool,
     yes: bool,
@@ -275,12 +290,22 @@ def rollout_cmd(
 ) -> None:
     """Deploy batch by batch in inventory order, a canary first; stop (exit 1) when a batch
     fails more hosts than --max-failures: failed hosts are back on what they served, hosts not
-    reached are untouched. Arguments after ``--`` go to pyinfra (e.g. ``--data k=v``)."""
+    reached are untouched. With --analysis the canary is promoted only when it serves as well
+    as a host not yet upgraded. Arguments after ``--`` go to pyinfra (e.g. ``--data k=v``)."""
+    from servefleet.fleet.analysis.canary import Analysis
     from servefleet.fleet.fleetview import dumps, table
     from servefleet.fleet.rollout import Rollout, batches, summary_rows
 
     if batch_size and batch_percent:
         raise click.UsageError("--batch-size and --batch-percent: give one of them")
+    if analysis_report and not analysis:
+        raise click.UsageError("--analysis-report: give --analysis too")
+    if analysis and not canary:
+        raise click.UsageError("--analysis needs --canary K: the hosts it compares with the rest")
+    if analysis_report and not analysis_report.is_dir():
+        raise click.BadParameter(
+            f"{analysis_report}: not a directory", param_hint="'--analysis-report'"
+        )
     if not yes and not _interactive():
         raise click.UsageError(
             "rollout asks before it starts and stdin is not a terminal: pass --yes"
@@ -288,10 +313,16 @@ def rollout_cmd(
     if deploy and deploy.startswith("-"):
         pyinfra_args, deploy = (deploy, *pyinfra_args), None
     fleet = runs.fleet_args(inventory, limits, pyinfra_args)
-    group_of = {h: s.serve_group for h, s in fleet.settings().items()}
+    settings = fleet.settings()
+    group_of = {h: s.serve_group for h, s in settings.items()}
     hosts = fleet.hosts
     passed_on = list(fleet.options.rest)  # each batch is limited to its own hosts
     plan = batches(hosts, canary, batch_size, batch_percent, group_of)
+    if analysis and len(plan) < 2:
+        raise click.UsageError(
+            "--analysis: the canary is every host, so no host is left to compare it with; "
+            "allowed: a --canary that leaves hosts out"
+        )
     echo = (lambda _m: None) if as_json else click.echo
     line = (f"rollout of {len(hosts)} host(s) in {len(plan)} batch(es): "
             + " | ".join(", ".join(b) for b in plan))  # fmt: skip
@@ -317,6 +348,13 @@ def rollout_cmd(
         report=report,
         echo=lambda m: echo(m),
         group_of=group_of,
+        analyse=Analysis(
+            data_of={h: s.rollout_analysis for h, s in settings.items()},
+            key_of={h: s.api_key for h, s in settings.items()},
+            report_dir=analysis_report,
+        )
+        if analysis
+        else None,
     )
     ok = rollout.run(plan, max_failures)
     if as_json:

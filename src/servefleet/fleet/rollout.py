@@ -8,6 +8,11 @@ good state here; hosts not yet reached are never touched. A host whose SSH conne
 mid-run (the deploy says ``servefleet: connection lost during '<operation>'``) is run again once,
 alone, on a new connection, before it counts as failed: every step converges from wherever a run
 stopped.
+
+With ``--analysis`` (:mod:`servefleet.fleet.analysis`), the canary batch that passed its gates is
+probed against a host not yet upgraded before any other batch starts: the rollout goes on only
+when every measure passed; else it halts and rolls the canary back as ``servefleet rollback``
+does, whatever ``--max-failures`` allows.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servefleet.fleet.analysis.canary import Outcome
 from servefleet.fleet.fleetview import LOST, failure
 from servefleet.fleet.inventory import limit_pattern
 
@@ -79,6 +85,7 @@ class HostResult:
     rolled_back: bool = False
     why: str = ""
     retried: bool = False  # its connection was lost, and it ran once more
+    analysis: dict[str, Any] | None = None  # the canary analysis' report, on the probed host
 
 
 @dataclass
@@ -90,6 +97,8 @@ class Rollout:
     echo: Callable[[str], None]
     group_of: Mapping[str, str | None] = field(default_factory=dict)  # host -> serving group
     results: dict[str, HostResult] = field(default_factory=dict)
+    # the canary analysis (canary hosts that passed, hosts not yet upgraded, their statuses)
+    analyse: Callable[[list[str], list[str], dict[str, Any]], Outcome] | None = None
 
     def pyinfra(
         self, hosts: list[str], deploy: str, compiling: Sequence[str] = ()
@@ -133,6 +142,7 @@ class Rollout:
         for host in hosts:
             self.results[host] = HostResult(release_before=(start.get(host) or {}).get("release"))
         failures: list[str] = []
+        halted = False
         for n, batch in enumerate(plan, 1):
             t0 = time.monotonic()
             self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
@@ -159,10 +169,63 @@ class Rollout:
                 self.echo(f"stopping: {len(failures)} {what}, --max-failures {max_failures}")
                 self.settle(sorted(failed))
                 break
+            if n == 1 and self.analyse is not None:
+                if not self.analysed(batch, failed, plan[1:], start):
+                    halted = True
+                    break
         reached = [h for h, r in self.results.items() if r.result != "not reached"]
         for host, release in self.releases(reached).items():
             self.results[host].release_after = release
-        return len(failures) <= max_failures
+        return len(failures) <= max_failures and not halted
+
+    def analysed(
+        self,
+        batch: list[str],
+        failed: set[str],
+        later: list[list[str]],
+        start: Mapping[str, Any],
+    ) -> bool:
+        """The canary analysis after the canary batch: True to go on. Else the rollout halts:
+        each canary host that passed its gates counts as failed and, when the batch changed
+        what it runs, is rolled back as ``servefleet rollback`` does (``rollback.py`` beside the
+        deploy: the state before its last good one, through the gate); the others stay as
+        they are.
+
+        + batch: the canary batch; failed: its hosts that failed their gates
+        + later: the batches not yet run (their hosts are the baseline's candidates)
+        + start: the status of every host at the rollout's start
+        """
+        assert self.analyse is not None
+        ok = [h for h in batch if h not in failed]
+        rest = [h for b in later for h in b]
+        statuses = self.report("status", ok + rest) if ok or rest else {}
+        outcome = self.analyse(ok, rest, statuses)
+        for line in outcome.lines:
+            self.echo(line)
+        if outcome.host in self.results:
+            self.results[outcome.host].analysis = outcome.report
+        if outcome.passed:
+            self.echo("analysis passed: the rollout goes on")
+            return True
+        self.echo(outcome.why)
+        changed = [h for h in ok if h not in statuses or _runs(start.get(h)) != _runs(statuses[h])]
+        back: set[str] = set()
+        err = ""
+        if changed:
+            self.echo(f"halting: rolling the canary back on {', '.join(changed)}")
+            rollback = str(Path(self.deploy).resolve().parent / "rollback.py")
+            _, results, err = self.pyinfra(changed, rollback)
+            not_back = set(changed) if results is None else set(results["failed_hosts"])
+            back = set(changed) - not_back
+        same = [h for h in ok if h not in changed]
+        if same:
+            self.echo(f"halting: {', '.join(same)} already ran this before: nothing to roll back")
+        for host in ok:
+            r = self.results[host]
+            r.result, r.why, r.rolled_back = "failed", outcome.why, host in back
+            if host in changed and host not in back:
+                r.why += f"; its rollback failed: {failure(err, host)[1]}"
+        return False
 
     def judge(self, hosts: Sequence[str], failed: set[str], err: str) -> None:
         """Each host's result from one pyinfra run: its exit, rollback and why it failed (its
@@ -190,6 +253,12 @@ class Rollout:
             self.pyinfra(unhealthy, restore)
             for host in unhealthy:
                 self.results[host].rolled_back = True
+
+
+def _runs(status: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What a host runs, as its status says: its release and each instance's running unit."""
+    st = status or {}
+    return st.get("release"), [(i.get("unit"), i.get("running")) for i in st.get("instances") or ()]
 
 
 def summary_rows(results: dict[str, HostResult]) -> list[list[Any]]:
