@@ -6,15 +6,19 @@ tests/unit/fleet/monitoring/ and tests/hosts/test_prometheus.py."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -62,6 +66,39 @@ def loopback_port(first: int = 19000, count: int = 1000) -> int:
                 continue
             return port
     raise RuntimeError(f"no free loopback port in {first}-{first + count - 1}")
+
+
+@contextmanager
+def http_server(answer: Callable[[str], tuple[int, bytes]], kind: str) -> Iterator[int]:
+    """A threaded HTTP server on 127.0.0.1 answering each GET with ``answer(path)`` (status,
+    body) as ``kind`` (a Content-Type), for as long as the block runs: its port (the kernel's,
+    taken by its own bind).
+
+    + answer: path -> (HTTP status, body)
+    + kind: the Content-Type of every answer
+    """
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            code, body = answer(self.path)
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 class Prometheus:

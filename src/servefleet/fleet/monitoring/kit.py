@@ -104,6 +104,7 @@ def prometheus_config(
     rules_file: str = RULES_FILE,
     textfile_targets: Sequence[str] = (NODE_EXPORTER,),
     interval: str = "30s",
+    refresh: str = "1m",
 ) -> str:
     """A ``prometheus.yml`` (``prometheus.yml.tmpl``): the file_sd targets of
     ``status --prometheus``, node_exporter's (whose textfile collector reads
@@ -113,11 +114,11 @@ def prometheus_config(
     + rules_file: the rules (:func:`rules`)
     + textfile_targets: ``HOST:PORT`` of each node_exporter with servefleet's textfile
     + interval: the scrape and evaluation interval (a Prometheus duration)
+    + refresh: how often the targets file is read again besides on its changes (a duration)
     """
-    if not _WINDOW.fullmatch(interval):
-        raise DataError(
-            f"interval: {interval!r} is not a duration; allowed: a number and s, m or h"
-        )
+    for name, value in (("interval", interval), ("refresh", refresh)):
+        if not _WINDOW.fullmatch(value):
+            raise DataError(f"{name}: {value!r} is not a duration; allowed: a number and s, m or h")
     return _filled(
         HERE / "prometheus.yml.tmpl",
         {
@@ -125,6 +126,7 @@ def prometheus_config(
             "RULES": json.dumps(rules_file),
             "TEXTFILE_TARGETS": ", ".join(json.dumps(t) for t in textfile_targets),
             "INTERVAL": interval,
+            "REFRESH": refresh,
         },
     )
 

@@ -198,7 +198,8 @@ def test_the_example_prometheus_yml_passes_promtool_check_config(tmp_path: Path)
     (tmp_path / "targets.json").write_text("[]\n")
     config = prometheus_config(targets=str(tmp_path / "targets.json"),
                                rules_file=str(tmp_path / "rules.yml"),
-                               textfile_targets=["127.0.0.1:9100", "mon2:9100"], interval="15s")  # fmt: skip
+                               textfile_targets=["127.0.0.1:9100", "mon2:9100"], interval="15s",
+                               refresh="5s")  # fmt: skip
     (tmp_path / "prometheus.yml").write_text(config)
     done = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -211,6 +212,9 @@ def test_the_example_prometheus_yml_passes_promtool_check_config(tmp_path: Path)
         "mon2:9100",
     ]
     assert doc["global"] == {"scrape_interval": "15s", "evaluation_interval": "15s"}
+    assert doc["scrape_configs"][0]["file_sd_configs"][0]["refresh_interval"] == "5s"
+    with pytest.raises(DataError, match="refresh: '1 m' is not a duration"):
+        prometheus_config(refresh="1 m")
 
 
 def test_the_kit_a_fleet_repository_gets() -> None:

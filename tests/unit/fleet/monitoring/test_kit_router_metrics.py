@@ -6,12 +6,10 @@ the gauge the router-worker alert reads."""
 
 from __future__ import annotations
 
-import http.server
 import importlib.util
 import json
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from lab_sim_support import free_port
+from prom_tools import http_server
 
 from servefleet.fleet.monitoring.kit import ROUTER_METRICS
 
@@ -36,29 +35,13 @@ def test_every_recorded_name_is_in_the_router_binary() -> None:
     assert b"vllm_router_no_such_metric" not in binary  # the check can fail
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        body = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
-        self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def worker() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    """A worker that answers the router's health checks: its port."""
+    models = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+    with http_server(lambda path: (200 if path in ("/health", "/v1/models") else 404, models),
+                     "application/json") as port:  # fmt: skip
+        yield port
 
 
 def scrape(port: int) -> str:
