@@ -13,7 +13,12 @@ trial that promoted. It measures:
 
 Needs root; leaves the lab down. Prints a Markdown table (docs/benchmarks.md).
 
+``--synthetic`` needs no lab: the rule alone on ``--trials`` seeded synthetic probes
+(:func:`servefleet.fleet.analysis.stats.alarm_rate`: lognormal TTFTs and gaps, 40 requests a
+side, 64 tokens, the default thresholds), equal and 10/20/30 % slower.
+
     .venv/bin/python bench/bench_analysis.py [--runs 20] [--requests 24]
+    .venv/bin/python bench/bench_analysis.py --synthetic [--trials 1000]
 """
 
 from __future__ import annotations
@@ -74,11 +79,29 @@ def trial(requests: int, factor: float | None) -> tuple[bool, float, float]:
     return halted, took, float(report.get("took_s") or 0.0)
 
 
+def synthetic(trials: int) -> int:
+    """The rule's false alarms and detection on synthetic probes: a Markdown table."""
+    from servefleet.fleet.analysis.stats import alarm_rate
+    from servefleet.settings.check_analysis import ANALYSIS
+
+    print(f"| the canary | halted of {trials} | failed measures (count) |")
+    print("|---|---|---|")
+    for slower in (0.0, 0.1, 0.2, 0.3):
+        rate, each = alarm_rate(trials, slower, ANALYSIS)
+        what = f"{slower:.0%} slower" if slower else "equal"
+        print(f"| {what} | {rate:.1%} | {', '.join(f'{k} {v}' for k, v in sorted(each.items()))} |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="trials of each condition")
     parser.add_argument("--requests", type=int, default=24, help="the probe's requests a side")
+    parser.add_argument("--synthetic", action="store_true", help="the rule alone, no lab")
+    parser.add_argument("--trials", type=int, default=1000, help="--synthetic: trials of each")
     args = parser.parse_args()
+    if args.synthetic:
+        return synthetic(args.trials)
     rows = []
     try:
         lab("up", "--hosts", "3")

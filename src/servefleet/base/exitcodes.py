@@ -20,10 +20,12 @@ class Exit(IntEnum):
 
 MEANING: dict[Exit, str] = {
     Exit.OK: "Done. `status`: every host was reached, runs what its data asks for and answers "
-    "healthy. `plan`: every host was planned. `rollout`: at most `--max-failures` hosts failed.",
+    "healthy. `plan`: every host was planned. `rollout`: at most `--max-failures` hosts failed "
+    "(with `--analysis`: and the canary passed every measure).",
     Exit.FAILED: "Something on a host or in a file is not as it should be, and is named on stderr, "
     "one line each: `status` names every host that is unreachable, drifts or is unhealthy; `plan` "
-    "every host it could not plan; `rollout` stopped (more failed hosts than `--max-failures`); "
+    "every host it could not plan; `rollout` stopped (more failed hosts than `--max-failures`, "
+    "or its canary analysis failed a measure); "
     "`lock --check` what no longer matches the data; `wheelhouse` a file that failed; `lab chat` "
     "a host that did not answer. Also: declined at a prompt (`Aborted!`).",
     Exit.USAGE: "Bad input, refused before any host changed: a usage error, bad data, recipe, "
