@@ -1,7 +1,8 @@
 """``servefleet plan`` / ``status``: this host's summary from the deploy's own plan, written on
 the controller where the CLI asked (:class:`servefleet.fleet.fleetview.ReportRequest`). Adds no
 operation: changes nothing. A host whose plan fails (probe output it cannot read, a bug) is
-reported as refused with that one line, so ``plan`` shows it and ``status`` names it."""
+reported as refused with that one line, so ``plan`` shows it and ``status`` names it; so is one
+whose health check (``remote/health.py``, for ``status``) gives no answer or one it cannot read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from pyinfra import host
 
+from servefleet.base.errors import ProbeError
 from servefleet.entry.steps.facts import InstanceHealth, PreflightRefusal, preflight_command
 from servefleet.entry.steps.plan import plan_or_failure
 from servefleet.entry.steps.wheels import changed_on_the_index
@@ -25,6 +27,24 @@ def preflight_refusal(plan: HostPlan) -> str | None:
         return None
     instances = json.dumps(plan.preflight_input, sort_keys=True)
     return host.get_fact(PreflightRefusal, run=preflight_command(plan, instances))
+
+
+def instance_health(checks: dict[str, Any]) -> dict[str, str] | str:
+    """The deploy's health gate for each instance of ``checks``, run on the host: port -> "ok"
+    or why not; or, in one line, why there is no answer (output the fact cannot read, or none:
+    the command failed, pyinfra has shown its output, or it printed nothing).
+
+    + checks: the model, the address, and the instances (``remote/health.py status``)
+    """
+    if not (checks["instances"] or checks["headless"]):
+        return {}
+    try:
+        health = host.get_fact(InstanceHealth, checks=json.dumps(checks, sort_keys=True))
+    except ProbeError as e:
+        return str(e)
+    if health is None:
+        return "instance health: no answer (remote/health.py failed or printed nothing)"
+    return health
 
 
 def _failed(kind: str | None, why: str, address: str, order: int) -> dict[str, Any]:
@@ -78,11 +98,10 @@ def report() -> None:
         if plan.router:  # its gate: a chat through it, with a server's key when it has one
             key_unit = plan.instances[0].unit if plan.instances else ""
             checks["instances"].append([plan.router.unit, plan.router.port, key_unit, True])
-        health = (
-            host.get_fact(InstanceHealth, checks=json.dumps(checks, sort_keys=True))
-            if checks["instances"] or checks["headless"]
-            else {}
-        )
+        health = instance_health(checks)
+        if isinstance(health, str):  # no health known: the host is refused with why
+            request.write(host.name, _failed(request.kind, health, address, order))
+            return
         summary = status_summary(plan, health, address)
     else:
         summary = plan_summary(plan, warm_entry(host.name, plan), order, changed_on_the_index(plan))

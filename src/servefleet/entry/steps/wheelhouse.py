@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from pyinfra import host
 
+from servefleet.base.errors import ProbeError
 from servefleet.base.remote.layout import WHEELHOUSE
 from servefleet.entry.steps.facts import WheelhouseFiles
 from servefleet.entry.steps.operations import wheelhouse_copy
@@ -18,12 +19,21 @@ from servefleet.hostplan.types import HostPlan
 
 def with_wheelhouse(plan: HostPlan) -> HostPlan:
     """The plan with the files this run needs, and which of them the host lacks (read only when
-    some step needs a file)."""
+    some step needs a file).
+
+    Raises ProbeError (this host fails alone, one line) when the host's check gives no answer:
+    ``remote/have_files.py`` failed (pyinfra has shown its output) or printed nothing.
+    """
     copies = wheelhouse_copies(plan)
     if not copies:
         return plan
     wanted = json.dumps({c.dest: c.sha256 for c in copies}, sort_keys=True)
-    have = set(host.get_fact(WheelhouseFiles, files=wanted))
+    held = host.get_fact(WheelhouseFiles, files=wanted)
+    if held is None:
+        raise ProbeError(
+            "wheelhouse files: no answer (remote/have_files.py failed or printed nothing)"
+        )
+    have = set(held)
     missing = frozenset(c.dest for c in copies if c.dest not in have)
     return dataclasses.replace(plan, wheelhouse=tuple(copies), wheelhouse_missing=missing)
 
