@@ -39,6 +39,7 @@ SIM_ONLY = {
     "vllm.registries",
     "vllm.rendezvous",
     "vllm.serve_args",
+    "vllm.serving_metrics",
     "vllm.sim",
 }
 

@@ -12,7 +12,6 @@ import http.client
 import json
 import re
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 import build  # noqa: E402
 import gen_surface  # noqa: E402
-from lab_sim_support import load_sim  # noqa: E402
+from lab_sim_support import load_sim, serve_in_process  # noqa: E402
 
 SIM_PACKAGE = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator" / "packages" / "vllm"
 SERVEFLEET = REPO / "src" / "servefleet"
@@ -62,17 +61,8 @@ def server(sim: Any) -> Iterator[tuple[int, Any]]:
         api_key=["k"], served_model_name=None, model="m", max_model_len=4096
     )  # fmt: skip
     state = http_api._State(ns, {}, {"compiled": False})
-    import http.server
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http_api._make_handler(state))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield httpd.server_address[1], state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve_in_process(http_api._make_handler(state)) as port:
+        yield port, state
 
 
 def _ask(port: int, method: str, path: str, key: str | None = None) -> tuple[int, bytes]:
@@ -112,13 +102,21 @@ def test_both_platforms_declare_the_same_metrics_and_routes(
 
 
 def _sim_metrics(state: Any) -> dict[str, tuple[str, list[str]]]:
-    """name -> (type, label names) of the simulator's vllm: metrics, from its exposition."""
+    """name -> (type, label names sorted) of the simulator's vllm: metrics, from its exposition
+    (a histogram's ``_bucket``, ``_count`` and ``_sum`` series are its family's; ``le`` is not a
+    label of the family)."""
     text = sys.modules["_trusted_vllm.http_api"]._metrics(state)
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
     out = {}
     for name, labels in re.findall(r"^([a-zA-Z_:][\w:]*)\{([^}]*)\} ", text, re.M):
-        if name.startswith("vllm:"):
-            out[name] = (types[name], re.findall(r'(\w+)="', labels))
+        if not name.startswith("vllm:"):
+            continue
+        family = name
+        if name not in types:
+            family = re.sub(r"_(bucket|count|sum)$", "", name)
+            assert types.get(family) == "histogram", name
+        names = sorted(n for n in re.findall(r'(\w+)="', labels) if n != "le")
+        out[family] = (types[family], names)
     return out
 
 
@@ -128,7 +126,7 @@ def _servefleet_metric_names() -> set[str]:
     for path in SERVEFLEET.rglob("*.py"):
         if "simulator" in path.parts:
             continue
-        names |= set(re.findall(r"""["'](vllm:[a-z_]+)""", path.read_text()))
+        names |= set(re.findall(r"""["'](vllm:[a-z0-9_]+)""", path.read_text()))
     return names
 
 
@@ -150,9 +148,76 @@ def test_simulated_metrics_have_real_names_and_types(
 def test_simulated_metrics_have_real_labels(
     upstream: dict[str, Any], server: tuple[int, Any]
 ) -> None:
-    real = {m["name"]: m["labels"] for m in upstream["metrics"]}
+    real = {m["name"]: sorted(m["labels"]) for m in upstream["metrics"]}
     sim = _sim_metrics(server[1])
     assert {n: labels for n, (_, labels) in sim.items()} == {n: real[n] for n in sim}
+
+
+def test_simulated_histograms_have_real_buckets(
+    upstream: dict[str, Any], server: tuple[int, Any]
+) -> None:
+    real = {m["name"]: m.get("buckets") for m in upstream["metrics"]}
+    text = sys.modules["_trusted_vllm.http_api"]._metrics(server[1])
+    found: dict[str, list[float]] = {}
+    for name, le in re.findall(r'^(vllm:\w+)_bucket\{.*\ble="([^"]+)"', text, re.M):
+        found.setdefault(name, []).append(float(le))
+    assert found, "the simulator exposes no histogram"
+    assert {n: b[:-1] for n, b in found.items()} == {n: real[n] for n in found}
+    assert all(b[-1] == float("inf") for b in found.values())
+
+
+# the real wheel's PrometheusStatLogger, rendered by its prometheus_client (the simulator's
+# model name, engine 0, before any request)
+REAL_EXPOSITION = """
+import sys, types
+import prometheus_client
+from vllm.v1.metrics import loggers
+ns = types.SimpleNamespace
+config = ns(
+    observability_config=ns(show_hidden_metrics=False, kv_cache_metrics=False),
+    model_config=ns(served_model_name="m", max_model_len=4096, is_diffusion=False),
+    speculative_config=None, kv_transfer_config=None, lora_config=None,
+    parallel_config=ns(data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1),
+)
+loggers.PrometheusStatLogger(config, engine_indexes=[0])
+sys.stdout.write(prometheus_client.generate_latest().decode())
+"""
+
+
+def _families(text: str) -> dict[str, list[str]]:
+    """name -> its lines (# HELP, # TYPE, samples), each family from its # HELP (or, without
+    one, its # TYPE) line on."""
+    out: dict[str, list[str]] = {}
+    name = ""
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")):
+            name = line.split()[2]
+        out.setdefault(name, []).append(line)
+    return out
+
+
+def test_simulated_metrics_are_written_as_the_real_wheel_writes_them(sim: Any) -> None:
+    """Each vllm: family the simulator exposes, before any request, is line for line what the
+    real wheel's stat logger and its prometheus_client write: HELP text, TYPE, label order,
+    bucket bounds, value format (the real one also writes ``_created`` families, which the
+    simulator leaves out)."""
+    import subprocess
+
+    if not build.is_built():
+        pytest.fail(f"the real-wheel tier is not built ({build.built()}): run ./setup.sh",
+                    pytrace=False)  # fmt: skip
+    env = {"VLLM_CONFIGURE_LOGGING": "0", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([str(build.python("upstream")), "-c", REAL_EXPOSITION],
+                          capture_output=True, text=True, timeout=300, env=env, cwd="/")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    real = _families(proc.stdout)
+    http_api = sys.modules["_trusted_vllm.http_api"]
+    ns = argparse.Namespace(api_key=None, served_model_name=None, model="m", max_model_len=4096)
+    ours = _families(http_api._metrics(http_api._State(ns, {}, {"compiled": False})))
+    exposed = {n: lines for n, lines in ours.items() if n.startswith("vllm:")}
+    assert exposed, "the simulator exposes no vllm: family"
+    assert exposed == {n: real.get(n) for n in exposed}
+    assert list(exposed) == [n for n in real if n in exposed]  # in the real wheel's order
 
 
 # (c) routes and the API key ---------------------------------------------------------------
@@ -188,10 +253,7 @@ def test_servefleet_calls_real_routes(upstream: dict[str, Any]) -> None:
     real = _real_routes(upstream)
     health = (SERVEFLEET / "base" / "remote" / "health.py").read_text()
     assert '"/health"' in health and '"/v1/chat/completions"' in health
-    assert (
-        '"--health-check-endpoint", "/health"'
-        in (SERVEFLEET / "router" / "plan.py").read_text()
-    )
+    assert '"--health-check-endpoint", "/health"' in (SERVEFLEET / "router" / "plan.py").read_text()
     assert "GET" in real["/health"] and "POST" in real["/v1/chat/completions"]
 
 

@@ -5,6 +5,7 @@ server (one request, a stream read event by event)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -19,9 +20,10 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import client as httpc
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -74,6 +76,22 @@ def load_sim(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return importlib.import_module(f"{name}.sim")
+
+
+@contextlib.contextmanager
+def serve_in_process(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` (the simulated HTTP API's, ``http_api._make_handler``) on a loopback port in
+    this process, a thread per connection as the server runs it; yields the port."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
 
 
 def metadata(wheel: Path) -> list[tuple[str, str]]:

@@ -490,7 +490,7 @@ def test_compiles_once_then_reuses_and_serves(
         assert http(server.port, "/v1/chat/completions", dict(req, model="x"))[0] == 404
         metrics = http(server.port, "/metrics")[1].decode()
         assert (
-            'vllm:request_success_total{model_name="gpt",engine="0",finished_reason="length"} 2.0'
+            'vllm:request_success_total{engine="0",finished_reason="length",model_name="gpt"} 2.0'
             in metrics
         )
         record = json.loads((simroot / f"run/rbln-sim/vllm-{server.port}.json").read_text())

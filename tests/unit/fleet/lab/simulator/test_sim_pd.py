@@ -107,9 +107,9 @@ def metric(port: int, name: str, role: str | None = None) -> int:
     if role:
         want = f'{name}{{model_name="{MODEL}",role="{role}"}}'
     elif name == "vllm:request_success_total":
-        want = f'{name}{{model_name="{MODEL}",engine="0",finished_reason="length"}}'
+        want = f'{name}{{engine="0",finished_reason="length",model_name="{MODEL}"}}'
     elif name.startswith("vllm:"):
-        want = f'{name}{{model_name="{MODEL}",engine="0"}}'
+        want = f'{name}{{engine="0",model_name="{MODEL}"}}'
     else:
         want = f'{name}{{model_name="{MODEL}"}}'
     line = next(x for x in text.splitlines() if x.startswith(want + " "))

@@ -103,7 +103,7 @@ def test_replies_take_the_rate_and_stream_as_vllm(
         assert "".join(got.tokens()) == whole["choices"][0]["text"]
         assert got.events[-1]["choices"][0]["finish_reason"] == "length"
         assert (
-            f'vllm:request_success_total{{model_name="{MODEL}",engine="0",finished_reason="length"}} 4.0'
+            f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="{MODEL}"}} 4.0'
             in http(server.port, "/metrics")[1].decode()
         )
     finally:
@@ -188,8 +188,9 @@ def test_sigterm_drains_the_requests_in_flight(
 
 def test_sigterm_aborts_with_timeout_zero(venv: Path, sim_env: dict[str, str], rate: Path) -> None:
     """vLLM's default, --shutdown-timeout 0: the requests in flight are cut at once, a stream
-    without [DONE], a whole answer never sent."""
-    server = serve(venv, sim_env)
+    without [DONE], a whole answer never sent (both running: --max-num-seqs 2, not vllm-rbln's
+    default 1)."""
+    server = serve(venv, sim_env, "--max-num-seqs", "2")
     port = server.port
     whole: dict[str, Any] = {}
 

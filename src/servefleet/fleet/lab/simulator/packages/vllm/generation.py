@@ -6,8 +6,9 @@ and of each server-sent event of a streamed one, in vLLM's shapes. Pure: the HTT
 
 Token rate: ``/etc/rbln-sim/tokens-per-second`` (under ``$RBLN_SIM_ROOT`` when set), a number
 > 0, read for every request (a lab or a test changes it without restarting a server); no file:
-:data:`DEFAULT_TOKENS_PER_SECOND`, fast enough that a short chat costs nothing. Token ``i`` of
-a request is ready ``(i + 1) / rate`` seconds after the request started, streamed or not.
+:data:`DEFAULT_TOKENS_PER_SECOND`, fast enough that a short chat costs nothing. A per-release
+speed factor: ``/etc/rbln-sim/slowdown`` (:func:`slowdown`). When each token is ready, streamed or
+not: the timing model, :class:`Timing`.
 
 Streaming (``"stream": true``), as vLLM 0.30's OpenAI server writes it: ``data: JSON\\n\\n`` per
 event; for a chat the first event carries ``delta: {"role": "assistant", "content": ""}``, then
@@ -18,6 +19,7 @@ no choices and the usage; then ``data: [DONE]``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .common import SIM_ETC, SimError, sim_path
+from .flag_table import _object
 
 REPLY_WORDS = (
     "This is a simulated reply from the servefleet lab; no model ran to produce these words, "
@@ -34,6 +37,15 @@ REPLY_WORDS = (
 DEFAULT_TOKENS_PER_SECOND = 1000.0  # no rate file: a 16-token reply takes 16 ms
 DEFAULT_MAX_TOKENS = 16  # a request that names no limit (vLLM: the rest of the context)
 TOKENS_FILE = SIM_ETC + "/tokens-per-second"
+SLOWDOWN_FILE = SIM_ETC + "/slowdown"
+# The timing model's constants (Timing; docs/lab.md, "Serving time")
+BATCH_COST = 0.05  # a decode step grows by this share of a lone step per other running request
+PREFILL_TOKENS_PER_STEP = 256  # prompt tokens whose prefill costs one lone step's time
+ACCEPTANCE = 0.6  # draft tokens accepted per speculative token and step (--speculative-config)
+# an unset --max-num-seqs / --max-num-batched-tokens: vLLM 0.30's API-server defaults on an
+# H100/H200 (vllm-rbln fills in --max-num-seqs 1 at the parse: common.PLATFORM_DEFAULTS)
+DEFAULT_MAX_NUM_SEQS = 1024
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 def tokens_per_second(env: Mapping[str, str]) -> float:
@@ -57,6 +69,141 @@ def tokens_per_second(env: Mapping[str, str]) -> float:
     if not rate > 0:  # also NaN
         raise SimError(f"{path} holds {text[:40]!r}; expected a number of tokens per second > 0")
     return rate
+
+
+def slowdown(env: Mapping[str, str], subject: str) -> float:
+    """The lab's speed factor for this process: lines ``FACTOR MATCH...`` in
+    /etc/rbln-sim/slowdown; the first line whose MATCH (the rest of the line, one string; none:
+    every process) ``subject`` contains gives FACTOR, a number >= 1 by which every time the
+    server takes grows; no file, or no line matches: 1. Read at every request.
+
+    + env: the environment (RBLN_SIM_ROOT)
+    + subject: the process's release and command line (``sys.prefix``, a space, argv joined by
+      spaces): a release directory holds its release id
+    Raises SimError naming the file and the line when a line is not ``FACTOR MATCH...``.
+    """
+    path = sim_path(env, SLOWDOWN_FILE)
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return 1.0
+    except OSError as exc:
+        raise SimError(f"{path}: cannot read it: {exc.strerror}") from None
+    for factor, match in _slowdown_lines(path, text):
+        if match in subject:
+            return factor
+    return 1.0
+
+
+@functools.lru_cache(maxsize=8)
+def _slowdown_lines(path: str, text: str) -> tuple[tuple[float, str], ...]:
+    """The (FACTOR, MATCH) of each line of a slowdown file (blank lines skipped), parsed once
+    per content."""
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.strip().split(None, 1)
+        if not words:
+            continue
+        try:
+            factor = float(words[0])
+        except ValueError:
+            factor = math.nan
+        if not (factor >= 1 and math.isfinite(factor)):
+            raise SimError(
+                f"{path} line {number} holds {line.strip()[:60]!r}; expected FACTOR MATCH... with "
+                "FACTOR a number >= 1 (e.g. '1.3 --max-num-seqs 8')"
+            )
+        out.append((factor, words[1] if len(words) > 1 else ""))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a request's tokens are ready: the simulator's timing model, deterministic given the
+    configuration and the load. With ``T = step`` (FACTOR / rate: the slowdown over the token
+    rate), ``b`` the requests running (the request itself included, at most ``max_num_seqs``),
+    ``P`` the prompt's tokens, ``B`` = ``max_num_batched_tokens`` and ``g`` = ``tokens_per_step``:
+
+    - a decode step takes ``step(b) = T * (1 + BATCH_COST * (b - 1))``;
+    - the prefill runs in ``n = max(1, ceil(P / B))`` chunks, one step each, and its prompt
+      tokens cost ``T / PREFILL_TOKENS_PER_STEP`` each: token 0 is ready
+      ``prefill(P, b) = n * step(b) + P * T / PREFILL_TOKENS_PER_STEP`` after the request was
+      scheduled;
+    - every further token ``step(b) / g`` after the one before (a step's ``g`` tokens spread
+      evenly), ``g = 1 + ACCEPTANCE * k`` with ``k`` speculative tokens, else 1.
+
+    So at a constant load token ``i`` is ready ``prefill(P, b) + i * step(b) / g`` after the
+    request was scheduled (:meth:`ready_at`); the server takes ``b`` anew for every token
+    (:meth:`delay`). A request waits in the queue before it is scheduled while ``max_num_seqs``
+    others run (:class:`vllm.lifecycle.Requests`). Alone, at the default rate and with a short
+    prompt: about ``(i + 1) / rate``, a 16-token reply in 16 ms.
+
+    + step: seconds of one decode step of a request running alone
+    + max_num_seqs: ``--max-num-seqs``, the most requests running at once
+    + max_num_batched_tokens: ``--max-num-batched-tokens``, the prompt tokens of one prefill chunk
+    + tokens_per_step: the tokens a decode step yields
+    """
+
+    step: float
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    tokens_per_step: float = 1.0
+
+    def step_seconds(self, batch: int) -> float:
+        """``step(b)``: a decode step's time with ``batch`` requests running."""
+        running = min(max(batch, 1), self.max_num_seqs)
+        return self.step * (1 + BATCH_COST * (running - 1))
+
+    def prefill_seconds(self, prompt: int, batch: int) -> float:
+        """``prefill(P, b)``: from the schedule to token 0."""
+        chunks = max(1, math.ceil(prompt / self.max_num_batched_tokens))
+        return chunks * self.step_seconds(batch) + prompt * self.step / PREFILL_TOKENS_PER_STEP
+
+    def delay(self, index: int, prompt: int, batch: int) -> float:
+        """Seconds from token ``index - 1`` (token 0: from the schedule) to token ``index``.
+
+        + index: the token
+        + prompt: the prompt's tokens
+        + batch: the requests running now
+        """
+        if index == 0:
+            return self.prefill_seconds(prompt, batch)
+        return self.step_seconds(batch) / self.tokens_per_step
+
+    def ready_at(self, start: float, index: int, prompt: int, batch: int) -> float:
+        """When token ``index`` is ready, the request scheduled at ``start`` (monotonic) and
+        ``batch`` requests running throughout.
+
+        + start: when the request was scheduled
+        + index: the token
+        + prompt: the prompt's tokens
+        + batch: the requests running
+        """
+        decode = index * self.step_seconds(batch) / self.tokens_per_step
+        return start + self.prefill_seconds(prompt, batch) + decode
+
+
+def timing_of(ns: Any, rate: float, factor: float = 1.0) -> Timing:
+    """The timing model of a server started with ``ns``.
+
+    + ns: the parsed arguments (``max_num_seqs``, ``max_num_batched_tokens``,
+      ``speculative_config``; unset or absent: the defaults)
+    + rate: the lab's token rate (:func:`tokens_per_second`)
+    + factor: the lab's slowdown of this process (:func:`slowdown`)
+    """
+    spec = _object(getattr(ns, "speculative_config", None))
+    drafts = spec.get("num_speculative_tokens")
+    if spec and not (type(drafts) is int and drafts >= 1):
+        drafts = 1  # a method whose draft length comes from its model's config
+    return Timing(
+        step=factor / rate,
+        max_num_seqs=getattr(ns, "max_num_seqs", None) or DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens=(
+            getattr(ns, "max_num_batched_tokens", None) or DEFAULT_MAX_NUM_BATCHED_TOKENS
+        ),
+        tokens_per_step=1 + ACCEPTANCE * (drafts or 0),
+    )
 
 
 class RequestError(Exception):
@@ -267,8 +414,3 @@ def last_events(job: Job, created: int) -> list[dict[str, Any]]:
     if not job.include_usage:
         return []
     return [_chunk(job, created, []) | {"usage": job.usage(job.max_tokens)}]
-
-
-def ready_at(start: float, index: int, rate: float) -> float:
-    """When token ``index`` of a request that started at ``start`` (monotonic) is ready."""
-    return start + (index + 1) / rate

@@ -1,8 +1,10 @@
 """The OpenAI-style HTTP API of the simulated server: /health (the fail-health switch),
-/v1/models, /version, /metrics, POST /v1/chat/completions and /v1/completions (a fixed,
-predictable reply at the lab's token rate, whole or streamed: :mod:`vllm.generation`), the API
-key and the shutdown (:mod:`vllm.lifecycle`). HTTP/1.1; a streamed answer is chunked, as
-uvicorn sends it. A SIMULATION for the servefleet lab.
+/v1/models, /version, /metrics (:mod:`vllm.serving_metrics`), POST /v1/chat/completions and
+/v1/completions (a fixed, predictable reply, whole or streamed, timed by the timing model:
+:mod:`vllm.generation`), the API key, the engine's queue and the shutdown
+(:mod:`vllm.lifecycle`). HTTP/1.1; a streamed answer is chunked, as uvicorn sends it. One thread
+per connection (``ThreadingHTTPServer``): requests run concurrently, each waits on events, never
+polls. A SIMULATION for the servefleet lab.
 
 API key, as vLLM's ``AuthenticationMiddleware`` enforces it: the keys are ``--api-key`` (one or
 more), else ``$VLLM_API_KEY``; empty keys do not count, and without one every path is open.
@@ -34,28 +36,30 @@ from .common import VERSION, SimError, _log
 from .generation import (
     Job,
     RequestError,
+    Timing,
     answer,
     error_body,
     first_events,
     last_events,
     parse_job,
-    ready_at,
+    slowdown,
+    timing_of,
     token_event,
     tokens_per_second,
 )
 from .kv_transfer import INTERNAL_ERROR, ROLES, Engine, KVTransfer, TransferError, role_of
-from .lifecycle import Requests
+from .lifecycle import Flight, Requests
+from .serving_metrics import EngineStats
 
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}  # POST
 GET_ROUTES = ("/health", "/v1/models", "/version", "/metrics")  # /metrics last: any method
 # vllm/entrypoints/serve/middleware/authenticate.py: GUARDED_PREFIX
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
-# vllm/v1/engine/__init__.py: FINISH_REASON_STRINGS (request_success_total's finished_reason)
-FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SHUTTING_DOWN = "The server is shutting down and takes no new requests."
 # vllm/v1/engine/exceptions.py: EngineDeadError's message
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 MAX_BODY = 1 << 24  # bytes of a request body the server reads
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's, for text 0.0.4
 
 
 def api_key_hashes(ns: argparse.Namespace, env: Mapping[str, str]) -> list[bytes]:
@@ -85,6 +89,14 @@ def authorized(hashes: list[bytes], header: str | None) -> bool:
     return match
 
 
+class APIServer(http.server.ThreadingHTTPServer):
+    """The HTTP server: a daemon thread per connection, and uvicorn's listen backlog (2048; the
+    standard library's 5 would make a burst of new connections wait for SYN retries)."""
+
+    request_queue_size = 2048
+    daemon_threads = True
+
+
 class _State:
     def __init__(
         self,
@@ -100,25 +112,28 @@ class _State:
         self.kv = kv  # the NIXL connector, None without one
         self.group = group  # its part in a multi-node group (vllm.group_head), None alone
         self.argv = list(sys.argv)  # this process's command line, for the fail-health switch
+        self.subject = f"{sys.prefix} {' '.join(self.argv)}"  # what the slowdown switch matches
         self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
         self.keys = api_key_hashes(ns, env)
-        self.requests = Requests()
-        self.finished: dict[str, int] = {}  # requests ended, by vLLM's finished_reason
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
+        self.requests = Requests(timing_of(ns, 1.0).max_num_seqs)  # the queue of --max-num-seqs
+        self.stats = EngineStats()
         self.roles = dict.fromkeys(ROLES, 0)  # requests ended, by the part they played
         self.started = int(time.time())
         self._lock = threading.Lock()
 
-    def count(self, job: Job, generated: int, role: str) -> None:
-        """A generation request that played ``role`` has ended after ``generated`` tokens (a
-        success: all)."""
+    def timing(self) -> Timing:
+        """The timing model for a new request: the lab's rate and slowdown read now."""
+        rate = tokens_per_second(self.env)
+        return timing_of(self.ns, rate, slowdown(self.env, self.subject))
+
+    def count(self, job: Job, flight: Flight, role: str) -> None:
+        """A generation request that played ``role`` has ended (a success: every token): it
+        leaves the batch and is counted in /metrics."""
+        self.requests.unschedule(flight)
+        reason = "length" if flight.generated == job.max_tokens else "abort"
+        self.stats.finished_request(flight, reason, time.monotonic())
         with self._lock:
             self.roles[role] += 1
-            reason = "length" if generated == job.max_tokens else "abort"
-            self.finished[reason] = self.finished.get(reason, 0) + 1
-            self.prompt_tokens += job.prompt_tokens
-            self.generation_tokens += generated
 
 
 def engine_dead(state: _State) -> bool:
@@ -134,7 +149,6 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "vllm-sim/" + VERSION
         protocol_version = "HTTP/1.1"
-        generated = 0  # tokens of the request in hand so far
         ended: Callable[[], None] | None = None  # counts the request in hand (see _end)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -186,13 +200,14 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             elif path == "/version":
                 self._send(200, {"version": VERSION})
             elif path == "/metrics":
-                self._send(200, _metrics(state).encode(), "text/plain; version=0.0.4")
+                self._send(200, _metrics(state).encode(), METRICS_TYPE)
             elif path in ROUTES:
                 self._send(405, {"detail": "Method Not Allowed"})
             else:
                 self._send(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:  # noqa: N802
+            arrived = time.monotonic()
             length = self.headers.get("Content-Length") or "0"
             if not length.isdigit() or int(length) > MAX_BODY:
                 self.close_connection = True  # the body cannot be skipped
@@ -213,7 +228,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             try:
                 request_id = self.headers.get("X-Request-Id")
                 job = parse_job(kind, raw, state.names, state.ns.max_model_len, request_id)
-                rate = tokens_per_second(state.env)
+                timing = state.timing()
             except RequestError as exc:
                 self._send(exc.code, exc.body)
                 return
@@ -227,16 +242,17 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             if not state.requests.admit():
                 self._send(503, error_body(SHUTTING_DOWN, "ServiceUnavailableError", 503))
                 return
-            self.generated, aborted = 0, False
+            aborted = False
+            flight = Flight(prompt=job.prompt_tokens, arrived=arrived)
             role = role_of(state.kv, job.kv_transfer_params)
             engine = state.kv.engine(self.headers.get("X-data-parallel-rank")) if state.kv else None
-            self.ended = lambda: state.count(job, self.generated, role)  # once, see _end
+            self.ended = lambda: state.count(job, flight, role)  # once, see _end
             try:
                 if state.group is not None and state.group.stalled.is_set():
                     state.requests.abort.wait()  # the DP wave waits for a head that is gone
                     raise _Cut("the group's head went away")
                 if role != "decode" or self._load(job, engine):
-                    self._generate(job, rate, role, engine)
+                    self._generate(job, timing, flight, role, engine)
             except _Cut:
                 aborted = state.requests.abort.is_set()
                 self.close_connection = True
@@ -285,19 +301,28 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
 
-        def _generate(self, job: Job, rate: float, role: str, engine: Engine | None) -> None:
-            """Produce ``job``'s tokens at ``rate`` (counted in ``self.generated``) and answer;
-            a prefill for a remote decode then holds its KV blocks, and its whole answer names
+        def _generate(
+            self, job: Job, timing: Timing, flight: Flight, role: str, engine: Engine | None
+        ) -> None:
+            """Queue ``job`` until the engine runs it, produce its tokens when ``timing`` has
+            them ready (the batch read anew for each; counted in ``flight``) and answer; a
+            prefill for a remote decode then holds its KV blocks, and its whole answer names
             them. Raises _Cut when the shutdown aborts it or the client goes away."""
-            start, created = time.monotonic(), int(time.time())
-            if job.stream:
+            created = int(time.time())
+            if job.stream:  # the headers at once, the first events with the first token (vLLM)
                 self._open_stream()
-                for event in first_events(job, created):
-                    self._event(event)
+            if not state.requests.schedule(flight):
+                raise _Cut("aborted in the queue")
+            assert flight.scheduled is not None
+            due = flight.scheduled
             for i, token in enumerate(job.tokens()):
-                if state.requests.abort.wait(max(0.0, ready_at(start, i, rate) - time.monotonic())):
+                due += timing.delay(i, job.prompt_tokens, state.requests.batch)
+                if state.requests.abort.wait(max(0.0, due - time.monotonic())):
                     raise _Cut(f"aborted after {i} tokens")
-                self.generated = i + 1
+                state.stats.token(flight, time.monotonic())
+                if job.stream and i == 0:
+                    for event in first_events(job, created):
+                        self._event(event)
                 if job.stream:
                     self._event(token_event(job, created, i, token))
             params = None
@@ -329,30 +354,11 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
-def _sample(value: float) -> str:
-    """A sample value as prometheus_client writes it (a float: ``2.0``)."""
-    return repr(float(value))
-
-
 def _metrics(state: _State) -> str:
     """The text exposition: vLLM's metrics as its PrometheusStatLogger labels them (the served
-    model's name, the engine index ``0``; a success by its finished_reason, every reason
-    exposed), then the simulation's own."""
-    vllm_label = f'model_name="{state.names[0]}",engine="0"'
-    out = []
-    for name, kind, value in (
-        ("vllm:num_requests_running", "gauge", state.requests.running),
-        ("vllm:num_requests_waiting", "gauge", 0),
-        ("vllm:prompt_tokens_total", "counter", state.prompt_tokens),
-        ("vllm:generation_tokens_total", "counter", state.generation_tokens),
-    ):
-        out += [f"# TYPE {name} {kind}", f"{name}{{{vllm_label}}} {_sample(value)}"]
-    out.append("# TYPE vllm:request_success_total counter")
-    for reason in FINISH_REASONS:
-        count = state.finished.get(reason, 0)
-        out.append(
-            f'vllm:request_success_total{{{vllm_label},finished_reason="{reason}"}} {_sample(count)}'
-        )
+    model's name, the engine index ``0``: :mod:`vllm.serving_metrics`), then the simulation's
+    own."""
+    out = state.stats.lines(state.names[0], *state.requests.load())
     label = f'model_name="{state.names[0]}"'
     group = state.group
     for name, kind, value in (

@@ -12,8 +12,9 @@ namespace; the server is split by concern into the package's modules: :mod:`vllm
 :mod:`vllm.kv_transfer` (prefill/decode over the NIXL connector's side channel),
 :mod:`vllm.compile_cache` (the cache key), :mod:`vllm.checks` (start-up checks, warm-up, fault
 switches), :mod:`vllm.cuda` (the CUDA build), :mod:`vllm.http_api` (the HTTP API and its API
-key), :mod:`vllm.generation` (the reply, its token rate and its streamed events) and
-:mod:`vllm.lifecycle` (the requests in flight and the shutdown), and for the CUDA build across
+key), :mod:`vllm.generation` (the reply, its timing model and its streamed events),
+:mod:`vllm.serving_metrics` (/metrics) and :mod:`vllm.lifecycle` (the requests in flight, the
+engine's queue and the shutdown), and for the CUDA build across
 nodes :mod:`vllm.parallel_plan` (where a server stands in its group: vLLM's node and data
 parallel ranks, its refusals, the arguments a group agrees on), :mod:`vllm.rendezvous` and
 :mod:`vllm.group_head` (the group's rendezvous over TCP, and how it lives and dies).
@@ -55,8 +56,12 @@ switch file fails every server; a switch file holding lines of text fails only t
 whose command line (their argv joined by single spaces) contains every line, e.g. the two lines
 ``--max-num-seqs 8`` and ``--port 8001``.
 
-Serving: replies take real time, ``/etc/rbln-sim/tokens-per-second`` (read for every request;
-a fast default without the file), whole or streamed as server-sent events. ``--api-key`` (or
+Serving: replies take real time, whole or streamed as server-sent events, by a deterministic
+timing model of ``--max-num-seqs`` (a queue beyond it), ``--max-num-batched-tokens`` (prefill
+chunks), ``--speculative-config`` and the running batch (:class:`vllm.generation.Timing`), at
+``/etc/rbln-sim/tokens-per-second`` (read for every request; a fast default without the file)
+and ``/etc/rbln-sim/slowdown``'s factor for this release and command line; /metrics carries
+vLLM's request histograms, queue gauges and counters (:mod:`vllm.serving_metrics`). ``--api-key`` (or
 ``$VLLM_API_KEY``) guards every ``/v1`` path as vLLM does. SIGTERM or SIGINT: vLLM 0.30's
 shutdown, no new request, the requests in flight drained for up to ``--shutdown-timeout``
 seconds (0, the default: none), the rest aborted, then exit 0.
@@ -84,7 +89,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.server
 import json
 import os
 import signal
@@ -135,8 +139,8 @@ from .flag_table import (
     parse_serve_args,
     unknown_env_vars,
 )
-from .generation import tokens_per_second
-from .http_api import _make_handler, _State
+from .generation import slowdown, tokens_per_second
+from .http_api import APIServer, _make_handler, _State
 from .kv_transfer import kv_transfer
 from .parallel_plan import check_serve_modes, plan_of
 from .rendezvous import launch_line
@@ -309,7 +313,8 @@ def start(ns: argparse.Namespace, env: Mapping[str, str], platform: str) -> int:
         info, fds = start_cuda(ns, env, plan, platform)
     else:
         info, fds = _start_rbln(ns, env)
-    tokens_per_second(env)  # a bad rate file fails the start, not the first request
+    tokens_per_second(env)  # a bad rate or slowdown file fails the start, not the first request
+    slowdown(env, f"{sys.prefix} {' '.join(sys.argv)}")
     if kv is not None:  # the engines' side channels, once the KV cache exists
         _log(f"KV transfer: {kv.connector} kv_role={kv.kv_role} policy={kv.policy}")
         kv.open()
@@ -318,8 +323,7 @@ def start(ns: argparse.Namespace, env: Mapping[str, str], platform: str) -> int:
     if plan.headless:
         return _headless(info, kv, fds)
     state = _State(ns, env, info, kv, group=info.get("group"))
-    httpd = http.server.ThreadingHTTPServer((host, ns.port), _make_handler(state))
-    httpd.daemon_threads = True
+    httpd = APIServer((host, ns.port), _make_handler(state))
     # a short poll: httpd.shutdown() returns within 0.1 s of the drain's end
     loop = threading.Thread(
         target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True
