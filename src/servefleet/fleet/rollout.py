@@ -34,6 +34,7 @@ from servefleet.fleet.fleetview import LOST, failure
 from servefleet.fleet.inventory import limit_pattern
 
 TICK = 15.0  # seconds between the live lines of a running batch
+CANDIDATES = 4  # hosts not yet upgraded the canary analysis asks the status of, in order
 
 
 def units(hosts: Sequence[str], group_of: Mapping[str, str | None]) -> list[list[str]]:
@@ -192,12 +193,13 @@ class Rollout:
         they are.
 
         + batch: the canary batch; failed: its hosts that failed their gates
-        + later: the batches not yet run (their hosts are the baseline's candidates)
+        + later: the batches not yet run (their first CANDIDATES hosts are the baseline's
+          candidates: one status of a few hosts, however large the fleet)
         + start: the status of every host at the rollout's start
         """
         assert self.analyse is not None
         ok = [h for h in batch if h not in failed]
-        rest = [h for b in later for h in b]
+        rest = [h for b in later for h in b][:CANDIDATES]
         statuses = self.report("status", ok + rest) if ok or rest else {}
         outcome = self.analyse(ok, rest, statuses)
         for line in outcome.lines:

@@ -61,7 +61,12 @@ def test_a_passing_analysis_promotes_the_canary() -> None:
     assert r.run(PLAN, max_failures=0)
     assert r.runs == [(["h1"], DEPLOY), (["h2", "h3"], DEPLOY), (["h4"], DEPLOY)]
     (ok, rest, statuses), = r.asked  # fmt: skip
-    assert (ok, rest) == (["h1"], ["h2", "h3", "h4"])
+    assert (ok, rest) == (["h1"], ["h2", "h3", "h4"]) and sorted(statuses) == [
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+    ]
     assert statuses["h1"]["instances"][0]["running"] == "new"  # after the canary batch
     assert statuses["h2"]["instances"][0]["running"] == "old"
     assert r.results["h1"].analysis == {"passed": True}
@@ -125,6 +130,14 @@ def test_a_canary_host_that_failed_its_gate_is_not_asked_about() -> None:
     assert r.run([["h1", "h2"], ["h3"]], max_failures=1)
     assert r.asked[0][:2] == (["h2"], ["h3"])
     assert r.results["h2"].analysis == {"passed": True} and r.results["h3"].result == "ok"
+
+
+def test_the_baseline_is_one_of_the_next_few_hosts_however_large_the_fleet() -> None:
+    r = _Fleet(Outcome(True, "", [], "h0", {"passed": True}))
+    hosts = [f"h{i}" for i in range(50)]
+    assert r.run([hosts[:1], hosts[1:]], max_failures=0)
+    ok, rest, statuses = r.asked[0]
+    assert rest == ["h1", "h2", "h3", "h4"] and sorted(statuses) == ["h0", "h1", "h2", "h3", "h4"]
 
 
 def test_without_analysis_nothing_is_asked() -> None:
