@@ -168,7 +168,8 @@ def test_a_cache_a_hostile_server_wrote_never_reaches_another_host(
     lab: dict[str, Any], tmp_path: Path
 ) -> None:
     """#31 finding 5: lab1's serve user (its servers run model code and take prompts) writes a
-    file into lab1's compile cache, where vllm-rbln loads bundles from. Then a fleet rollout
+    file into lab1's compile cache, where vllm-rbln loads bundles from (beside the sealed
+    bundles: into them it cannot, #36). Then a fleet rollout
     with lab3 cold: no warm host is a source; lab3 builds compile only (as servefleet-build, in
     a network namespace of its own) and the copy lab3 serves from holds no such file."""
     store = tmp_path / "store"
@@ -177,8 +178,12 @@ def test_a_cache_a_hostile_server_wrote_never_reaches_another_host(
     cold(lab, HOSTS)
     assert run(lab, *fleet(store, *CHANGE)).returncode == 0  # every host warm, from lab1's build
     poison = "x-planted-by-the-serve-user.bin"
-    on_host(lab, "lab1", f"d=$(ls -d {CACHE}/rbln/*/* | head -1); "
-            f"runuser -u servefleet -- sh -c \"echo payload > $d/rank0/{poison}\"")  # fmt: skip
+    # the sealed cache is root's (#36): the serve user cannot write into it; it can write beside
+    # it, in its own tree
+    plant = 'd=$(ls -d {CACHE}/rbln/*/* | head -1); runuser -u servefleet -- sh -c "echo payload > {at}"'
+    refused = on_host(lab, "lab1", plant.format(CACHE=CACHE, at=f"$d/rank0/{poison}"), check=False)
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
+    on_host(lab, "lab1", plant.format(CACHE=CACHE, at=f"$d/../{poison}"))
     shutil.rmtree(store)
     on_host(lab, "lab3", "systemctl stop 'servefleet-vllm-*.service'")
     cold(lab, ["lab3"])
