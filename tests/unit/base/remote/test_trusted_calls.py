@@ -2,9 +2,10 @@
 the host programs that use them): the directories ``open_below`` makes for an owner (0755 under
 any umask, each chowned without following a link put in its place), root's links followed up to
 the kernel's limit and no others, ``root_dir``'s mode and its descriptor 0, ``remove_in`` of
-every kind of entry (best effort), ``names``, the digest of a file over one read, ``is_file``,
-``read``'s limit and ``write``'s temporary file. A scratch working directory: a call that lost
-its ``dir_fd`` acts there, not in the repository."""
+every kind of entry (best effort), ``names``, the digest of a file over several reads,
+``is_file``, ``read``'s limit, ``write``'s temporary file (a left one replaced, a link at its
+name never written through, never more open than its mode). A scratch working directory: a
+call that lost its ``dir_fd`` acts there, not in the repository."""
 
 from __future__ import annotations
 
@@ -141,6 +142,9 @@ def test_roots_own_directory_on_descriptor_0(tmp_path: Path) -> None:
     """A host program run with stdin closed gets descriptor 0 for the directory: still root's."""
     (tmp_path / "own").mkdir(mode=0o755)
     with opened(tmp_path) as parent:
+        own = trusted.root_dir(parent, "own")  # here as well: a campaign sees the call
+        assert own is not None
+        os.close(own)
         pid = os.fork()
         if pid == 0:  # the child closes its stdin
             try:
@@ -276,3 +280,21 @@ def test_write_never_writes_through_a_link_at_its_temporary_name(
             with pytest.raises(FileExistsError):
                 trusted.write(fd, "m", "text")
     assert sentinel.read_text() == "root's\n" and not (tmp_path / "m").exists()
+
+
+def test_the_temporary_file_is_never_more_open_than_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created with the mode (not the umask's 0777 first, fixed later): under umask 0 another
+    user could open it for writing before the fchmod."""
+    seen: list[int] = []
+    real_fchmod = os.fchmod
+
+    def record(fd: int, mode: int) -> None:
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        real_fchmod(fd, mode)
+
+    with umask(0), opened(tmp_path) as fd, monkeypatch.context() as m:
+        m.setattr(os, "fchmod", record)
+        trusted.write(fd, "m", "text")
+    assert seen == [0o644] and owner_and_mode(tmp_path / "m") == (0, 0, 0o644)
