@@ -17,7 +17,7 @@ Needs root; leaves the lab down. Prints a Markdown table (docs/benchmarks.md).
 (:func:`servefleet.fleet.analysis.stats.alarm_rate`: lognormal TTFTs and gaps, 40 requests a
 side, 64 tokens, the default thresholds), equal and 10/20/30 % slower.
 
-    .venv/bin/python bench/bench_analysis.py [--runs 20] [--requests 24]
+    .venv/bin/python bench/bench_analysis.py [--runs 20] [--slow-runs N] [--requests 24]
     .venv/bin/python bench/bench_analysis.py --synthetic [--trials 1000]
 """
 
@@ -96,6 +96,9 @@ def synthetic(trials: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="trials of each condition")
+    parser.add_argument(
+        "--slow-runs", type=int, default=None, help="trials of each slower one (default: --runs)"
+    )
     parser.add_argument("--requests", type=int, default=24, help="the probe's requests a side")
     parser.add_argument("--synthetic", action="store_true", help="the rule alone, no lab")
     parser.add_argument("--trials", type=int, default=1000, help="--synthetic: trials of each")
@@ -118,16 +121,18 @@ def main() -> int:
         with_analysis = [t for halted, t, _ in equal if not halted]
         probe = [p for _, _, p in equal if p]
         added = statistics.median(with_analysis) - statistics.median(plain) if with_analysis else 0
-        rows.append(("equal (false alarms)", sum(h for h, _, _ in equal)))
+        rows.append(("equal (false alarms)", sum(h for h, _, _ in equal), len(equal)))
         for factor in (1.1, 1.2, 1.3):
-            slow = [trial(args.requests, factor) for _ in range(args.runs)]
-            rows.append((f"{factor - 1:.0%} slower (detected)", sum(h for h, _, _ in slow)))
+            slow = [trial(args.requests, factor) for _ in range(args.slow_runs or args.runs)]
+            rows.append(
+                (f"{factor - 1:.0%} slower (detected)", sum(h for h, _, _ in slow), len(slow))
+            )
     finally:
         lab("down")
-    print(f"| the canary's change | halted of {args.runs} |")
-    print("|---|---|")
-    for what, n in rows:
-        print(f"| {what} | {n} |")
+    print("| the canary's change | halted | of |")
+    print("|---|---|---|")
+    for what, n, of in rows:
+        print(f"| {what} | {n} | {of} |")
     print()
     print(f"rollout without --analysis: median {statistics.median(plain):.1f} s of {len(plain)}; "
           f"with: {statistics.median(with_analysis) if with_analysis else 0:.1f} s "
