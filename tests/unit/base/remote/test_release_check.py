@@ -163,7 +163,10 @@ def test_a_server_started_before_its_release_was_installed_again(tmp_path: Path)
     assert started is not None and abs(started - time.time()) < 3600 * 24 * 365
     os.utime(marker, (started - 60, started - 60))  # installed before this process started
     assert not release_check.older_than_release(me, unit, marker.name)
-    os.utime(marker, (time.time(), time.time()))  # installed again since: it runs old files
+    # within the second's slack (/proc's start time is in clock ticks, btime whole seconds)
+    os.utime(marker, (started + 0.5, started + 0.5))
+    assert not release_check.older_than_release(me, unit, marker.name)
+    os.utime(marker, (started + 5, started + 5))  # installed again since: it runs old files
     assert release_check.older_than_release(me, unit, marker.name)
     assert not release_check.older_than_release(0, unit, marker.name)  # no process
     assert not release_check.older_than_release(me, "[Service]\n", marker.name)  # no release
