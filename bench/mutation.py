@@ -1,16 +1,22 @@
 """Mutation campaign (not a test, not in CI; issue #37): mutmut over servefleet's core modules,
-the unit suite as the test command, the kill rate per module.
+the unit tests as the test command, the kill rate per module.
 
-mutmut is installed into a venv of its own, ``~/.cache/servefleet/mutation-venv`` (mutmut plus
-the versions the project's ``.venv`` holds, never the project's dependencies), and runs on a copy
-of a commit's tree (``~/.cache/servefleet/mutation-work``, HEAD by default: not the working
-tree, which others may be editing; the copy's ``setup.cfg`` holds mutmut's configuration).
-mutmut runs, for each mutant, only the unit tests that call the mutated function (it records
-them once, unmutated), forked from one process.
+mutmut 3.8.1 is a dev extra (pyproject.toml): the project's ``.venv`` holds it. Two ways:
+
+- the whole unit suite, on a copy of a commit's tree (``~/.cache/servefleet/mutation-work``,
+  HEAD by default: not the working tree, which others may be editing; the copy's ``setup.cfg``
+  holds mutmut's configuration). mutmut runs, for each mutant, only the unit tests that call
+  the mutated function (it records them once, unmutated), forked from one process.
+- ``--mirror``: each module with its mirror unit tests only (``tests/unit/<package>/
+  test_<module>*.py``; the whole ``tests/unit/<package>/`` when no file has the module's name,
+  or ``--tests``), one mutmut run per module, in a git worktree of ``--rev`` that it makes and
+  removes (or one given with ``--worktree``, kept). Each module's counts, survivors and their
+  diffs go to ``--out`` (``results.txt``, ``survivors.diff``: apply one with ``git apply``).
 
     .venv/bin/python bench/mutation.py [--modules rollout,systemd,...] [--max-children 2]
     .venv/bin/python bench/mutation.py --report        # the table of the last run, as JSON
     .venv/bin/python bench/mutation.py --survivors rollout   # each survivor's diff
+    nice -n 19 .venv/bin/python bench/mutation.py --mirror --modules rbln.resolve,checks
 
 The host programs (``remote/*.py``) are imported by the unit tests as top-level modules
 (``import trusted``, next to each other as on a host); the copy's root ``conftest.py`` maps each
@@ -28,14 +34,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path.home() / ".cache" / "servefleet"
-VENV = CACHE / "mutation-venv"
 WORK = CACHE / "mutation-work"
-MUTMUT = "mutmut==3.8.1"
+PYTHON = REPO / ".venv" / "bin" / "python"
+MUTMUT = str(REPO / ".venv" / "bin" / "mutmut")  # 3.8.1, the dev extra
 
 # the core of issue #37, by module key (what --modules takes) -> path under src/servefleet
 CORE = {
@@ -63,6 +70,7 @@ CORE = {
     "preflight": "base/remote/preflight.py",
     "download": "base/download.py",
     "fetch_model": "base/remote/fetch_model.py",
+    "http_client": "base/remote/http_client.py",
     "rollout": "fleet/rollout.py",
     "hostplan": "hostplan/plan.py",
 }
@@ -102,7 +110,21 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass  # already run, as servefleet.base.remote.<name>
 
 
-sys.meta_path.insert(0, _Alias())
+_ALIAS = _Alias()
+sys.meta_path.insert(0, _ALIAS)
+_from_file = importlib.util.spec_from_file_location
+
+
+def _spec_from_file(name, location=None, *args, **kw):
+    """A test that loads a host program by its path under a private name (``load(HEALTH,
+    "servefleet_remote_health")``) gets its ``servefleet.base.remote`` module too."""
+    path = Path(location) if location else None
+    if path is not None and path.parent.resolve() == _REMOTE.resolve() and path.stem in _NAMES:
+        return importlib.util.spec_from_loader(path.stem, _ALIAS)
+    return _from_file(name, location, *args, **kw)
+
+
+importlib.util.spec_from_file_location = _spec_from_file
 '''
 
 
@@ -118,49 +140,57 @@ if os.environ.get("MUTANT_UNDER_TEST") == "stats":
 """
 
 
+# ``mutmut show`` of many mutants in one process (one each takes a second to start)
+SHOW = """\
+import sys
+from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+
+for name in sys.argv[1:]:
+    print(f"# {name}: survived")
+    print(get_diff_for_mutant(name, path=find_mutant(name).path))
+"""
+
+
 def _run(cmd: list[str], **kw: object) -> None:
     print("+", " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True, **kw)  # type: ignore[call-overload]
 
 
-def ensure_venv() -> Path:
+def write_config(root: Path, modules: list[str], tests: list[str], deselect: list[str]) -> None:
     """
-    Create the campaign's venv (mutmut and the project's ``.venv`` versions), once.
+    Write mutmut's configuration (``setup.cfg``) and the host programs' ``conftest.py`` in ``root``.
 
-    + returns: the venv's python
+    + root: a copy or worktree of the project
+    + modules: keys of ``CORE`` to mutate
+    + tests: the test command's files or directories
+    + deselect: more unit tests to leave out (``--deselect``), besides ``DESELECT``
     """
-    python = VENV / "bin" / "python"
-    stamp = VENV / ".servefleet-reqs"
-    uv = str(REPO / ".venv" / "bin" / "uv")
-    freeze = subprocess.run([uv, "pip", "freeze", "-p", str(REPO / ".venv" / "bin" / "python")],
-                            check=True, capture_output=True, text=True).stdout  # fmt: skip
-    reqs = (
-        "".join(
-            line + "\n"
-            for line in freeze.splitlines()
-            if line and not line.startswith("-e") and not line.lower().startswith("servefleet")
-        )
-        + MUTMUT
-        + "\n"
+    (root / "conftest.py").write_text(SHIM)
+    only = "\n    ".join(f"src/servefleet/{CORE[m]}" for m in modules)
+    # mutmut copies src/ and tests/; the tests read the rest (README, docs/, deploys/, ...)
+    skip = ("src", "tests", "bench", "mutants", "setup.cfg", ".git", "shared")
+    also = "\n    ".join(sorted(p.name for p in root.iterdir() if p.name not in skip))
+    left_out = "".join(f"\n    --deselect\n    {t}" for t in [*DESELECT, *deselect])
+    (root / "setup.cfg").write_text(
+        "[mutmut]\n"
+        "source_paths = src\n"
+        f"only_mutate =\n    {only}\n"
+        f"also_copy =\n    {also}\n"
+        "pytest_add_cli_args_test_selection =\n    " + "\n    ".join(tests) + "\n"
+        "pytest_add_cli_args =\n    -n\n    0\n    -p\n    no:cacheprovider\n"
+        f"    -o\n    addopts=\n    -q{left_out}\n"
+        "timeout_multiplier = 5.0\n"
+        "timeout_constant = 20.0\n"
+        "use_git_change_detection = false\n"
     )
-    if python.exists() and stamp.exists() and stamp.read_text() == reqs:
-        return python
-    if not python.exists():
-        _run([uv, "venv", "-q", "-p", str(REPO / ".venv" / "bin" / "python"), str(VENV)])
-    req_file = VENV / "requirements.txt"
-    req_file.write_text(reqs)
-    _run([uv, "pip", "install", "-q", "-p", str(python), "-r", str(req_file)])
-    stamp.write_text(reqs)
-    return python
 
 
-def copy_tree(modules: list[str], max_children: int, deselect: list[str], rev: str) -> None:
+def copy_tree(modules: list[str], deselect: list[str], rev: str) -> None:
     """
     Copy the commit ``rev``'s tree into ``WORK`` (a commit, not the working tree others are
     editing: its unit suite must pass as it is) and write mutmut's configuration there.
 
     + modules: keys of ``CORE`` to mutate
-    + max_children: not used here (mutmut's option), kept for the record in ``setup.cfg``
     + deselect: more unit tests to leave out (``--deselect``), besides ``DESELECT``
     + rev: the commit to copy
     """
@@ -178,105 +208,67 @@ def copy_tree(modules: list[str], max_children: int, deselect: list[str], rev: s
                              capture_output=True).stdout  # fmt: skip
     subprocess.run(["tar", "-x", "-C", str(WORK)], input=archive, check=True)
     shutil.rmtree(WORK / "bench", ignore_errors=True)
-    (WORK / "conftest.py").write_text(SHIM)
-    only = "\n    ".join(f"src/servefleet/{CORE[m]}" for m in modules)
-    # mutmut copies src/ and tests/; the tests read the rest (README, docs/, deploys/, ...)
-    also = "\n    ".join(sorted(p.name for p in WORK.iterdir() if p.name not in ("src", "tests")))
-    left_out = "".join(f"\n    --deselect\n    {t}" for t in [*DESELECT, *deselect])
-    (WORK / "setup.cfg").write_text(
-        "[mutmut]\n"
-        "source_paths = src\n"
-        f"only_mutate =\n    {only}\n"
-        f"also_copy =\n    {also}\n"
-        "pytest_add_cli_args_test_selection =\n    tests/unit\n"
-        "pytest_add_cli_args =\n    -n\n    0\n    -p\n    no:cacheprovider\n"
-        f"    -o\n    addopts=\n    -q{left_out}\n"
-        "timeout_multiplier = 5.0\n"
-        "timeout_constant = 20.0\n"
-        "use_git_change_detection = false\n"
-        "debug = true\n"
-        f"# max_children = {max_children}\n"
-    )
+    write_config(WORK, modules, ["tests/unit"], deselect)
 
 
-def _env() -> dict[str, str]:
+def _env(src: Path) -> dict[str, str]:
     env = dict(os.environ)
-    site = next((VENV / "lib").glob("python3*/site-packages"))
     # host programs run as ``python3 -c`` import mutmut's trampolines from the mutated source,
-    # and a test's ``python -m servefleet`` runs the mutated tree (the mutant active there too)
+    # and a test's ``python -m servefleet`` runs the mutated tree (the mutant active there too);
+    # first on the path, before the .venv's editable install of /work/main/src
     shim = CACHE / "mutation-shim"
     shim.mkdir(parents=True, exist_ok=True)
     (shim / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env["PYTHONPATH"] = f"{shim}:{WORK / 'mutants' / 'src'}:{site}"
+    env["PYTHONPATH"] = f"{shim}:{src}"
     env.pop("VIRTUAL_ENV", None)
     return env
 
 
-def install_metadata(python: Path) -> None:
-    """
-    Install servefleet's metadata (its version, its entry points) from the copy into the
-    campaign venv, without its code: the code imported is the copy's (mutated) tree.
-
-    + python: the campaign venv's python
-    """
-    site = Path(_env()["PYTHONPATH"].split(":")[2])
-    uv = str(REPO / ".venv" / "bin" / "uv")
-    _run([uv, "pip", "install", "-q", "--no-deps", "--reinstall-package", "servefleet", "-p",
-          str(python), str(WORK)])  # fmt: skip
-    shutil.rmtree(site / "servefleet")
-    shutil.rmtree(WORK / "build", ignore_errors=True)
-
-
-def red_tests(python: Path, workers: int) -> list[str]:
+def red_tests(workers: int) -> list[str]:
     """
     The unit tests that fail on the copy unmutated (a commit of a tree others are editing may
     hold one): they can kill no mutant, and mutmut wants a green suite, so they are left out.
 
-    + python: the campaign venv's python
     + workers: pytest-xdist workers
     + returns: their node ids
     """
-    src = WORK / "src"
-    shim, _, site = _env()["PYTHONPATH"].split(":")
-    env = {**_env(), "PYTHONPATH": f"{shim}:{src}:{site}"}
     print(f"the unit suite, unmutated, on {WORK} ...", file=sys.stderr)
-    proc = subprocess.run([str(python), "-m", "pytest", "tests/unit", "-q", "-rfE", "-n",
+    proc = subprocess.run([str(PYTHON), "-m", "pytest", "tests/unit", "-q", "-rfE", "-n",
                            str(workers), "-p", "no:cacheprovider", "-o", "addopts=",
                            *[a for t in DESELECT for a in ("--deselect", t)]],
-                          cwd=WORK, env=env, capture_output=True, text=True)  # fmt: skip
+                          cwd=WORK, env=_env(WORK / "src"), capture_output=True, text=True)  # fmt: skip
     red = sorted({m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)})
     print(f"unmutated: {len(red)} red unit test(s), left out: {red}", file=sys.stderr)
     (WORK / "red-tests.json").write_text(json.dumps(red))
     return red
 
 
-def campaign(python: Path, max_children: int) -> int:
+def campaign(root: Path, max_children: int) -> int:
     """
-    Run ``mutmut run`` in ``WORK``.
+    Run ``mutmut run`` in ``root``.
 
-    + python: the campaign venv's python
+    + root: the copy or worktree holding ``setup.cfg``
     + max_children: mutants tested at once
     + returns: mutmut's exit status
     """
-    env = _env()
     # mutmut 3.8.1 puts mutants/src on the path only when it is there as it starts
-    (WORK / "mutants" / "src").mkdir(parents=True, exist_ok=True)
+    (root / "mutants" / "src").mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    mutmut = str(VENV / "bin" / "mutmut")
-    code = subprocess.run([mutmut, "run", "--max-children", str(max_children)], cwd=WORK,
-                          env=env).returncode  # fmt: skip
+    code = subprocess.run([MUTMUT, "run", "--max-children", str(max_children)], cwd=root,
+                          env=_env(root / "mutants" / "src")).returncode  # fmt: skip
     print(f"mutmut run: exit {code} in {time.monotonic() - start:.0f} s", file=sys.stderr)
     return code
 
 
-def results() -> dict[str, dict[str, int]]:
+def results(root: Path = WORK) -> dict[str, dict[str, int]]:
     """
     The last run's counts, per module: every status mutmut gives (killed, survived, no tests,
     timeout, suspicious, ...) and the total.
 
+    + root: where mutmut ran
     + returns: module path -> status -> count
     """
-    out = subprocess.run([str(VENV / "bin" / "mutmut"), "results", "--all", "true"], cwd=WORK,
+    out = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=root,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     table: dict[str, dict[str, int]] = {}
     for line in out.splitlines():
@@ -290,16 +282,17 @@ def results() -> dict[str, dict[str, int]]:
     return table
 
 
-def survivors(module: str) -> list[str]:
+def survivors(module: str, root: Path = WORK) -> list[str]:
     """
     The names of ``module``'s surviving mutants (``servefleet.fleet.rollout`` or a ``CORE`` key).
 
     + module: the dotted module or a key of ``CORE``
+    + root: where mutmut ran
     + returns: mutant names
     """
     if module in CORE:
         module = "servefleet." + CORE[module][: -len(".py")].replace("/", ".")
-    out = subprocess.run([str(VENV / "bin" / "mutmut"), "results"], cwd=WORK,
+    out = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=root,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     names = []
     for line in out.splitlines():
@@ -307,6 +300,60 @@ def survivors(module: str) -> list[str]:
         if name.startswith(module + ".") and status == "survived":
             names.append(name)
     return names
+
+
+def mirror_tests(module: str, root: Path) -> list[str]:
+    """
+    A module's mirror unit tests: ``tests/unit/<package>/test_<module>*.py``, or the package's
+    whole ``tests/unit/<package>/`` when no file has the module's name.
+
+    + module: a key of ``CORE``
+    + root: the worktree
+    + returns: paths relative to it
+    """
+    package, _, name = CORE[module].rpartition("/")
+    found = sorted((root / "tests" / "unit" / package).glob(f"test_{name[: -len('.py')]}*.py"))
+    return [str(f.relative_to(root)) for f in found] or [f"tests/unit/{package}"]
+
+
+def mirror(modules: list[str], tests: list[str], args: argparse.Namespace) -> int:
+    """
+    Run mutmut on each module with its mirror tests (or ``tests``), one run per module, in a
+    worktree of ``args.rev`` (made here and removed, unless ``args.worktree`` names one).
+
+    + modules: keys of ``CORE``
+    + tests: the test command's files instead of the mirror tests, if any
+    + args: the command line (``rev``, ``worktree``, ``out``, ``max_children``, ``deselect``)
+    + returns: 0, or the first failing mutmut run's exit status
+    """
+    made = not args.worktree
+    root = Path(args.worktree or tempfile.mkdtemp(prefix="servefleet-mutation-")).resolve()
+    if made:
+        _run(["git", "worktree", "add", "--detach", str(root), args.rev], cwd=REPO)
+    # the tests read the reference copies beside the repository (``../shared``) when present,
+    # beside ``mutants/`` there
+    beside, link = REPO.parent / "shared", root / "shared"
+    if beside.is_dir() and not link.exists():
+        link.symlink_to(beside)
+    code = 0
+    try:
+        for module in modules:
+            shutil.rmtree(root / "mutants", ignore_errors=True)
+            write_config(root, [module], tests or mirror_tests(module, root), args.deselect)
+            code = campaign(root, args.max_children) or code
+            out = Path(args.out) / module
+            out.mkdir(parents=True, exist_ok=True)
+            listing = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=root,
+                                     capture_output=True, text=True).stdout  # fmt: skip
+            (out / "results.txt").write_text(listing)
+            with open(out / "survivors.diff", "w") as diff:
+                names = survivors(module, root)
+                subprocess.run([str(PYTHON), "-c", SHOW, *names], cwd=root, stdout=diff, check=True)
+            print(json.dumps({module: results(root)}, sort_keys=True))
+    finally:
+        if made:
+            _run(["git", "worktree", "remove", "--force", str(root)], cwd=REPO)
+    return code
 
 
 def main() -> int:
@@ -321,26 +368,35 @@ def main() -> int:
     parser.add_argument("--rev", default="HEAD", help="the commit to mutate (default HEAD)")
     parser.add_argument("--keep", action="store_true",
                         help="reuse the copy and mutmut's results (resume a run)")  # fmt: skip
+    parser.add_argument("--mirror", action="store_true",
+                        help="each module with its mirror unit tests, in a worktree")  # fmt: skip
+    parser.add_argument("--tests", action="append", default=[], metavar="PATH",
+                        help="with --mirror: a test file to run instead of the mirror tests")  # fmt: skip
+    parser.add_argument(
+        "--worktree", help="with --mirror: a worktree to use (kept) instead of a new one"
+    )
+    parser.add_argument("--out", default=str(CACHE / "mutation-mirror"),
+                        help="with --mirror: where each module's results and survivors go")  # fmt: skip
     args = parser.parse_args()
     if args.report:
         print(json.dumps(results(), indent=1, sort_keys=True))
         return 0
     if args.survivors:
         for name in survivors(args.survivors):
-            subprocess.run([str(VENV / "bin" / "mutmut"), "show", name], cwd=WORK, check=True)
+            subprocess.run([MUTMUT, "show", name], cwd=WORK, check=True)
         return 0
     modules = [m for m in args.modules.split(",") if m]
     unknown = [m for m in modules if m not in CORE]
     if unknown:
         parser.error(f"unknown module {unknown[0]!r}; allowed: {', '.join(CORE)}")
-    python = ensure_venv()
+    if args.mirror:
+        return mirror(modules, args.tests, args)
     if not args.keep:
         shutil.rmtree(WORK / "mutants", ignore_errors=True)
-        copy_tree(modules, args.max_children, args.deselect, args.rev)
-        install_metadata(python)
-        red = red_tests(python, args.max_children)
-        copy_tree(modules, args.max_children, [*args.deselect, *red], args.rev)
-    code = campaign(python, args.max_children)
+        copy_tree(modules, args.deselect, args.rev)
+        red = red_tests(args.max_children)
+        copy_tree(modules, [*args.deselect, *red], args.rev)
+    code = campaign(WORK, args.max_children)
     print(json.dumps(results(), indent=1, sort_keys=True))
     return code
 
