@@ -131,6 +131,8 @@ def converge(desired_file: Path) -> int:
         state_files.clean_up(state_dir)
         if desired.get("cache_root"):
             warm_state.sweep(desired["cache_root"])  # what a killed cache drop left
+            fps = [str(i.get("fingerprint") or "") for i in desired["instances"]]
+            warm_state.seal_warm(desired["cache_root"], fps)  # one sealed before #36
         return 0
     except systemd_units.Failed as failure:
         report(failure)

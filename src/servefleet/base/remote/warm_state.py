@@ -206,9 +206,22 @@ def _seal(top: int, serve: int, group: int) -> None:
 
 
 def _own(fd: int, serve: int, group: int, mode: int) -> None:
-    if os.fstat(fd).st_uid in (serve, 0):
+    st = os.fstat(fd)
+    if st.st_uid in (serve, 0) and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (
+        0, group, mode
+    ):  # fmt: skip
         os.fchown(fd, 0, group)
         os.fchmod(fd, mode)
+
+
+def seal_warm(cache_root: str, fingerprints: list[str]) -> None:
+    """The warm caches of ``fingerprints`` made root's (:func:`seal_tree`) where they are not
+    yet: a cache sealed before seals made it root's is at the next converge (idempotent: one
+    walk of its few files, nothing changed when it is root's already)."""
+    for fp in sorted(set(fingerprints) - {"-", ""}):
+        record = warm_record({"cache_root": cache_root}, fp)
+        if record is not None:
+            seal_tree(cache_root, [str(d) for d in record.get("dirs") or []])
 
 
 def drop(cache_root: str, fingerprint: str, unit: str) -> None:

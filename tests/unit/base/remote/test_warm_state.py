@@ -151,3 +151,25 @@ def test_a_sweep_never_takes_the_serve_users_look_alike(cache: Path) -> None:
     assert as_nobody(cache, f"os.symlink({str(victim)!r}, {layout.DROPPED!r})") == 0
     warm_state.sweep(str(cache))
     assert (victim / "keep").read_text() == "root's\n"
+
+
+def test_a_cache_sealed_before_seals_were_roots_is_made_roots_at_the_converge(
+    cache: Path, monkeypatch: Any
+) -> None:
+    """A warm marker written while the cache stayed the serve user's (before #36): the
+    converge's ``seal_warm`` makes it root's, once; the seal still matches."""
+    state = {"cache_root": str(cache)}
+    with monkeypatch.context() as before:
+        before.setattr(warm_state, "seal_tree", lambda cache_root, dirs: None)
+        warm_state.mark_warm(state, FP, ["rbln/m/s"])
+    bundle = cache / "rbln/m/s/rank0/mega_cache.bin"
+    assert bundle.stat().st_uid == NOBODY.pw_uid
+    warm_state.seal_warm(str(cache), [FP, "-", "ef" * 32])  # "-" compiles nothing; one not warm
+    st = bundle.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, NOBODY.pw_gid, 0o640)
+    changed = st.st_ctime_ns
+    warm_state.seal_warm(str(cache), [FP])  # root's already: nothing changed
+    assert bundle.stat().st_ctime_ns == changed
+    record = content_check.cache_record(str(cache), FP)
+    assert record is not None
+    assert content_check.verify_cache(str(cache), record)["differ"] == []
