@@ -146,6 +146,7 @@ def plan_host(
             and on_host.get("running") == sha
             and on_host.get("key_current") is not False  # it runs with the key file's key
             and not on_host.get("older_than_release")  # started before its release's install
+            and not on_host.get("after_good")  # a group's rank a killed run left ungated
             and not reinstalled  # its release installs (again) first: then it restarts onto it
         )
         serves = HEADLESS not in argv

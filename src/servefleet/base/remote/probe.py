@@ -247,6 +247,7 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
             "older_than_release": release_check.older_than_release(
                 pid, text.decode("utf-8", "replace") if text else None, layout.RELEASE_MARKER
             ),
+            "started": release_check.process_started(pid) if pid else None,
         }
         if texts:
             found[u]["text"] = text.decode("utf-8", "replace") if text is not None else None
@@ -399,6 +400,14 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
                                          out["current"], bool(a.get("verify")))  # fmt: skip
     good_state(out, root)
     out["units"] = units(texts=bool(a.get("files")))  # the plan's probe: their texts too
+    good_at = release_check.mtime(os.path.join(root, layout.STATE, layout.GOOD))
+    for found in out["units"].values():
+        # a serving group's rank (Restart=no) started since the good state was recorded: a run
+        # restarted it and died before its gate; it has never passed one
+        started = found.pop("started", None)
+        found["after_good"] = bool(
+            found.get("group") and started and good_at and started > good_at + 1
+        )
     out["router"] = router((a.get("router") or {}).get("url"))
     out["warm"] = warm_markers(cache_root)
     out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")

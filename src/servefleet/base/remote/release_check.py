@@ -318,6 +318,14 @@ def process_started(pid: int) -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def mtime(path: str) -> float | None:
+    """When ``path`` was last written (None: it is not there)."""
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return None
+
+
 def older_than_release(pid: int, unit_text: str | None, marker: str) -> bool:
     """The unit's main process started before its release was (re)installed (the marker is
     written last): it runs files that are no longer there, and must restart onto them."""
