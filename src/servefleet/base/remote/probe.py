@@ -383,6 +383,13 @@ def addresses() -> dict[str, list[str]]:
     }  # fmt: skip
 
 
+def after_good(started: float | None, found: dict[str, Any], good_at: float | None) -> bool:
+    """Whether a serving group's rank (``Restart=no``) started more than a second after the
+    good state was recorded: a run restarted it and died before its gate, so it has never passed
+    one. A single-host instance is never flagged (systemd restarts it after a crash)."""
+    return bool(found.get("group") and started and good_at and started > good_at + 1)
+
+
 def probe(a: dict[str, Any]) -> dict[str, Any]:
     # read first: the controller writes the key as the probe starts
     key = bytes.fromhex(sys.stdin.readline().strip()) if a.get("keyed") else None
@@ -402,12 +409,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     out["units"] = units(texts=bool(a.get("files")))  # the plan's probe: their texts too
     good_at = release_check.mtime(os.path.join(root, layout.STATE, layout.GOOD))
     for found in out["units"].values():
-        # a serving group's rank (Restart=no) started since the good state was recorded: a run
-        # restarted it and died before its gate; it has never passed one
-        started = found.pop("started", None)
-        found["after_good"] = bool(
-            found.get("group") and started and good_at and started > good_at + 1
-        )
+        found["after_good"] = after_good(found.pop("started", None), found, good_at)
     out["router"] = router((a.get("router") or {}).get("url"))
     out["warm"] = warm_markers(cache_root)
     out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")
