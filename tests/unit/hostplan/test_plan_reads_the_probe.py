@@ -94,3 +94,12 @@ def test_a_router_file_without_a_router_in_the_data_is_stale() -> None:
     assert stale.router is None and stale.router_stale
     assert not plan_host(settings(), converged_probe(router={})).router_stale
     assert not plan_host(settings(), converged_probe(router=None)).router_stale
+
+
+def test_the_serve_users_account_and_a_probe_without_releases() -> None:
+    user = {"uid": 998, "shell": "/usr/sbin/nologin"}
+    assert plan_host(settings(), converged_probe(user=user)).account == user
+    bare = converged_probe()
+    del bare["releases"]
+    plan = plan_host(settings(), bare)
+    assert not plan.release_complete and not plan.converged  # its release installs first

@@ -26,6 +26,7 @@ from servefleet.hostplan.plan import plan_host, wheelhouse_copies
         ("0.1.0", "0.1.0"),
         ("1.2.3rc1+local_build.4!x-y", "1.2.3rc1+local_build.4!x-y"),  # every allowed character
         ("v" * 64, "v" * 64),
+        ("0.2.0RC1.Dev", "0.2.0RC1.Dev"),  # capitals
         ("v" * 65, None),  # longer than a version
         ("", None),
         ("0.1.0 and more", None),
