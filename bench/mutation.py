@@ -17,6 +17,9 @@ mutmut 3.8.1 is a dev extra (pyproject.toml): the project's ``.venv`` holds it. 
     .venv/bin/python bench/mutation.py --report        # the table of the last run, as JSON
     .venv/bin/python bench/mutation.py --survivors rollout   # each survivor's diff
     nice -n 19 .venv/bin/python bench/mutation.py --mirror --modules rbln.resolve,checks
+    # then only those survivors again, with more of the unit suite as the test command
+    .venv/bin/python bench/mutation.py --mirror --modules hostplan --rerun OUT --out OUT2 \
+        --tests tests/unit/hostplan --tests tests/unit/kinds/vllm/test_platform_gpu.py
 
 The host programs (``remote/*.py``) are imported by the unit tests as top-level modules
 (``import trusted``, next to each other as on a host); the copy's root ``conftest.py`` maps each
@@ -243,19 +246,20 @@ def red_tests(workers: int) -> list[str]:
     return red
 
 
-def campaign(root: Path, max_children: int) -> int:
+def campaign(root: Path, max_children: int, names: list[str] | None = None) -> int:
     """
     Run ``mutmut run`` in ``root``.
 
     + root: the copy or worktree holding ``setup.cfg``
     + max_children: mutants tested at once
+    + names: only these mutants (a rerun of an earlier run's survivors), else every one
     + returns: mutmut's exit status
     """
     # mutmut 3.8.1 puts mutants/src on the path only when it is there as it starts
     (root / "mutants" / "src").mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    code = subprocess.run([MUTMUT, "run", "--max-children", str(max_children)], cwd=root,
-                          env=_env(root / "mutants" / "src")).returncode  # fmt: skip
+    code = subprocess.run([MUTMUT, "run", "--max-children", str(max_children), *(names or [])],
+                          cwd=root, env=_env(root / "mutants" / "src")).returncode  # fmt: skip
     print(f"mutmut run: exit {code} in {time.monotonic() - start:.0f} s", file=sys.stderr)
     return code
 
@@ -302,6 +306,16 @@ def survivors(module: str, root: Path = WORK) -> list[str]:
     return names
 
 
+def survivors_listed(results_txt: Path) -> list[str]:
+    """
+    The surviving mutants an earlier run's ``results.txt`` (``mutmut results --all true``) names.
+
+    + results_txt: the file
+    + returns: mutant names
+    """
+    return re.findall(r"^\s*(\S+): survived$", results_txt.read_text(), re.M)
+
+
 def mirror_tests(module: str, root: Path) -> list[str]:
     """
     A module's mirror unit tests: ``tests/unit/<package>/test_<module>*.py``, or the package's
@@ -340,15 +354,18 @@ def mirror(modules: list[str], tests: list[str], args: argparse.Namespace) -> in
         for module in modules:
             shutil.rmtree(root / "mutants", ignore_errors=True)
             write_config(root, [module], tests or mirror_tests(module, root), args.deselect)
-            code = campaign(root, args.max_children) or code
+            names = None
+            if args.rerun:  # an earlier run's survivors of this module, from its results.txt
+                names = survivors_listed(Path(args.rerun) / module / "results.txt")
+            code = campaign(root, args.max_children, names) or code
             out = Path(args.out) / module
             out.mkdir(parents=True, exist_ok=True)
             listing = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=root,
                                      capture_output=True, text=True).stdout  # fmt: skip
             (out / "results.txt").write_text(listing)
             with open(out / "survivors.diff", "w") as diff:
-                names = survivors(module, root)
-                subprocess.run([str(PYTHON), "-c", SHOW, *names], cwd=root, stdout=diff, check=True)
+                left = survivors(module, root)
+                subprocess.run([str(PYTHON), "-c", SHOW, *left], cwd=root, stdout=diff, check=True)
             print(json.dumps({module: results(root)}, sort_keys=True))
     finally:
         if made:
@@ -375,6 +392,9 @@ def main() -> int:
     parser.add_argument(
         "--worktree", help="with --mirror: a worktree to use (kept) instead of a new one"
     )
+    parser.add_argument("--rerun", metavar="OUT",
+                        help="with --mirror: run only the survivors of an earlier --out (with "
+                        "a wider --tests: what the rest of the unit suite kills)")  # fmt: skip
     parser.add_argument("--out", default=str(CACHE / "mutation-mirror"),
                         help="with --mirror: where each module's results and survivors go")  # fmt: skip
     args = parser.parse_args()
