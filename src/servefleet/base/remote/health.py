@@ -169,8 +169,8 @@ def _unmapped(addr: Address) -> Address:
 
 
 def _addresses(host: str) -> set[Address]:
-    try:
-        return {_unmapped(ipaddress.ip_address(host))}
+    try:  # a link-local literal's scope (fe80::1%eth0): /proc's addresses carry none
+        return {_unmapped(ipaddress.ip_address(host.split("%")[0]))}
     except ValueError:
         pass
     try:

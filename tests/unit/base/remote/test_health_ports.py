@@ -59,6 +59,7 @@ def test_a_hosts_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     assert health._addresses("10.0.0.1") == {IP("10.0.0.1")}  # a literal: no resolver asked
     assert health._addresses("::ffff:10.0.0.1") == {IP("10.0.0.1")}
+    assert health._addresses("fe80::1%eth0") == {IP("fe80::1")}  # as /proc lists it: no scope
     assert seen == []
     assert health._addresses("gpu1") == {IP("fe80::1"), IP("10.0.0.2"), IP("10.0.0.3")}
     assert health._addresses("nowhere") == set()
