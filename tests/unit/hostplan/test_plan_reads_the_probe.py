@@ -103,3 +103,14 @@ def test_the_serve_users_account_and_a_probe_without_releases() -> None:
     del bare["releases"]
     plan = plan_host(settings(), bare)
     assert not plan.release_complete and not plan.converged  # its release installs first
+
+
+def test_a_probe_without_units_caches_or_models_plans_them_all() -> None:
+    base = plan_host(settings(), converged_probe())
+    bare = converged_probe()
+    for k in ("units", "warm", "models", "releases"):
+        del bare[k]
+    plan = plan_host(settings(), bare)
+    assert plan.units == {} and plan.stale_units == () and not plan.warm
+    assert plan.missing_models == tuple(base.spec.requirements.models)
+    assert not any(i.converged or i.written for i in plan.instances)

@@ -68,23 +68,22 @@ def wheelhouse_plan(over: dict[str, Any] | None = None, **fields: Any) -> Any:
 def test_the_wheelhouse_is_asked_for_exactly_what_the_plan_installs(
     calls: list[tuple[Any, ...]],
 ) -> None:
+    release = dataclasses.replace(plan_host(settings(), probe()).release, pylock="[lock]\n")
     plan = wheelhouse_plan(
-        release_complete=False, driver_needed=True, missing_models=("org/a", "org/b")
+        release=release,
+        release_complete=False,
+        driver_needed=True,
+        missing_models=("org/a", "org/b"),
     )
     assert wheelhouse_copies(plan) == ["a copy"]
     s = plan.settings
     assert calls == [
-        (
-            "~/wh",
-            s.serve_root,
-            ("lock of", "locks/prod"),
-            plan.release.pylock,
-            s.driver_version,
-            ("org/a", "org/b"),
-        )
-    ]
+        ("~/wh", s.serve_root, ("lock of", "locks/prod"), "[lock]\n", s.driver_version, ("org/a", "org/b"))
+    ]  # fmt: skip
     calls.clear()
-    done = wheelhouse_plan(release_complete=True, driver_needed=False, missing_models=())
+    done = wheelhouse_plan(
+        release=release, release_complete=True, driver_needed=False, missing_models=()
+    )
     assert wheelhouse_copies(done) == ["a copy"]
     assert calls == [("~/wh", s.serve_root, ("lock of", "locks/prod"), None, None, ())]
 
