@@ -144,3 +144,21 @@ def test_every_server_names_its_devices() -> None:
     assert [i.devices for i in plan.instances] == [str(n) for n in range(CR13["devices"])]
     for inst in plan.instances:
         assert dict(inst.env)["RBLN_VISIBLE_DEVICES"] == inst.devices
+
+
+def test_the_spec_is_resolved_for_the_hosts_own_sku(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A card verifies an option on several SKUs, and the SKU is a compile input: a host's spec
+    is resolved for the SKU its NPUs report, a build host's for the card's first."""
+    seen: list[tuple[Any, ...]] = []
+    converged = converged_probe()  # (plans a host itself)
+
+    def recorded(*args: Any) -> Any:
+        seen.append(args[1:])
+        return resolve_for(*args)
+
+    monkeypatch.setattr(plan_module, "resolve_for", recorded)
+    plan_host(settings(), converged)
+    assert seen == [(), ("RBLN-CR13",)]
+    seen.clear()
+    plan_host(settings(), probe(), place=BUILD)
+    assert seen == [(), (resolve_for(settings()).skus[0],)]
