@@ -77,12 +77,16 @@ def test_a_sealed_cache_is_roots_and_the_serve_user_cannot_write_into_it(cache: 
 
 def test_a_link_in_the_cache_is_never_followed_by_the_seal(cache: Path) -> None:
     """The serve user's link (to a file of root's) stays the serve user's, its target too; a
-    tree with a link has no seal (it is never copied)."""
-    assert as_nobody(cache, "os.symlink('/etc/passwd', 'rbln/m/s/passwd')") == 0
-    before = os.stat("/etc/passwd")
+    tree with a link has no seal (it is never copied). The target is a file of the test's own,
+    never one of the machine's: a mutant that follows the link changes only that file."""
+    target = cache.parent / "roots-file"
+    target.write_text("root's\n")
+    target.chmod(0o644)
+    assert as_nobody(cache, f"os.symlink({str(target)!r}, 'rbln/m/s/passwd')") == 0
+    before = os.stat(target)
     warm_state.mark_warm({"cache_root": str(cache)}, FP, ["rbln/m/s"])
     assert (cache / "rbln/m/s/passwd").lstat().st_uid == NOBODY.pw_uid
-    after = os.stat("/etc/passwd")
+    after = os.stat(target)
     assert (after.st_uid, after.st_gid, after.st_mode) == (
         before.st_uid,
         before.st_gid,
