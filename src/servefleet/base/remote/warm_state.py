@@ -89,13 +89,12 @@ def bundle_dirs(state: dict[str, Any], unit: str, since: float) -> list[str]:
     root = Path(state["cache_root"])
     invocation = systemd_units.show([unit], "InvocationID")[0].get("InvocationID", "")
     found: set[Path] = set()
-    for _ in range(10):  # journald may lag the server's first answer a little
-        if invocation:
-            out = subprocess.run(
-                ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation}"],
-                capture_output=True, text=True,
-            ).stdout  # fmt: skip
-            found = {Path(m) for m in BUNDLE_LINE.findall(out)}
+    for _ in range(10 if invocation else 0):  # journald may lag the first answer a little
+        out = subprocess.run(
+            ["journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation}"],
+            capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        found = {Path(m) for m in BUNDLE_LINE.findall(out)}
         if found:
             break
         time.sleep(0.5)

@@ -276,10 +276,10 @@ def test_without_journal_lines_the_bundles_written_since_the_start_count(
     ]  # fmt: skip
     no_invocation = Journal(monkeypatch, "", [])
     assert warm_state.bundle_dirs({"cache_root": str(cache)}, UNIT, 2001) == []
-    assert no_invocation.asked == []  # no invocation: no journal to read
+    assert no_invocation.asked == [] == no_invocation.slept  # no journal to read or wait for
     not_shown = Journal(monkeypatch, None, [])  # systemd shows no InvocationID at all
     assert warm_state.bundle_dirs({"cache_root": str(cache)}, UNIT, 2001) == []
-    assert not_shown.asked == []
+    assert not_shown.asked == [] == not_shown.slept
 
 
 # --- drop ----------------------------------------------------------------------------------------
