@@ -133,7 +133,8 @@ def rank_devices(r: VllmRecipe, gpu: str, args: list[str], nodes: int, rank: int
         ranks = sizes.get("dp", 1)
         if ranks != here * nodes:  # vLLM waits for data-parallel ranks no node starts
             raise RecipeError(
-                f"{r.name}: {shown} asks for {ranks} data-parallel ranks but {nodes} nodes of "
+                f"{r.name}: {shown or 'the default data-parallel size'} asks for {ranks} "
+                f"data-parallel ranks but {nodes} nodes of "
                 f"{local[0]} {here} start {here * nodes}; allowed: a data-parallel size of "
                 "nodes x local ranks"
             )

@@ -145,11 +145,10 @@ def test_local_ranks_that_do_not_add_up_are_refused() -> None:
         "--data-parallel-size-local 8 start 24; allowed: a data-parallel size of nodes x local "
         "ranks"
     )
-    # no data-parallel size: one rank (the line shows no sizes then)
-    msg = _refused(rank_devices, R, "h200", ["-dpl", "2"], 2, 0)
-    assert msg.endswith(
-        " asks for 1 data-parallel ranks but 2 nodes of -dpl 2 start 4; allowed: a "
-        "data-parallel size of nodes x local ranks"
+    # no data-parallel size: one rank, named as the default
+    assert _refused(rank_devices, R, "h200", ["-dpl", "2"], 2, 0) == (
+        f"{N}: the default data-parallel size asks for 1 data-parallel ranks but 2 nodes of "
+        "-dpl 2 start 4; allowed: a data-parallel size of nodes x local ranks"
     )
     assert _refused(rank_devices, R, "h200", ["-dpl", "x"], 2, 0) == (
         f"{N}: -dpl 'x' on h200 is not a whole number of GPUs"
