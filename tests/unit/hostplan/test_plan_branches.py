@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from host_inputs import CR13, SMI, converged_probe, probe, settings
+from rbln_cases import DATA
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import NETRC
@@ -162,3 +163,12 @@ def test_the_spec_is_resolved_for_the_hosts_own_sku(monkeypatch: pytest.MonkeyPa
     seen.clear()
     plan_host(settings(), probe(), place=BUILD)
     assert seen == [(), (resolve_for(settings()).skus[0],)]
+
+
+def test_a_build_host_compiles_a_pd_cards_first_server_without_placing_roles() -> None:
+    """A build host has no device groups to place a prefill and a decode server on: it compiles
+    as the first instance of a host with NPUs, and is not refused for the pairs it lacks."""
+    card = DATA / "rbln" / "gpt-oss-120b-pd.json"
+    plan = plan_host(settings(serve_recipe=str(card), serve_router="host"), probe(), place=BUILD)
+    assert plan.refusal is None
+    assert [(i.role, i.devices) for i in plan.instances] == [("main", "0")]
