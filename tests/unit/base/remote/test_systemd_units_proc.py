@@ -182,6 +182,27 @@ def test_no_process_no_port() -> None:
     assert systemd_units.process_port(1 << 30) is None
 
 
+@pytest.mark.parametrize(
+    ("cmdline", "port"),
+    [
+        (b"vllm\0serve\0m\0--port\x008000", 8000),
+        (b"vllm\0serve\0m\0--port", None),
+        (b"vllm\0serve\0m\0--port=8001", 8001),
+    ],
+)
+def test_a_process_that_rewrote_its_argv_area(
+    cmdline: bytes, port: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that rewrote its argv area (as setproctitle does) may leave its
+    /proc/PID/cmdline without the last NUL: its last word is still read, and a last ``--port``
+    without a value is no port."""
+    (tmp_path / "cmdline").write_bytes(cmdline)
+    monkeypatch.setattr(
+        systemd_units, "Path", lambda p: tmp_path / "cmdline" if p == "/proc/7/cmdline" else Path(p)
+    )
+    assert systemd_units.process_port(7) == port
+
+
 # --- live ----------------------------------------------------------------------------------------
 def test_live_reports_each_unit_of_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(systemd_units, "UNIT_DIR", tmp_path)
