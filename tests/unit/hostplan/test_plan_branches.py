@@ -18,7 +18,7 @@ from servefleet.base.remote.layout import NETRC
 from servefleet.hostplan import plan as plan_module
 from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.plan import plan_host
-from servefleet.hostplan.types import Place
+from servefleet.hostplan.types import GroupPlace, Place
 from servefleet.kinds import Hardware
 from servefleet.release.plan import plan_release, unlocked
 
@@ -172,3 +172,26 @@ def test_a_build_host_compiles_a_pd_cards_first_server_without_placing_roles() -
     plan = plan_host(settings(serve_recipe=str(card), serve_router="host"), probe(), place=BUILD)
     assert plan.refusal is None
     assert [(i.role, i.devices) for i in plan.instances] == [("main", "0")]
+
+
+def test_a_serving_groups_rank_is_one_main_server_on_the_first_device_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever device groups a host has, its rank of a serving group is one server, as the
+    rank's own (``place_rank``'s, stood in for here: the real one is held by
+    ``fleet/test_serving_groups.py``), on the first device group, in no P/D role."""
+    s = settings()
+    spec = resolve_for(s, "RBLN-CR13")
+    rank = GroupPlace("g1", 1, 2, "10.0.0.1", "ab" * 32, ("h1", "h2"))
+    seen: list[tuple[Any, ...]] = []
+
+    def place_rank(*args: Any) -> Any:
+        seen.append(args)
+        return spec, spec.servers[0], "the rank's refusal"
+
+    monkeypatch.setattr(plan_module, "place_rank", place_rank)
+    smi = {**SMI, "KMD_version": s.driver_version}
+    plan = plan_host(s, probe(smi=smi), place=Place(address="10.0.0.2", group=rank))
+    assert seen and seen[0][2:] == (rank, probe(smi=smi), "10.0.0.2")
+    assert [(i.role, i.devices) for i in plan.instances] == [("main", "0")]
+    assert plan.group == rank and plan.refusal == "the rank's refusal"
