@@ -164,11 +164,43 @@ def test_roots_own_directory_given_up_when_always_replaced(
     def plant_a_link(path: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
         os.symlink("/", path, dir_fd=dir_fd)  # the serve user wins every race
 
+    tries: list[str] = []
+    real_open = os.open
+
+    def counted(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if path == "own":
+            tries.append(path)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
     with opened(tmp_path) as parent, monkeypatch.context() as m:
         m.setattr(os, "mkdir", plant_a_link)
+        m.setattr(os, "open", counted)
         with pytest.raises(OSError) as err:
             trusted.root_dir(parent, "own", create=True)
     assert str(err.value) == "cannot make root's own directory own"
+    assert len(tries) == 3  # three tries, then it gives up
+
+
+def test_a_regular_file_that_cannot_be_opened_is_an_oserror_not_a_non_regular_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors (EMFILE) a regular file of the tree is still a regular file: the
+    OSError is raised as it is, asked of the walked directory, never of the working one."""
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "weights.bin").write_text("x")
+    real_open = os.open
+
+    def exhausted(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if path == "weights.bin":
+            raise OSError(24, "Too many open files")
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.chdir(tmp_path)  # the working directory holds no weights.bin
+    with opened(tmp_path / "tree") as base, monkeypatch.context() as m:
+        m.setattr(os, "open", exhausted)
+        with pytest.raises(OSError) as err:
+            trusted.each_file(base, "m", lambda rel, fd, st: st.st_size)
+    assert err.type is OSError and err.value.errno == 24
 
 
 def test_remove_in_removes_every_kind_of_entry_and_follows_no_link(tmp_path: Path) -> None:
