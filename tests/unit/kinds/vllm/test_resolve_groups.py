@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from vllm_cases import recipe_from, refused_line
 
-from servefleet.base.errors import RecipeError
-from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
+from servefleet.kinds.vllm import resolve_vllm
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.spec import ServeSpec
 
@@ -58,9 +58,7 @@ TOOLS_ENV = {"GLOO_SOCKET_IFNAME": "$IFACE_NAME", "NCCL_SOCKET_IFNAME": "$IFACE_
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> VllmRecipe:
-    path = tmp_path_factory.mktemp("recipes") / "group.yaml"
-    path.write_text(GROUP)
-    r = load_vllm_recipe(path)
+    r = recipe_from(tmp_path_factory, "group.yaml", GROUP)
     kv = {**r.taxonomy["kv_offload"], "sidecar": SIDECAR, "quiet": QUIET}
     return replace(r, taxonomy={**r.taxonomy, "kv_offload": kv})
 
@@ -70,11 +68,7 @@ def _group(r: VllmRecipe, strategy: str = "multi_node_tp", **kw: object) -> Serv
 
 
 def _refused(r: VllmRecipe, **kw: object) -> str:
-    with pytest.raises(RecipeError) as err:
-        _group(r, **kw)
-    msg = str(err.value)
-    assert msg.startswith(f"{r.name}: ") and "\n" not in msg
-    return msg[len(r.name) + 2 :]
+    return refused_line(_group, r, **kw)
 
 
 def test_a_group_of_the_variants_model_from_rank_0(group: VllmRecipe) -> None:

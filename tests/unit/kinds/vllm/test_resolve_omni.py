@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 from repo_paths import RECIPES
+from vllm_cases import recipe_from, refused_line
 
-from servefleet.base.errors import RecipeError
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.recipe import VllmRecipe
 
@@ -22,18 +22,14 @@ SPEECH = RECIPES / "omni-speech.yaml"
 @pytest.fixture(scope="module")
 def omni(tmp_path_factory: pytest.TempPathFactory) -> VllmRecipe:
     """omni-speech.yaml with two features (an omni recipe may list some; it renders none)."""
-    path = tmp_path_factory.mktemp("recipes") / "omni.yaml"
     features = "features:\n  stream: {args: [--stream]}\n  fast: {args: [--fast]}"
-    path.write_text(SPEECH.read_text().replace("features: {}", features))
-    return load_vllm_recipe(path)
+    return recipe_from(
+        tmp_path_factory, "omni.yaml", SPEECH.read_text().replace("features: {}", features)
+    )
 
 
 def _refused(r: VllmRecipe, **kw: object) -> str:
-    with pytest.raises(RecipeError) as err:
-        resolve_vllm(r, **kw)  # type: ignore[arg-type]
-    msg = str(err.value)
-    assert msg.startswith(f"{r.name}: ") and "\n" not in msg
-    return msg[len(r.name) + 2 :]
+    return refused_line(resolve_vllm, r, **kw)
 
 
 def test_an_omni_recipe_refuses_the_features_it_lists(omni: VllmRecipe) -> None:

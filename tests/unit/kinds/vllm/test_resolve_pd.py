@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 from repo_paths import DATA
+from vllm_cases import recipe_from, refused_line
 
-from servefleet.base.errors import RecipeError
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.recipe import VllmRecipe
 from servefleet.spec import ServeSpec
@@ -57,9 +57,7 @@ DECODE_HEAD += ["--compilation-config", '{"cudagraph_mode":"FULL_DECODE_ONLY"}']
 
 @pytest.fixture(scope="module")
 def pd(tmp_path_factory: pytest.TempPathFactory) -> VllmRecipe:
-    path = tmp_path_factory.mktemp("recipes") / "pd.yaml"
-    path.write_text(PD)
-    return load_vllm_recipe(path)
+    return recipe_from(tmp_path_factory, "pd.yaml", PD)
 
 
 def _pd(r: VllmRecipe, **kw: object) -> ServeSpec:
@@ -67,11 +65,7 @@ def _pd(r: VllmRecipe, **kw: object) -> ServeSpec:
 
 
 def _refused(r: VllmRecipe, **kw: object) -> str:
-    with pytest.raises(RecipeError) as err:
-        _pd(r, **kw)
-    msg = str(err.value)
-    assert msg.startswith(f"{r.name}: ") and "\n" not in msg
-    return msg[len(r.name) + 2 :]
+    return refused_line(_pd, r, **kw)
 
 
 def _router(decode_port: str, intra: str) -> list[str]:

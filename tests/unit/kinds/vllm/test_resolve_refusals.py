@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 from repo_paths import RECIPES
+from vllm_cases import recipe_from, refused_line
 
-from servefleet.base.errors import RecipeError
 from servefleet.kinds.vllm import load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.recipe import VllmRecipe
 
@@ -40,17 +40,11 @@ MIN_GPUS = load_vllm_recipe(RECIPES / "min-gpus.yaml")  # gb300: no single-node 
 
 @pytest.fixture(scope="module")
 def rich(tmp_path_factory: pytest.TempPathFactory) -> VllmRecipe:
-    path = tmp_path_factory.mktemp("recipes") / "rich.yaml"
-    path.write_text(RICH)
-    return load_vllm_recipe(path)
+    return recipe_from(tmp_path_factory, "rich.yaml", RICH)
 
 
 def _refused(r: VllmRecipe, **kw: object) -> str:
-    with pytest.raises(RecipeError) as err:
-        resolve_vllm(r, **kw)  # type: ignore[arg-type]
-    msg = str(err.value)
-    assert msg.startswith(f"{r.name}: ") and "\n" not in msg
-    return msg[len(r.name) + 2 :]
+    return refused_line(resolve_vllm, r, **kw)
 
 
 def test_an_unknown_variant_names_every_variant(rich: VllmRecipe) -> None:
@@ -193,7 +187,7 @@ def test_a_strategy_short_of_gpus(rich: VllmRecipe) -> None:
 
 def test_the_recommended_variant_and_hardware_are_the_defaults(rich: VllmRecipe) -> None:
     def landed(rec: dict[str, str], **kw: str) -> tuple[str, str]:
-        spec = resolve_vllm(replace(rich, recommended=rec), **kw)
+        spec = resolve_vllm(replace(rich, recommended=rec), **kw)  # type: ignore[arg-type]
         return spec.selection["hardware"], spec.selection["variant"]
 
     assert landed({}) == ("h200", "default")
