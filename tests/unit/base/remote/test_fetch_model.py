@@ -34,6 +34,7 @@ from fetch_stubs import (
     Member,
     Route,
     Stub,
+    fake_hub_python,
     fetch,
     hf_layout,
     in_turn,
@@ -527,64 +528,10 @@ def test_unknown_owner_and_an_open_token_file(stub: Stub, home: Path, token_file
 
 
 # --- the hub, through a stand-in huggingface_hub -------------------------------------------------
-FAKE_HUB = """
-import json, os, pathlib
-
-class RepositoryNotFoundError(Exception):
-    def __init__(self, message, status):
-        super().__init__(message)
-        self.response = type("R", (), {"status_code": status})()
-
-class ConnectError(Exception):
-    pass
-
-class LocalEntryNotFoundError(Exception):
-    pass
-
-def snapshot_download(repo_id, revision=None):
-    home = os.environ["HF_HOME"]
-    st = os.stat(home)
-    seen = {k: os.environ.get(k) for k in ("HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT",
-                                           "HF_ENDPOINT")}
-    # as the real client (cache_dir = Path(cache_dir).expanduser().resolve()), then works by it
-    resolved = str(pathlib.Path(home).resolve())
-    seen.update(home_dir=home, resolved=resolved, home_owner=[st.st_uid, st.st_mode & 0o777])
-    pathlib.Path(os.environ["FAKE_HUB_LOG"]).write_text(json.dumps(dict(seen, revision=revision)))
-    calls = pathlib.Path(os.environ["FAKE_HUB_LOG"] + ".calls")
-    calls.write_text(str(int(calls.read_text() if calls.exists() else 0) + 1))
-    if os.environ.get("FAKE_HUB_FAIL"):
-        raise RepositoryNotFoundError("401 Client Error.\\nRepository Not Found", 401)
-    if int(calls.read_text()) <= int(os.environ.get("FAKE_HUB_FLAKY", "0")):  # as the real one
-        try:  # says it when its connection to the hub fails
-            raise ConnectError("[Errno 111] Connection refused")
-        except ConnectError as exc:
-            raise LocalEntryNotFoundError("cannot reach the hub and nothing is cached") from exc
-    swap = os.environ.get("FAKE_HUB_SWAP")  # the serve user, meanwhile: root's staging moved
-    if swap:  # away and a link to a root-only directory in its place
-        hub = pathlib.Path(os.environ["FAKE_HUB_HUB"])
-        (staged,) = hub.glob(".fetch-*")
-        staged.rename(hub / ".fetch-moved")
-        staged.symlink_to(swap)
-    repo = pathlib.Path(resolved, "hub", "models--" + repo_id.replace("/", "--"))
-    rev = revision or "@REV@"
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / "main").write_text(rev)
-    (repo / "snapshots" / rev).mkdir(parents=True, exist_ok=True)
-    (repo / "snapshots" / rev / "config.json").write_text("{}")
-    return str(repo / "snapshots" / rev)
-""".replace("@REV@", REV)
-
-
 @pytest.fixture
 def hub_python(tmp_path: Path) -> Path:
-    """A python whose huggingface_hub is the stand-in above (a wrapper setting PYTHONPATH)."""
-    pkg = tmp_path / "fakehub" / "huggingface_hub"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(FAKE_HUB)
-    wrapper = tmp_path / "python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={pkg.parent} exec {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
+    """A python whose huggingface_hub is fetch_stubs' stand-in."""
+    return fake_hub_python(tmp_path)
 
 
 def test_hub_download_is_marked_owned_and_gets_the_token_file_only(

@@ -18,7 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fetch_stubs import MODEL, OWNER, REV, TOKEN, TOP, Stub, hf_layout, respond, tgz, write_token
+from fetch_stubs import (
+    MODEL,
+    OWNER,
+    REV,
+    TOKEN,
+    TOP,
+    Stub,
+    fake_hub_python,
+    hf_layout,
+    respond,
+    tgz,
+    write_token,
+)
 from repo_paths import REMOTE
 
 sys.path.insert(0, str(REMOTE))
@@ -240,30 +252,13 @@ def test_how_main_ends_on_an_error_of_the_fetch(
     assert one_line(capsys) == line
 
 
-FAKE_HUB = """
-import os, pathlib
-
-def snapshot_download(repo_id, revision=None):
-    repo = pathlib.Path(os.environ["HF_HOME"]).resolve() / "hub" / (
-        "models--" + repo_id.replace("/", "--"))
-    rev = revision or "@REV@"
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / "main").write_text(rev)
-    (repo / "snapshots" / rev).mkdir(parents=True, exist_ok=True)
-    (repo / "snapshots" / rev / "config.json").write_text("{}")
-    return str(repo / "snapshots" / rev)
-""".replace("@REV@", REV)
-
-
-def test_a_hub_fetch_lands_owned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_hub_fetch_lands_owned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--hub PYTHON`` in-process: a stand-in huggingface_hub (its snapshot_download lays the
     model out under HF_HOME) run by a python wrapper; the files are the owner's."""
-    pkg = tmp_path / "fakehub" / "huggingface_hub"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(FAKE_HUB)
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={pkg.parent} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
+    python = fake_hub_python(tmp_path)
+    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
     home = tmp_path / "hf"
     assert run(home, "--hub", str(python), "--revision", REV2) == 0
     out, err = capsys.readouterr()
