@@ -38,6 +38,7 @@ from servefleet.base.remote.layout import (
 )
 from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan, plan_router_release
 from servefleet.router.render import render_proxy_conf, render_proxy_unit, render_router_unit
+from servefleet.settings.check_words import API_KEY, API_KEY_ALLOWED
 from servefleet.settings.table import Settings
 
 ROUTER_EXECUTABLE = "vllm-router"  # the wheel's console script
@@ -259,10 +260,23 @@ def render_proxy(settings: Settings) -> tuple[str, str, str, str | None]:
     )  # fmt: skip
     sha = hashlib.sha256(render_proxy_unit(env={}, **fields).encode()).hexdigest()[:16]
     unit = render_proxy_unit(env={UNIT_SHA_VAR: sha}, **fields)
-    admin = None
-    if fleet and s.router_admin_key:
-        admin = f'"Bearer {s.router_admin_key}" 1;\n'
+    admin = admin_map(s.router_admin_key) if fleet and s.router_admin_key else None
     return conf, unit, sha, admin
+
+
+def admin_map(key: str) -> str:
+    """The proxy's admin key entry (its ``map`` of ``Authorization``): ``Bearer KEY`` exactly,
+    case and all (#46 item 10). nginx matches a map's strings ignoring case, so the entry is a
+    case-sensitive regex (``~``, not ``~*``), each character of the key that is not a letter or
+    a digit escaped.
+
+    + key: the routers' admin key: :data:`API_KEY`'s characters (none that nginx's quoting reads)
+    """
+    if not API_KEY.fullmatch(key):
+        raise DataError("creds_router_admin_key_env: the key (not shown) is not a key servefleet "
+                        f"passes on; allowed: {API_KEY_ALLOWED}")  # fmt: skip
+    exact = "".join(c if c.isalnum() else "\\" + c for c in key)
+    return f'"~^Bearer {exact}$" 1;\n'
 
 
 def plan_proxy(settings: Settings, found: dict[str, Any] | None) -> ProxyPlan:

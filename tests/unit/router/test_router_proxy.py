@@ -24,6 +24,7 @@ from host_inputs import probe, settings
 from lab_sim_support import free_port
 from systemd_parse import parse_exec
 
+from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import PROXY_ADMIN_LOADED, PROXY_LOADED, PROXY_STARTED
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.types import Place
@@ -32,13 +33,16 @@ from servefleet.router.plan import (
     CLIENT_PATHS,
     PROXY_MAX_BODY,
     PROXY_TIMEOUT,
+    admin_map,
     render_proxy,
 )
 from servefleet.router.render import render_proxy_conf
+from servefleet.settings.check_words import API_KEY
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
-KEY = "k3y-0f-the-routers-admin-" + "0123456789" * 99  # 1024 characters: the longest allowed
+# 1024 characters, the longest allowed: mixed case and every punctuation character allowed
+KEY = ("K3y.0f~The+Routers/Admin=:@%,-" + "0123456789AbCdEfGh" * 57)[:1023] + "Z"
 WORKER_API = ("/add_worker?url=http%3A%2F%2F10.9.9.9%3A9", "/remove_worker?url=x", "/list_workers",
               "/workers", "/flush_cache", "/get_loads", "/v1/../add_worker?url=x", "/workers/x")  # fmt: skip
 
@@ -99,7 +103,9 @@ def proxy(tmp_path: Path) -> Iterator[tuple[int, int, Backend]]:
     port, admin = free_port(), free_port()
     run = tmp_path / "run"
     run.mkdir()
-    (run / "admin.map").write_text(f'"Bearer {KEY}" 1;\n')
+    admin_map = render_proxy(fleet())[3]  # the entry the deploy writes
+    assert admin_map is not None
+    (run / "admin.map").write_text(admin_map)
     conf = run / "nginx.conf"
     conf.write_text(
         render_proxy_conf(
@@ -137,13 +143,16 @@ def proxy(tmp_path: Path) -> Iterator[tuple[int, int, Backend]]:
         backend.server_close()
 
 
-def ask(port: int, method: str, path: str, body: str | None = None,
-        key: str | None = None) -> tuple[int, bytes]:  # fmt: skip
+def ask(port: int, method: str, path: str, body: str | None = None, key: str | None = None,
+        authorization: str | None = None) -> tuple[int, bytes]:  # fmt: skip
+    """One request; ``key`` is sent as ``Bearer KEY``, ``authorization`` as it is."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        if authorization:
+            headers["Authorization"] = authorization
         conn.request(method, path, body, headers)
         response = conn.getresponse()
         return response.status, response.read()
@@ -203,6 +212,32 @@ def test_the_admin_port_passes_the_worker_api_only_with_the_key(
         assert ask(admin, "POST", path, "{}", key=KEY)[0] == 404, path
 
 
+@needs_nginx
+def test_the_admin_key_is_compared_exactly_case_and_all(proxy: tuple[int, int, Backend]) -> None:
+    """#46 item 10: nginx matched the map's string ignoring case."""
+    _, admin, backend = proxy
+    assert API_KEY.fullmatch(KEY) and KEY != KEY.lower() and KEY != KEY.upper()
+    before = len(backend.seen)
+    for said in (f"bearer {KEY}", f"BEARER {KEY}", f"bEARER {KEY}", f"Bearer {KEY.lower()}",
+                 f"Bearer {KEY.upper()}", f"Bearer {KEY.swapcase()}", f"BEARER {KEY.upper()}",
+                 f"bearer {KEY.lower()}", f"Bearer {KEY.replace('.', 'x', 1)}",  # . is no wildcard
+                 f"Bearer k{KEY[1:]}", f"Bearer {KEY[:-1]}{KEY[-1].swapcase()}",  # one letter
+                 f"Bearer  {KEY}", f"xBearer {KEY}", f"Bearer {KEY}x", f"Bearer {KEY[:-1]}"):  # fmt: skip
+        assert ask(admin, "GET", "/workers", authorization=said)[0] == 401, said[:12]
+    assert len(backend.seen) == before  # none reached vllm-router
+    assert ask(admin, "GET", "/workers", authorization=f"Bearer {KEY}")[0] == 200
+
+
+def test_the_admin_map_entry_is_a_case_sensitive_regex_of_the_key() -> None:
+    assert admin_map("Ab.c~d+e/f=g:h@i%j,k-0123") == (
+        r'"~^Bearer Ab\.c\~d\+e\/f\=g\:h\@i\%j\,k\-0123$" 1;' + "\n"
+    )
+    for bad in ('0123456789abcdef"', "0123456789abcdef\\", "0123456789 abcdef", "short"):
+        with pytest.raises(DataError) as refused:
+            admin_map(bad)
+        assert "not shown" in str(refused.value) and bad not in str(refused.value)
+
+
 def fleet(**over: Any) -> Any:
     return dataclasses.replace(settings(serve_router="fleet", **over), router_admin_key=KEY)
 
@@ -210,7 +245,7 @@ def fleet(**over: Any) -> Any:
 @pytest.mark.skipif(not Path(ANALYZE).exists(), reason="systemd-analyze missing")
 def test_the_unit_verifies_and_runs_what_it_copies(tmp_path: Path) -> None:
     conf, unit, sha, admin = render_proxy(fleet())
-    assert admin == f'"Bearer {KEY}" 1;\n'
+    assert admin == admin_map(KEY)
     assert KEY not in conf and KEY not in unit  # the key lives in a 0600 file only
     path = tmp_path / "servefleet-router-proxy.service"
     path.write_text(unit)
@@ -270,7 +305,6 @@ def test_the_plan_restarts_or_reloads_what_runs_otherwise() -> None:
 
 
 def test_a_fleet_deploy_without_the_admin_key_is_refused_in_one_line() -> None:
-    from servefleet.base.errors import DataError
     from servefleet.router.step import check_data
 
     plan = plan_host(settings(serve_router="fleet"), probe())
