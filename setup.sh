@@ -33,7 +33,9 @@ if [ ! -x "$PROM/usr/bin/promtool" ] || [ ! -x "$PROM/usr/bin/prometheus" ]; the
   rm -rf "$PROM.new" && dpkg-deb -x "$deb"/prometheus_*.deb "$PROM.new"
   rm -rf "$PROM" "$deb" && mv "$PROM.new" "$PROM"
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+# the versions in dev-constraints.txt, the same on every fresh machine (bench/newest_versions.sh
+# tries the newest ones pyproject.toml allows and rewrites that file on purpose)
+.venv/bin/pip install -q --disable-pip-version-check -c dev-constraints.txt -e '.[dev]'
 # an editable install's modules are not compiled by pip (a wheel's are): compiled here, or every
 # process recompiles the ones it imports where no bytecode is written (PYTHONDONTWRITEBYTECODE)
 .venv/bin/python -m compileall -q -x '/lab/simulator/' src >/dev/null

@@ -30,13 +30,19 @@ from servefleet.entry import common
     help="On stdout: the lock directory, each stack's release and packages, the models, the "
     "files (with --check: whether it matches, and what differs).",
 )  # fmt: skip
+@click.option(
+    "--move-uv", is_flag=True,
+    help="Pin the controller's uv for the hosts (default: keep the uv the lock pins).",
+)  # fmt: skip
 def lock_cmd(
     inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...],
-    selection: tuple[str, ...], as_json: bool,
+    selection: tuple[str, ...], as_json: bool, move_uv: bool,
 ) -> None:  # fmt: skip
     """Resolve every stack the inventory's data selects (every package with its version, index
     and file sha256s; the driver runfile; the models' revisions) into the lock directory.
-    With --check, exit 1 naming what no longer matches the data.
+    With --check, exit 1 naming what no longer matches the data. The hosts keep the uv the
+    lock pins: the controller's uv re-locks only when it resolves each unchanged stack the
+    same, and --move-uv pins the controller's uv instead.
 
     Example:
 
@@ -53,7 +59,7 @@ def lock_cmd(
         overrides["serve_selection"] = {**(overrides.get("serve_selection") or {}), **chosen}
     fl = fleet_lock(inventory, overrides, lock_dir, environ)
     if not check:
-        make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo)
+        make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo, move_uv)
         if as_json:
             common.echo_json(lock_summary(fl.lock_dir))
         return

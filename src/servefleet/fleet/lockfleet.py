@@ -209,16 +209,53 @@ def locked_models(fl: FleetLock, fetch: Fetch = _fetch) -> dict[str, dict[str, A
     return out
 
 
-def make_lock(fl: FleetLock, echo: Callable[[str], None] = print) -> None:
-    """Resolve every stack, check its owners, and write the lock directory.
+def _previous(lock_dir: Path) -> Lock | None:
+    """The lock already in lock_dir (None: there is none, or it cannot be read)."""
+    try:
+        return load_lock(lock_dir)
+    except LockError:
+        return None
+
+
+def uv_moved(pinned: str, previous: Lock, st: Stack, text: str) -> str | None:
+    """Why the controller's uv cannot re-lock a stack under the uv the lock pins (None: it can):
+    a stack whose inputs did not change must resolve into the same release, or the controller's
+    uv is not one that gives the same resolution (#53).
+
+    + pinned: the uv version the lock pins
+    + previous: the lock on disk
+    + st: the stack, as the data asks for it now
+    + text: its lock text, as the controller's uv resolved it
+    """
+    old = previous.stacks.get(st.name)
+    if old is None or old.input != st.digest or release_id(text) == old.release:
+        return None
+    return (
+        f"stack {st.name}: uv {uv_version()} resolves its unchanged inputs into release "
+        f"{release_id(text)}, uv {pinned} (the lock's) into {old.release}; to move the lock to "
+        f"uv {uv_version()}, run `servefleet lock INVENTORY --move-uv`"
+    )
+
+
+def make_lock(fl: FleetLock, echo: Callable[[str], None] = print, move_uv: bool = False) -> None:
+    """Resolve every stack, check its owners, and write the lock directory. The hosts' uv stays
+    the one the lock pins (the controller's uv re-locks only when it resolves each unchanged
+    stack the same); ``move_uv`` pins the controller's uv instead.
 
     + fl: what the inventory needs
     + echo: where progress lines go
+    + move_uv: pin the controller's uv for the hosts (an explicit step)
     """
+    previous = _previous(fl.lock_dir)
+    pinned = previous.uv["version"] if previous and previous.uv and not move_uv else None
     locked = {}
     for st, s in sorted(fl.stacks.items(), key=lambda kv: kv[0].name):
         text = resolve(st, s.index_user, s.index_password)
         check_owners(st, text, s.index_user, s.index_password)
+        if previous is not None and pinned is not None and pinned != uv_version():
+            why = uv_moved(pinned, previous, st, text)
+            if why:
+                raise LockError(why)
         locked[st] = text
         echo(f"stack {st.name}: {len(packages(text))} packages, release {release_id(text)}")
     models = locked_models(fl)
@@ -228,14 +265,16 @@ def make_lock(fl: FleetLock, echo: Callable[[str], None] = print) -> None:
     for argv, entry in sorted(fl.files.items()):
         echo(f"file {argv}: sha256 {entry['sha256']}")
     publics = sorted({st.inputs["public_index"] for st in fl.stacks if st.inputs["public_index"]})
-    uv = uv_wheel(publics[0]) if publics else None
+    uv = uv_wheel(publics[0], pinned) if publics else None
     echo(f"uv {uv['version']}: {uv['file']}" if uv else "uv: no public index, the deploy sends it")
     write_lock(fl.lock_dir, locked, fl.driver, models, fl.files, uv)
     echo(f"wrote {fl.lock_dir}: review its diff, commit it, then roll out")
 
 
 def check_lock(fl: FleetLock) -> list[str]:
-    """What differs between the lock on disk and the data (offline: no index is asked).
+    """What differs between the lock on disk and the data (offline: no index is asked). The
+    controller's uv is not compared: the hosts run the uv the lock pins, and install the locked
+    files, whichever uv the controller has (#53).
 
     + fl: what the inventory needs
     """
@@ -243,9 +282,4 @@ def check_lock(fl: FleetLock) -> list[str]:
         lock: Lock = load_lock(fl.lock_dir)
     except LockError as e:
         return [str(e)]
-    found = differences(lock, fl.stacks, fl.driver, fl.models, fl.files)
-    if lock.uv and lock.uv["version"] != uv_version():
-        found.append(
-            f"lock: uv: locked {lock.uv['version']}, the controller's uv is {uv_version()}"
-        )
-    return found
+    return differences(lock, fl.stacks, fl.driver, fl.models, fl.files)

@@ -30,8 +30,12 @@ from servefleet.base.remote.layout import (
 )
 from servefleet.kinds import kind_of
 from servefleet.release.glibc import levels
-from servefleet.release.plan import plan_release, plan_router_release, shipped_files
-from servefleet.release.uvbin import host_uv
+from servefleet.release.plan import (
+    host_uv_path,
+    plan_release,
+    plan_router_release,
+    shipped_files,
+)
 from servefleet.router.plan import admin_url
 from servefleet.settings.table import Settings
 from servefleet.spec import ServeSpec
@@ -55,7 +59,7 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     lib = [f"{root}/{LIB}/{script}" for script in REMOTE_SCRIPTS]
     dirs = [root, *(f"{root}/{d}" for d in (LIB, PLANS, RELEASES, STATE))]
     dirs += [SECRETS_DIR, settings.serve_cache_root, settings.models_hf_home]
-    uv = [host_uv(root)] if settings.sdk_installer == "uv" else []
+    uv = [path] if (path := host_uv_path(settings)) else []
     plans = [f"{root}/{PLANS}/{i}.json" for i in dict.fromkeys(release_ids)]
     shipped = []  # serve_files: each release's files/ and what it holds
     for i in dict.fromkeys(release_ids) if settings.serve_files else ():

@@ -173,8 +173,7 @@ def uv_source(settings: Settings) -> dict[str, Any] | None:
     """Where the hosts take uv from (install_release.py's plan["uv_wheel"]): the lock's uv wheel
     or, unlocked, the public index's (:func:`servefleet.release.uvbin.uv_wheel`); the host's wheelhouse
     copy of it with ``sdk_source`` wheelhouse. None (the deploy sends the controller's uv): not
-    the uv installer, no public index, a lock without uv or of another uv version, or an index
-    that does not answer now.
+    the uv installer, no public index, a lock without uv, or an index that does not answer now.
 
     + settings: validated data
     """
@@ -182,7 +181,7 @@ def uv_source(settings: Settings) -> dict[str, Any] | None:
         return None
     lock = _lock_of(settings)
     if lock is not None:
-        wheel = lock.uv if lock.uv and lock.uv["version"] == uv_version() else None
+        wheel = lock.uv
     else:
         try:
             wheel = uv_wheel(settings.pip_public_index)
@@ -192,6 +191,26 @@ def uv_source(settings: Settings) -> dict[str, Any] | None:
         path = f"{settings.serve_root}/{HOST_DIR}/{PACKAGES_DIR}/{wheel['file']}"
         return {**wheel, "path": path}
     return dict(wheel) if wheel else None
+
+
+def host_uv_version(settings: Settings) -> str:
+    """The uv version the hosts run: the one the lock pins (whatever uv the controller has, #53),
+    else the controller's.
+
+    + settings: validated data
+    """
+    lock = _lock_of(settings) if settings.sdk_installer == "uv" else None
+    return lock.uv["version"] if lock is not None and lock.uv else uv_version()
+
+
+def host_uv_path(settings: Settings) -> str | None:
+    """Where the hosts keep the uv releases are installed with (None: the pip installer).
+
+    + settings: validated data
+    """
+    if settings.sdk_installer != "uv":
+        return None
+    return host_uv(settings.serve_root, host_uv_version(settings))
 
 
 def unlocked(settings: Settings) -> Settings:
@@ -289,7 +308,7 @@ def plan_router_release(settings: Settings) -> ReleasePlan:
         must_have=[ROUTER_PACKAGE],
         imports=["vllm_router"],
         installer=settings.sdk_installer,
-        uv=host_uv(settings.serve_root) if settings.sdk_installer == "uv" else None,
+        uv=host_uv_path(settings),
         uv_wheel=uv_source(settings),
         stack=st,
         pylock=pylock,
@@ -405,7 +424,7 @@ def plan_release(
         imports=platform.imports(spec),
         netrc=netrc if any(d.auth for d in downloads) and offline is None else None,
         installer=settings.sdk_installer,
-        uv=host_uv(settings.serve_root) if settings.sdk_installer == "uv" else None,
+        uv=host_uv_path(settings),
         uv_wheel=uv_source(settings),
         stack=st,
         pylock=pylock,

@@ -1,8 +1,9 @@
-"""The uv binary releases are installed with: the controller's own uv version, at
-``<serve_root>/lib/uv-<version>`` on each host. The host takes it from that version's manylinux
-x86_64 wheel on the public index (or the wheelhouse copy of it), by the sha256 the lock pins or
-the index lists (:func:`uv_wheel`), so the controller sends no uv to any host (#32 item 8);
-only with no public index named does the deploy send the controller's own binary."""
+"""The uv binary releases are installed with, at ``<serve_root>/lib/uv-<version>`` on each host:
+the version a lock pins (#53: so a controller's newer uv changes nothing on the hosts), else the
+controller's own. The host takes it from that version's manylinux x86_64 wheel on the public
+index (or the wheelhouse copy of it), by the sha256 the lock pins or the index lists
+(:func:`uv_wheel`), so the controller sends no uv to any host (#32 item 8); only with no public
+index named does the deploy send the controller's own binary."""
 
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ def uv_binary() -> Path:
     return Path(find_uv_bin())
 
 
-def host_uv(root: str) -> str:
-    """Where a host keeps that uv: ``<serve_root>/lib/uv-<version>``.
+def host_uv(root: str, version: str) -> str:
+    """Where a host keeps a uv: ``<serve_root>/lib/uv-<version>``.
 
     + root: serve_root
+    + version: the uv version the hosts run (``servefleet.release.plan.host_uv_version``)
     """
-    return f"{root}/lib/uv-{uv_version()}"
+    return f"{root}/lib/uv-{version}"
 
 
 def last_error(text: str) -> str:

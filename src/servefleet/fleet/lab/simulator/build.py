@@ -69,6 +69,7 @@ from .debs import build_debs, kernel_release  # noqa: E402
 from .fetched import (  # noqa: E402
     HUB_REQUIREMENT,
     ROUTER_REQUIREMENT,
+    host_uv_versions,
     host_uv_wheel,
     real_wheels,
     setuptools_wheel,
@@ -85,12 +86,9 @@ FORMAT = 2  # bump when the output layout changes
 def source_key(models: Sequence[str] = ()) -> str:
     """Hash of everything the output depends on: simulator sources, recipes, kernel release, the
     models added to the store."""
-    from servefleet.release.uvbin import uv_version
-
     added = ",".join(sorted(set(models)))
-    h = hashlib.sha256(
-        f"format={FORMAT} kernel={kernel_release()} models={added} uv={uv_version()}".encode()
-    )
+    uv = ",".join(host_uv_versions())
+    h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()} models={added} uv={uv}".encode())
     paths = [p for p in SIMULATOR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     paths += [p for p in RECIPES.rglob("*") if p.is_file()]
     for path in sorted(paths):
@@ -104,7 +102,7 @@ def _build_into(out: Path, key: str, models: Sequence[str]) -> dict[str, Any]:
     build_sdist(index / "public")
     shutil.copy2(setuptools_wheel(), index / "public")
     for wheel in [*real_wheels(ROUTER_REQUIREMENT), *real_wheels(HUB_REQUIREMENT),
-                  host_uv_wheel()]:  # fmt: skip
+                  *map(host_uv_wheel, host_uv_versions())]:  # fmt: skip
         shutil.copy2(wheel, index / "public")
     headers = build_debs(out / "apt")
     files = out / "files"

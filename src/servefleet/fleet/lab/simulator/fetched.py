@@ -57,24 +57,44 @@ REAL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 PY310_ONLY = {ROUTER_REQUIREMENT: ("async-timeout", "exceptiongroup"), HUB_REQUIREMENT: ("tomli",)}
 
 
-def host_uv_wheel() -> Path:
-    """The real uv wheel for the lab's hosts (manylinux x86_64) at the controller's uv version,
-    which the hosts take their uv from: from the cache, else fetched once with ``pip download``
-    and the machine's own pip config."""
+def host_uv_versions() -> list[str]:
+    """The uv versions the lab's public index serves for the hosts: the controller's, and the one
+    each lock under ``./locks`` pins (the hosts run a lock's uv whatever the controller has, so
+    a controller with a newer uv still deploys the lab's committed lock)."""
+    import json
+
     from servefleet.release.uvbin import uv_version
 
-    cache = WHEEL_CACHE / f"uv-{uv_version()}-host"
+    versions = {uv_version()}
+    for path in sorted(Path("locks").glob("*/servefleet.lock.json")):
+        try:
+            pinned = (json.loads(path.read_text()).get("uv") or {}).get("version")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pinned, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)*", pinned):
+            versions.add(pinned)
+    return sorted(versions)
+
+
+def host_uv_wheel(version: str) -> Path:
+    """The real uv wheel of ``version`` for the lab's hosts (manylinux x86_64), which the hosts
+    take their uv from: from the cache, else fetched once with ``pip download`` and the
+    machine's own pip config.
+
+    + version: a uv version (:func:`host_uv_versions`)
+    """
+    cache = WHEEL_CACHE / f"uv-{version}-host"
     if not (cache / ".complete").is_file():
         WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".uv-"))
         try:
             cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
                    "--platform", "manylinux_2_17_x86_64", "--python-version", "3.11",
-                   "--dest", str(tmp), f"uv=={uv_version()}"]  # fmt: skip
+                   "--dest", str(tmp), f"uv=={version}"]  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0 or len(list(tmp.glob("uv-*.whl"))) != 1:
                 said = [x for x in proc.stderr.splitlines() if x.strip()] or ["no wheel"]
-                raise RuntimeError(f"cannot fetch uv=={uv_version()} for the hosts: {said[-1]}")
+                raise RuntimeError(f"cannot fetch uv=={version} for the hosts: {said[-1]}")
             (tmp / ".complete").write_text("")
             shutil.rmtree(cache, ignore_errors=True)
             os.replace(tmp, cache)
