@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from servefleet.base.errors import Unreachable
 
 # the host fetcher's own rules, so both sides agree on what an origin is and what crosses it
-from servefleet.base.remote.http_client import Redirects, origin
+from servefleet.base.remote.http_client import Redirects, origin, same_origin
 from servefleet.base.remote.retry import reason, transient
 
-__all__ = ["credentials_for", "opener", "origin", "transient", "unreachable"]
+__all__ = ["credentials_for", "opener", "origin", "same_origin", "transient", "unreachable"]
 
 
 def opener() -> urllib.request.OpenerDirector:
@@ -28,17 +28,15 @@ def opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(Redirects)
 
 
-def credentials_for(
-    url: str, index_urls: Iterable[str], headers: Mapping[str, str]
-) -> dict[str, str]:
-    """``headers`` (an index's credentials) when ``url`` has the origin of one of ``index_urls``
-    (the indexes they belong to), else none.
+def credentials_for(url: str, allowed: Iterable[str], headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` (credentials) when ``url`` has the origin of one of ``allowed`` (the data's
+    URLs they belong to: its indexes with auth, its model store), else none.
 
     + url: what is about to be fetched
-    + index_urls: the URLs of the indexes the credentials are for
+    + allowed: the URLs the credentials are for (the data's, never a lock's)
     + headers: the credentials as headers
     """
-    return dict(headers) if origin(url) in {origin(u) for u in index_urls} else {}
+    return dict(headers) if same_origin(url, allowed) else {}
 
 
 def unreachable(what: str, error: BaseException) -> Unreachable:

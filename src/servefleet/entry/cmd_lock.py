@@ -136,27 +136,34 @@ def wheelhouse_cmd(
     Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY.
 
     Credentials come from the variables the data's creds_*_env name (the defaults' without
-    --inventory), the index's only to an index that needs them, the token only to the store.
+    --inventory) and go only to the origins that data names: the index's to its pip_indexes
+    with auth, the token to models_store_url and models_hub_url, never to a URL of the lock.
 
     Example:
 
         servefleet wheelhouse /srv/wheelhouse --inventory inventories/prod.py
     """
+    from dataclasses import replace
+
     from servefleet.release.lock import load_lock
-    from servefleet.release.wheelhouse import Credentials, fill, lock_files
-    from servefleet.settings.table import DEFAULTS
+    from servefleet.release.wheelhouse import credentials, fill, lock_files
+    from servefleet.settings.table import DEFAULTS, default_settings
 
     if inventory:
         from servefleet.fleet.lockfleet import lock_settings
 
         where, s = lock_settings(inventory, _overrides(data), lock_dir)
-        creds = Credentials(s.index_user, s.index_password, s.hf_token)
     elif lock_dir:
         where = Path(lock_dir)
-        keys = ("creds_index_user_env", "creds_index_password_env", "creds_hf_token_env")
-        creds = Credentials(*(os.environ.get(str(DEFAULTS[k])) or None for k in keys))
+
+        def secret(name: str) -> str | None:  # from the variable the defaults' creds_*_env name
+            return os.environ.get(str(DEFAULTS[f"creds_{name}_env"])) or None
+
+        s = replace(default_settings(), index_user=secret("index_user"),
+                    index_password=secret("index_password"), hf_token=secret("hf_token"))  # fmt: skip
     else:
         raise click.UsageError("give --inventory (its data's sdk_lock) or --lock-dir")
+    creds = credentials(s)
     files, hub = lock_files(load_lock(where))
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     for model in hub:

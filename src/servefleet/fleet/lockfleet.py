@@ -282,4 +282,5 @@ def check_lock(fl: FleetLock) -> list[str]:
         lock: Lock = load_lock(fl.lock_dir)
     except LockError as e:
         return [str(e)]
-    return differences(lock, fl.stacks, fl.driver, fl.models, fl.files)
+    stores = {model: s.models_store_url for model, s in fl.model_sources.items()}
+    return differences(lock, fl.stacks, fl.driver, fl.models, fl.files, stores)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servefleet.base.download import same_origin
 from servefleet.base.files import write_atomic
 from servefleet.base.version import VERSION
 from servefleet.release.pylock import release_id
@@ -197,14 +198,19 @@ def differences(
     driver: Mapping[str, Any],
     models: Mapping[str, Any],
     files: Mapping[str, Any] | None = None,
+    stores: Mapping[str, str | None] | None = None,
 ) -> list[str]:
-    """What no longer matches between a lock and the data (empty: the lock is current).
+    """What no longer matches between a lock and the data (empty: the lock is current). A
+    stack's inputs are compared as the file holds them (an edit that kept the digest it states
+    is named too).
 
     + lock: the lock read from disk
     + wanted: the stacks the data's hosts need
     + driver: driver version -> {"url", "sha256"} from the data
     + models: model id -> {"revision", "sha256"} the data pins (None: not pinned by data)
     + files: serve_files' path in argv -> {"sha256", "name"} the data ships (None: not compared)
+    + stores: model id -> the data's models_store_url for it (None: the hub); a locked archive
+      URL on another origin is named (None: not compared)
     """
     out: list[str] = []
     seen = set()
@@ -214,7 +220,7 @@ def differences(
         if have is None:
             out.append(f"stack {st.name}: not locked")
             continue
-        if have.input != st.digest:
+        if st.digest != have.input or st.digest != Stack(st.name, have.inputs).digest:
             for key in sorted(set(have.inputs) | set(st.inputs)):
                 out += [f"stack {st.name}: {line}"
                         for line in _diff(key, have.inputs.get(key), st.inputs.get(key))]  # fmt: skip
@@ -230,6 +236,12 @@ def differences(
         for key in ("revision", "sha256"):
             if entry.get(key) and entry[key] != have.get(key):
                 out.append(f"model {model}: {key} {have.get(key)} -> {entry[key]}")
+    for model, store in sorted((stores or {}).items()):
+        url = (lock.models.get(model) or {}).get("url")
+        on_store = same_origin(url, [store]) if url and store else not url and not store
+        if model in lock.models and not on_store:
+            out.append(f"model {model}: url {url or 'None (the hub)'} is not on models_store_url "
+                       f"{store or 'None (the hub)'}")  # fmt: skip
     if files is not None:
         out += file_differences(lock, files)
         out += [

@@ -15,9 +15,13 @@ renamed into place only when that matches the lock; a file already there with th
 is not downloaded again. A download that fails transiently (a connection refused or reset, a
 timeout, HTTP 408/425/429/5xx) is tried again (``remote/retry.py``, the host fetcher's rule);
 a refusal (401, 403, 404, another sha256) never is. When every failure is one that persisted
-after its tries, :func:`fill` raises :class:`~servefleet.base.errors.Unreachable` (exit 3). Index credentials go only to the origin (scheme, host, port) of an
-index that needs them, the Hugging Face token only to a model archive's; neither follows a
-redirect to another origin.
+after its tries, :func:`fill` raises :class:`~servefleet.base.errors.Unreachable` (exit 3).
+
+Credentials go only to the origins (scheme, host, port) the data names (:func:`credentials`):
+the index's to its ``pip_indexes`` with ``auth``, the Hugging Face token to ``models_store_url``
+and ``models_hub_url``; never to one a lock names (a lock is a file many people write: a model
+URL or a stack's index edited in it gets nothing, and is downloaded anonymously). Neither
+follows a redirect to another origin (:func:`servefleet.base.download.opener`).
 
 With ``sdk_source = "wheelhouse"`` a deploy copies to a host only the files its steps need and
 it lacks (checked by sha256 on the host), under ``<serve_root>/wheelhouse/`` in the same layout;
@@ -41,10 +45,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from servefleet.base.download import opener, origin as _origin
+from servefleet.base.download import credentials_for, opener, same_origin
 from servefleet.base.errors import ServefleetError, Unreachable
 from servefleet.base.files import sha256_of as file_sha256
 from servefleet.base.remote import layout, retry
@@ -52,6 +56,9 @@ from servefleet.base.remote.layout import WHEELHOUSE
 from servefleet.release.lock import Lock
 from servefleet.release.pylock import files_of, packages
 from servefleet.release.stack import basic_auth
+
+if TYPE_CHECKING:
+    from servefleet.settings.table import Settings
 
 MANIFEST = "manifest.json"
 WHEELHOUSE_VERSION = 1
@@ -73,7 +80,8 @@ class File:
     + path: relative to the wheelhouse (``packages/x.whl``, ``driver/r.run``, ``models/o/n.tar.gz``)
     + url: where the lock says it comes from
     + sha256: what the lock says it is
-    + auth: the credentials its origin needs: ``index``, ``hf`` or None
+    + auth: the credentials it may get, ``index`` (a package), ``hf`` (a model archive) or None;
+      only when its origin is one the data names for them (:class:`Credentials`)
     """
 
     path: str
@@ -90,11 +98,32 @@ class File:
 
 @dataclass(frozen=True)
 class Credentials:
-    """The controller's secrets (from the variables the data's ``creds_*_env`` name)."""
+    """The controller's secrets (from the variables the data's ``creds_*_env`` name) and the
+    data's URLs whose origins each may go to (:func:`credentials`).
+
+    + index_origins: the URLs of the data's ``pip_indexes`` with ``auth``
+    + hf_origins: the data's ``models_store_url`` and ``models_hub_url``
+    """
 
     index_user: str | None = None
     index_password: str | None = None
     hf_token: str | None = None
+    index_origins: tuple[str, ...] = ()
+    hf_origins: tuple[str, ...] = ()
+
+
+def credentials(s: Settings) -> Credentials:
+    """The secrets of validated data, each for the origins that data names for it.
+
+    + s: the settings (its secrets read from the controller's environment)
+    """
+    return Credentials(
+        s.index_user,
+        s.index_password,
+        s.hf_token,
+        tuple(i.url for i in s.pip_indexes if i.auth),
+        tuple(url for url in (s.models_store_url, s.models_hub_url) if url),
+    )
 
 
 @dataclass
@@ -116,20 +145,14 @@ def _name_of(url: str) -> str:
     return name
 
 
-def package_files(pylock: str, auth_origins: Iterable[str] = ()) -> list[File]:
-    """Every wheel and sdist of a pylock as wheelhouse files.
+def package_files(pylock: str) -> list[File]:
+    """Every wheel and sdist of a pylock as wheelhouse files (each may get the index
+    credentials, on an origin the data names for them).
 
     + pylock: PEP 751 text
-    + auth_origins: index URLs whose origin needs the index credentials
     """
-    needs = {_origin(url) for url in auth_origins}
     return [
-        File(
-            f"{PACKAGES_DIR}/{_name_of(f['url'])}",
-            f["url"],
-            f["sha256"],
-            "index" if _origin(f["url"]) in needs else None,
-        )  # fmt: skip
+        File(f"{PACKAGES_DIR}/{_name_of(f['url'])}", f["url"], f["sha256"], "index")
         for p in packages(pylock)
         for f in files_of(p)
     ]
@@ -185,9 +208,8 @@ def lock_files(lock: Lock) -> tuple[list[File], list[str]]:
     + lock: a lock read with :func:`servefleet.release.lock.load_lock`
     """
     found: list[File] = []
-    for st in lock.stacks.values():
-        auth = [i["url"] for i in st.inputs.get("indexes", []) if i.get("auth")]
-        found += package_files(st.pylock, auth)
+    for st in lock.stacks.values():  # its inputs (indexes with auth) decide no credential
+        found += package_files(st.pylock)
     found += [driver_file(v, e) for v, e in sorted(lock.driver.items())]
     if lock.uv:  # the wheel the hosts take uv from (uvbin.uv_wheel)
         found.append(uv_file(lock.uv))
@@ -216,12 +238,19 @@ def sha256_of(path: Path) -> str | None:
         return None
 
 
+def _allowed(f: File, creds: Credentials) -> tuple[str, ...]:
+    """The data's URLs whose origins may get f's credentials."""
+    return {"index": creds.index_origins, "hf": creds.hf_origins}.get(f.auth or "", ())
+
+
 def _headers(f: File, creds: Credentials) -> dict[str, str]:
     if f.auth == "index" and creds.index_user and creds.index_password:
-        return basic_auth(creds.index_user, creds.index_password)
-    if f.auth == "hf" and creds.hf_token:
-        return {"Authorization": f"Bearer {creds.hf_token}"}
-    return {}
+        secret = basic_auth(creds.index_user, creds.index_password)
+    elif f.auth == "hf" and creds.hf_token:
+        secret = {"Authorization": f"Bearer {creds.hf_token}"}
+    else:
+        return {}
+    return credentials_for(f.url, _allowed(f, creds), secret)
 
 
 def _download(
@@ -261,13 +290,18 @@ def _download(
         return f"{f.path}: could not reach {f.url}: {e}", 0, True
     except urllib.error.HTTPError as e:
         hint = ""
-        if e.code in (401, 403) and f.auth:
+        if e.code in (401, 403) and f.auth and same_origin(f.url, _allowed(f, creds)):
             names = (
                 "creds_index_user_env/creds_index_password_env"
                 if f.auth == "index"
                 else "creds_hf_token_env"
             )
             hint = f" (set the variables {names} name)"
+        elif e.code in (401, 403) and f.auth:
+            keys = (
+                "pip_indexes with auth" if f.auth == "index" else "models_store_url/models_hub_url"
+            )
+            hint = f" (no credentials sent: its origin is none of the data's {keys})"
         return f"{f.path}: {f.url} answered {e.code}{hint}", 0, False
     except (urllib.error.URLError, OSError) as e:
         return f"{f.path}: {f.url}: not readable ({getattr(e, 'reason', e)})", 0, False

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from servefleet.base.download import credentials_for, origin
+from servefleet.base.download import credentials_for, origin, same_origin
 from servefleet.base.subenv import child_env
 from servefleet.fleet import lockfleet
 from servefleet.release import builds, owners, sdists
@@ -109,6 +109,20 @@ def test_sdist_credentials_follow_the_url_origin_not_the_index_a_lock_names() ->
     assert (
         credentials_for("https://a.example:8443/x", ["https://a.example/simple"], {"k": "v"}) == {}
     )
+
+
+def test_same_origin_compares_scheme_host_and_port_exactly() -> None:
+    """#46 item 3: the one test of where a credential may go."""
+    allowed = ["https://Store.example/models", "http://127.0.0.1:8000/simple"]
+    assert same_origin("https://store.example:443/org/m.tar.gz", allowed)
+    assert same_origin("http://127.0.0.1:8000/files/x.whl", allowed)
+    for other in ("http://store.example/models", "https://store.example:8443/models",
+                  "https://store.example.evil/models", "https://evil.example/store.example",
+                  "http://127.0.0.1:8001/simple", "http://127.0.0.2:8000/simple",
+                  "https://store.example:x/models", "file:///models", "/models"):  # fmt: skip
+        assert not same_origin(other, allowed), other
+    assert not same_origin("file:///a", ["file:///a"])  # no host: no origin
+    assert not same_origin("https://store.example/m", [])
 
 
 def test_the_build_environment_is_an_allow_list_without_secrets() -> None:

@@ -137,8 +137,9 @@ def test_the_wheelhouse_runs_no_index_code(indexes: dict[str, Any]) -> None:
     text = resolving.resolve(st, "u", SECRET)
     for p in indexes["report"].glob("*.json"):
         p.unlink()
-    files = wheelhouse.package_files(text, [i["url"] for i in st.inputs["indexes"]])
-    creds = wheelhouse.Credentials(index_user="u", index_password=SECRET)
+    files = wheelhouse.package_files(text)
+    auth = tuple(i["url"] for i in st.inputs["indexes"] if i["auth"])
+    creds = wheelhouse.Credentials(index_user="u", index_password=SECRET, index_origins=auth)
     done = wheelhouse.fill(indexes["tmp"] / "wh", files, creds, echo=lambda _: None)
     assert (indexes["tmp"] / "wh" / "packages" / "evil-0.1.tar.gz").is_file(), done
     assert reports(indexes["report"]) == []

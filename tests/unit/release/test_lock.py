@@ -243,6 +243,39 @@ def test_check_names_every_difference(tmp_path: Path) -> None:
     ]
 
 
+def test_check_names_a_model_url_and_a_stack_index_the_lock_moved_from_the_data_s(
+    tmp_path: Path,
+) -> None:
+    """#46 item 3: a lock decides no credential any more, and --check shows an edit of where its
+    files come from: a model URL off the data's models_store_url, an index edited in a stack's
+    inputs while the digest it states was kept."""
+    st = stack("s", ["a==1.0"], (), [{"name": "rbln", "url": "https://pypi.example/simple",
+               "packages": ["a"], "auth": True}], None, ">=3.10", ())  # fmt: skip
+    store = "https://store.example/models"
+    models = {"org/m": {"revision": "r1", "url": f"{store}/org/m.tar.gz", "sha256": "h1"},
+              "org/h": {"revision": "r1", "url": None, "sha256": None}}  # fmt: skip
+    write_lock(tmp_path, {st: pylock()}, {}, models)
+    stores = {"org/m": store, "org/h": None}
+    pinned = {m: {"revision": "r1", "sha256": None} for m in stores}
+    assert differences(load_lock(tmp_path), [st], {}, pinned, None, stores) == []
+    doc = json.loads((tmp_path / LOCK_FILE).read_text())
+    doc["models"]["org/m"]["url"] = "http://127.0.0.1:8000/org/m.tar.gz"
+    doc["models"]["org/h"]["url"] = "https://store.example:8443/org/h.tar.gz"
+    doc["stacks"]["s"]["inputs"]["indexes"][0]["url"] = "http://127.0.0.1:8000/simple"
+    (tmp_path / LOCK_FILE).write_text(json.dumps(doc))
+    moved = '{"auth": true, "name": "rbln", "packages": ["a"], "url": "%s"}'
+    assert differences(load_lock(tmp_path), [st], {}, pinned, None, stores) == [
+        "stack s: indexes: -"
+        + moved % "http://127.0.0.1:8000/simple"
+        + ", +"
+        + moved % "https://pypi.example/simple",
+        "model org/h: url https://store.example:8443/org/h.tar.gz is not on models_store_url "
+        "None (the hub)",
+        "model org/m: url http://127.0.0.1:8000/org/m.tar.gz is not on models_store_url "
+        "https://store.example/models",
+    ]
+
+
 def test_a_deploy_with_a_lock_installs_the_locked_set_and_refuses_a_stack_it_lacks(
     tmp_path: Path,
 ) -> None:

@@ -32,7 +32,8 @@ from servefleet.base.errors import DataError
 from servefleet.entry.steps.facts import HOST_CHECK
 from servefleet.fleet.lab.simulator import wheels as lab_wheels
 from servefleet.hostplan.extras import resolve_for
-from servefleet.release.lock import load_lock, write_lock
+from servefleet.kinds.rbln.defaults import PIP_INDEXES
+from servefleet.release.lock import LOCK_FILE, load_lock, write_lock
 from servefleet.release.plan import MARKER, plan_release
 from servefleet.release.pylock import release_id
 from servefleet.release.stack import stack
@@ -40,14 +41,16 @@ from servefleet.release.wheelhouse import (
     MANIFEST,
     Credentials,
     WheelhouseError,
+    credentials,
     fill,
     host_copies,
     lock_files,
     offline_requirements,
 )
-from servefleet.settings.table import settings_from
+from servefleet.settings.table import load_defaults, settings_from
 
-CREDS = Credentials(*OWNER_LOGIN, hf_token=TOKEN)
+SECRETS = {"RBLN_INDEX_USER": OWNER_LOGIN[0], "RBLN_INDEX_PASSWORD": OWNER_LOGIN[1],
+           "HF_TOKEN": TOKEN}  # fmt: skip
 BASIC = "Basic " + base64.b64encode("{}:{}".format(*OWNER_LOGIN).encode()).decode()
 RUNFILE = b"#!/bin/sh\necho driver 1.0\n"
 MODEL = "acme/tiny-1"
@@ -122,6 +125,21 @@ def make_lock(tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path])
     return lock
 
 
+def data_of(servers: dict[str, Stub]) -> dict[str, Any]:
+    """The data `servefleet wheelhouse` reads: the rbln index (auth) at the owner stub, the model
+    store at the store stub."""
+    rbln = {**PIP_INDEXES["rbln"], "url": servers["owner"].url + "/simple"}
+    return {"pip_indexes": {**PIP_INDEXES, "rbln": rbln},
+            "models_store_url": servers["store"].url + "/store",
+            "pip_trusted_hosts": ["127.0.0.1", "127.0.0.3"]}  # fmt: skip
+
+
+def data_creds(servers: dict[str, Stub]) -> Credentials:
+    """The secrets as that data gives them: each only for the origins it names."""
+    data = {**load_defaults(), **data_of(servers)}
+    return credentials(settings_from(data.get, SECRETS))
+
+
 def auth_seen(servers: dict[str, Stub]) -> dict[str, set[str | None]]:
     return {n: {h.get("authorization") for _, h in s.seen} for n, s in servers.items()}
 
@@ -132,7 +150,8 @@ def test_every_file_of_the_lock_is_downloaded_checked_and_a_rerun_downloads_noth
     files, hub = lock_files(load_lock(make_lock(tmp_path, servers, wheels)))
     assert hub == ["org/hub"]  # from the hub: no archive to hold
     wh = tmp_path / "wh"
-    done = fill(wh, files, CREDS, echo=lambda _: None)
+    creds = data_creds(servers)
+    done = fill(wh, files, creds, echo=lambda _: None)
     want = {
         "driver/r-1.0.run": _sha(RUNFILE),
         f"models/{MODEL}.tar.gz": _sha(tgz(hf_layout())),
@@ -145,9 +164,97 @@ def test_every_file_of_the_lock_is_downloaded_checked_and_a_rerun_downloads_noth
     # each secret only where it belongs: Basic to the owner index, the token to the store
     assert auth_seen(servers) == {"owner": {BASIC}, "public": {None}, "store": {f"Bearer {TOKEN}"}}
     asked = sum(len(s.seen) for s in servers.values())
-    again = fill(wh, files, CREDS, echo=lambda _: None)
+    again = fill(wh, files, creds, echo=lambda _: None)
     assert (again.downloaded, sorted(again.present), again.bytes) == ([], sorted(want), 0)
     assert sum(len(s.seen) for s in servers.values()) == asked  # not one request
+
+
+@pytest.fixture
+def listener() -> Iterator[Stub]:
+    """A server on 127.0.0.1 that no data names (another port than the owner index's): records
+    the headers it is sent; serves the model's archive at /m.tar.gz."""
+    stub = Stub("127.0.0.1")
+    stub.routes["/m.tar.gz"] = respond(200, tgz(hf_layout()))
+    yield stub
+    stub.close()
+
+
+def fill_as_data_says(tmp_path: Path, lock: Path, servers: dict[str, Stub]) -> Any:
+    """The lock's files filled with the credentials of data that names the stubs (each request
+    within 5 s, tried once)."""
+    files = lock_files(load_lock(lock))[0]
+    return fill(tmp_path / "wh", files, data_creds(servers), lambda _: None, timeout=5, tries=1)
+
+
+def tamper(lock: Path, edit: Any) -> None:
+    """Edit a lock's servefleet.lock.json as anyone who writes the repository can (``edit`` takes
+    the document and the pylock text and returns the new pylock text); the pylock's release id
+    is made to match, so the lock loads."""
+    doc = json.loads((lock / LOCK_FILE).read_text())
+    entry = doc["stacks"]["t"]
+    text = edit(doc, (lock / entry["pylock"]).read_text())
+    (lock / entry["pylock"]).write_text(text)
+    entry["release"] = release_id(text)
+    (lock / LOCK_FILE).write_text(json.dumps(doc))
+
+
+def test_a_model_url_the_lock_names_gets_no_token_and_still_downloads_when_public(
+    tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path], listener: Stub
+) -> None:
+    """#46 item 3: HF_TOKEN went to whatever URL a lock's models.*.url named."""
+    lock = make_lock(tmp_path, servers, wheels)
+
+    def edit(doc: dict[str, Any], text: str) -> str:
+        doc["models"][MODEL]["url"] = f"{listener.url}/m.tar.gz"
+        return text
+
+    tamper(lock, edit)
+    done = fill_as_data_says(tmp_path, lock, servers)
+    assert listener.paths() == ["/m.tar.gz"]
+    assert auth_seen({"listener": listener}) == {"listener": {None}}  # no Bearer token
+    assert f"models/{MODEL}.tar.gz" in done.downloaded and done.failed == []  # anonymously
+    assert auth_seen(servers)["owner"] == {BASIC}  # the data's own index still gets its own
+
+
+def test_an_index_the_lock_s_stack_inputs_name_with_auth_gets_no_index_credentials(
+    tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path], listener: Stub
+) -> None:
+    """#46 item 3: the index's Basic credentials went to any origin the lock's own
+    stacks.*.inputs.indexes named with auth on."""
+    lock = make_lock(tmp_path, servers, wheels)
+    sfpub = wheels["sfpub"]
+    listener.routes[f"/files/{sfpub.name}"] = _basic(sfpub.read_bytes())
+
+    def edit(doc: dict[str, Any], text: str) -> str:
+        doc["stacks"]["t"]["inputs"]["indexes"].append(
+            {"name": "mirror", "url": f"{listener.url}/simple", "packages": ["sfpub"], "auth": True}
+        )
+        return text.replace(f"{servers['public'].url}/files/{sfpub.name}",
+                            f"{listener.url}/files/{sfpub.name}")  # fmt: skip
+
+    tamper(lock, edit)
+    done = fill_as_data_says(tmp_path, lock, servers)
+    assert listener.paths() == [f"/files/{sfpub.name}"]
+    assert auth_seen({"listener": listener}) == {"listener": {None}}  # no Basic user/password
+    assert done.failed == [
+        f"packages/{sfpub.name}: {listener.url}/files/{sfpub.name} answered 401 (no credentials "
+        "sent: its origin is none of the data's pip_indexes with auth)"
+    ]
+    assert auth_seen(servers) == {"owner": {BASIC}, "public": {None}, "store": {f"Bearer {TOKEN}"}}
+
+
+def test_a_credential_does_not_follow_a_redirect_from_the_data_s_origin_to_another(
+    tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path], listener: Stub
+) -> None:
+    """The data's store sends the archive's request on to another origin: the token stays."""
+    lock = make_lock(tmp_path, servers, wheels)
+    servers["store"].routes[f"/store/{MODEL}.tar.gz"] = respond(
+        302, headers={"Location": f"{listener.url}/m.tar.gz"}
+    )
+    done = fill_as_data_says(tmp_path, lock, servers)
+    assert auth_seen(servers)["store"] == {f"Bearer {TOKEN}"}  # sent to the store itself
+    assert listener.paths() == ["/m.tar.gz"] and auth_seen({"l": listener}) == {"l": {None}}
+    assert f"models/{MODEL}.tar.gz" in done.downloaded
 
 
 class Progress:
@@ -186,12 +293,17 @@ def test_a_progress_bar_counts_the_files_as_they_arrive(
     lock = make_lock(tmp_path, servers, wheels)
     files, _ = lock_files(load_lock(lock))
     bar = Progress()
-    fill(tmp_path / "wh", files, CREDS, echo=lambda _: None, progress=bar)
+    fill(tmp_path / "wh", files, data_creds(servers), echo=lambda _: None, progress=bar)
     assert (bar.length, bar.updates, bar.closed) == (len(files), [1] * len(files), True)
     again = Progress()
-    fill(tmp_path / "wh", files, CREDS, echo=lambda _: None, progress=again)
+    fill(tmp_path / "wh", files, data_creds(servers), echo=lambda _: None, progress=again)
     assert again.length is None  # nothing to download: no bar
-    # the command shows click's bar on stderr when that is a terminal
+    # the command shows click's bar on stderr when that is a terminal (--lock-dir alone takes
+    # the default data, which names neither stub: they answer without credentials here)
+    servers["owner"].routes[f"/files/{wheels['sfowned'].name}"] = respond(
+        200, wheels["sfowned"].read_bytes()
+    )
+    servers["store"].token = None
     monkeypatch.setattr("servefleet.entry.common.shows_progress", lambda: True)
     for name, value in zip(("RBLN_INDEX_USER", "RBLN_INDEX_PASSWORD"), OWNER_LOGIN, strict=True):
         monkeypatch.setenv(name, value)
@@ -211,10 +323,13 @@ def test_a_file_that_differs_from_the_lock_is_named_with_both_hashes_and_not_kep
     tampered = RUNFILE + b"echo and something else\n"
     servers["public"].routes["/driver/r-1.0.run"] = respond(200, tampered)
     wh = tmp_path / "wh"
-    env = {**os.environ, "RBLN_INDEX_USER": OWNER_LOGIN[0], "RBLN_INDEX_PASSWORD": OWNER_LOGIN[1],
-           "HF_TOKEN": TOKEN}  # fmt: skip
+    inventory = tmp_path / "inv.py"
+    inventory.write_text('fleet = ["npu-a1"]\n')
+    data = [a for k, v in {**data_of(servers), "sdk_lock": str(lock)}.items()
+            for a in ("--data", f"{k}={json.dumps(v) if not isinstance(v, str) else v}")]  # fmt: skip
     proc = subprocess.run([sys.executable, "-m", "servefleet", "wheelhouse", str(wh),
-                           "--lock-dir", str(lock)], env=env, capture_output=True, text=True)  # fmt: skip
+                           "--inventory", str(inventory), *data], env={**os.environ, **SECRETS},
+                          capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     url = servers["public"].url + "/driver/r-1.0.run"
     assert proc.stderr.splitlines() == [
@@ -231,7 +346,8 @@ def test_without_the_index_credentials_the_owned_file_fails_naming_the_variables
     tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path]
 ) -> None:
     files, _ = lock_files(load_lock(make_lock(tmp_path, servers, wheels)))
-    done = fill(tmp_path / "wh", files, Credentials(hf_token=TOKEN), echo=lambda _: None)
+    creds = replace(data_creds(servers), index_user=None, index_password=None)
+    done = fill(tmp_path / "wh", files, creds, echo=lambda _: None)
     assert len(done.failed) == 1 and done.failed[0].startswith("packages/sfowned-1.0-")
     assert done.failed[0].endswith(
         "answered 401 (set the variables creds_index_user_env/creds_index_password_env name)"
@@ -244,7 +360,7 @@ def test_a_host_gets_only_what_its_steps_need_and_the_wheelhouse_must_hold_it(
     lock = load_lock(make_lock(tmp_path, servers, wheels))
     wh = tmp_path / "wh"
     files, _ = lock_files(lock)
-    fill(wh, files, CREDS, echo=lambda _: None)
+    fill(wh, files, data_creds(servers), echo=lambda _: None)
     pylock = next(iter(lock.stacks.values())).pylock
     copies = host_copies(str(wh), "/opt/sf", lock, pylock, "1.0", [MODEL])
     assert [(c.kind, c.name) for c in copies] == [
@@ -301,7 +417,7 @@ def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_f
 ) -> None:
     lock = load_lock(make_lock(tmp_path, servers, wheels))
     wh = tmp_path / "wh"
-    fill(wh, lock_files(lock)[0], CREDS, echo=lambda _: None)
+    fill(wh, lock_files(lock)[0], data_creds(servers), echo=lambda _: None)
     for s in servers.values():
         s.close()  # nothing answers any more
     pylock = next(iter(lock.stacks.values())).pylock

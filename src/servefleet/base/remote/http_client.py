@@ -14,7 +14,7 @@ import hashlib
 import http.client
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 from urllib.parse import urlsplit
 
@@ -43,6 +43,18 @@ def origin(url: str) -> tuple[str, str, int | None]:
     return scheme, (parts.hostname or "").lower(), port
 
 
+def same_origin(url: str, allowed: Iterable[str]) -> bool:
+    """Whether url has the origin of one of ``allowed`` (scheme, host and port compared exactly;
+    a URL without a host or with a port that is not a number has none): the one test of where
+    a credential may go.
+
+    + url: what is about to be fetched
+    + allowed: the URLs whose origins may get it (the data's, never one a lock names)
+    """
+    scheme, host, port = origin(url)
+    return bool(host) and port != -1 and (scheme, host, port) in {origin(u) for u in allowed}
+
+
 class Redirects(urllib.request.HTTPRedirectHandler):
     """Follows redirects, but never carries the Authorization header to another origin."""
 
@@ -56,7 +68,7 @@ class Redirects(urllib.request.HTTPRedirectHandler):
         newurl: str,
     ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and origin(new.full_url) != origin(req.full_url):
+        if new is not None and not same_origin(new.full_url, [req.full_url]):
             new.remove_header("Authorization")
         return new
 

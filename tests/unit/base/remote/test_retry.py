@@ -136,8 +136,8 @@ def test_503_then_200_is_tried_again_and_downloaded(stub: Stub, tmp_path: Path) 
 
 def test_401_is_asked_once_and_is_one_line(stub: Stub, tmp_path: Path) -> None:
     stub.routes["/f.whl"] = respond(401, b"who are you\n")
-    done = fill(tmp_path / "wh", one_file(f"{stub.url}/f.whl", "index"), Credentials(),
-                lambda _: None, retry_wait=0.01)  # fmt: skip
+    done = fill(tmp_path / "wh", one_file(f"{stub.url}/f.whl", "index"),
+                Credentials(index_origins=(stub.url,)), lambda _: None, retry_wait=0.01)  # fmt: skip
     assert stub.paths() == ["/f.whl"]
     assert (
         done.failed
