@@ -7,6 +7,7 @@ with ``pip download`` and the machine's own pip config, and cached under
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -61,8 +62,6 @@ def host_uv_versions() -> list[str]:
     """The uv versions the lab's public index serves for the hosts: the controller's, and the one
     each lock under ``./locks`` pins (the hosts run a lock's uv whatever the controller has, so
     a controller with a newer uv still deploys the lab's committed lock)."""
-    import json
-
     from servefleet.release.uvbin import uv_version
 
     versions = {uv_version()}
@@ -104,33 +103,70 @@ def host_uv_wheel(version: str) -> Path:
     return wheel
 
 
-def real_wheels(requirement: str) -> list[Path]:
-    """The wheel of requirement and its dependencies' wheels, for every Python of REAL_PYTHONS:
-    from the cache, else fetched once with ``pip download`` and the machine's own pip config.
+PINS = Path(__file__).resolve().parent / "real_pins.json"  # requirement -> Python -> name==version
+
+
+def pinned(requirement: str) -> dict[str, list[str]]:
+    """The exact versions of requirement's tree for each Python of REAL_PYTHONS, as
+    ``real_pins.json`` holds them (so a fresh machine's lab serves the same wheels, whatever the
+    index has published since; ``python3 fetched.py --write-pins`` takes the newest on purpose).
 
     + requirement: ``name==version``, a key of PY310_ONLY
     """
-    extras = hashlib.sha256(",".join(PY310_ONLY[requirement]).encode()).hexdigest()[:8]
-    cache = WHEEL_CACHE / f"{requirement.replace('==', '-')}-{extras}"
+    return dict(json.loads(PINS.read_text())[requirement])
+
+
+def newest_pins(requirement: str) -> dict[str, list[str]]:
+    """What ``pip download`` resolves requirement's tree to today, for each Python.
+
+    + requirement: ``name==version``, a key of PY310_ONLY
+    """
+    out = {}
+    for python in REAL_PYTHONS:
+        more = PY310_ONLY[requirement] if python == "3.10" else ()
+        with tempfile.TemporaryDirectory() as tmp:
+            _download(["--python-version", python, "--dest", tmp, requirement, *more],
+                      f"{requirement} for Python {python}")  # fmt: skip
+            names = (w.name.split("-")[:2] for w in Path(tmp).glob("*.whl"))
+            out[python] = sorted(f"{re.sub(r'[-_.]+', '-', n).lower()}=={v}" for n, v in names)
+    return out
+
+
+def _download(args: list[str], what: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        said = [x for x in proc.stderr.splitlines() if x.strip()
+                and not x.startswith("WARNING:")] or ["no wheel"]  # fmt: skip
+        raise RuntimeError(f"cannot fetch {what}: {said[-1]}")
+
+
+def real_wheels(requirement: str) -> list[Path]:
+    """The wheel of requirement and its dependencies' wheels at the versions :func:`pinned`
+    names, for every Python of REAL_PYTHONS: from the cache, else fetched once with
+    ``pip download --no-deps`` and the machine's own pip config.
+
+    + requirement: ``name==version``, a key of PY310_ONLY
+    """
+    pins = pinned(requirement)
+    digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:8]
+    cache = WHEEL_CACHE / f"{requirement.replace('==', '-')}-{digest}"
     if not (cache / ".complete").is_file():
         WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=WHEEL_CACHE, prefix=".real-"))
         try:
             for python in REAL_PYTHONS:
-                more = PY310_ONLY[requirement] if python == "3.10" else ()
-                cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:",
-                       "--python-version", python, "--dest", str(tmp), requirement,
-                       *more]  # fmt: skip
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    said = [x for x in proc.stderr.splitlines() if x.strip()
-                            and not x.startswith("WARNING:")] or ["no wheel"]  # fmt: skip
-                    raise RuntimeError(
-                        f"cannot fetch {requirement} for Python {python}: {said[-1]}"
-                    )
+                _download(["--no-deps", "--python-version", python, "--dest", str(tmp),
+                           *pins[python]], f"{requirement} for Python {python}")  # fmt: skip
             (tmp / ".complete").write_text("")
             shutil.rmtree(cache, ignore_errors=True)
             os.replace(tmp, cache)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return sorted(cache.glob("*.whl"))
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-pins"]:
+    PINS.write_text(
+        json.dumps({r: newest_pins(r) for r in PY310_ONLY}, indent=1, sort_keys=True) + "\n"
+    )
