@@ -6,8 +6,9 @@ vLLM's counters and histograms in the text exposition, counting what it served. 
 its own: the first token after ``ttft`` seconds, the next ones ``itl`` apart (each times
 ``jitter(i)`` when given), so a test makes one server slower than another. ``stall`` holds every
 answer after its headers (the probe's deadline must end it); ``fail_every`` answers every Nth
-request 500; ``key`` is the API key it wants (401 without it). Every request's headers are kept
-(``seen``) so a test can check what the probe sent where.
+request 500; ``key`` is the API key it wants (401 without it); ``odd`` answers a path with bytes
+of the test's, as they are (a hostile instance). Every request's headers are kept (``seen``) so a
+test can check what the probe sent where.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Behaviour:
     fail_every: int = 0
     key: str | None = None
     extra_metrics: str = ""  # appended to /metrics as it is (a test's unknown metric)
+    odd: dict[str, bytes] = field(default_factory=dict)  # path -> its whole answer, as it is
     seen: list[dict[str, str]] = field(default_factory=list)  # every request's headers
     prompts: list[str] = field(default_factory=list)  # every completion's prompt, in order
     served: int = 0
@@ -86,8 +88,18 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _odd(self) -> bool:
+            """Answer the test's bytes for this path, if it gave any, and close."""
+            if self.path not in b.odd:
+                return False
+            self.wfile.write(b.odd[self.path])
+            self.close_connection = True
+            return True
+
         def do_GET(self) -> None:  # noqa: N802
             b.seen.append({"path": self.path, **dict(self.headers)})
+            if self._odd():
+                return
             wanted = f"Bearer {b.key}"
             if (
                 b.key
@@ -107,6 +119,8 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             b.seen.append({"path": self.path, **dict(self.headers)})
+            if self._odd():
+                return
             with b.lock:
                 b.prompts.append(str(body.get("prompt") or body.get("messages")))
                 n = len([s for s in b.seen if s["path"].startswith("/v1/")])

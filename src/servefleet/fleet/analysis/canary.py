@@ -28,8 +28,9 @@ class Outcome:
     """The analysis' verdict for the rollout.
 
     + passed: every measure passed
-    + why: one line, when it did not: each failed measure with both values, or why nothing
-      could be measured
+    + why: one line, when it did not: each failed measure with both values, why nothing
+      could be measured, or the answer of an instance the probe could not read (its
+      :class:`~servefleet.fleet.analysis.probe.OddAnswer`)
     + lines: what the terminal shows (the table, the failed measures, where the report went)
     + host: the canary host that was probed (its result carries ``report``)
     + report: the verdict as a dict (:func:`servefleet.fleet.analysis.report.verdict`)

@@ -13,6 +13,11 @@ It connects only to the origins it is given (``http://HOST:PORT`` of an instance
 router) and follows no redirect; each target's API key, if any, goes only in the requests to
 its own origin's ``/v1/`` paths and is never in what it returns.
 
+Every answer is read strictly: a status line, a Content-Length or chunk size, an event, a
+usage, a model list or a ``/metrics`` sample it cannot read (not UTF-8, not a number, a list
+where an object belongs, a negative, NaN or infinite count) is an :class:`OddAnswer`: the probe
+stops and the analysis fails in one line naming the instance and the answer (#46 item 8).
+
 GuideLLM was tried first and did not fit (docs/real-fleet.md, the canary analysis).
 """
 
@@ -20,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
+import reprlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from servefleet.base.errors import ServefleetError
@@ -103,6 +110,47 @@ class _Failed(Exception):
     """One request failed: why, in a few words."""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_BODY * 4  # whole: the key found, cut after
+SHOWN = 80  # characters of an odd answer a line shows
+
+
+def _shown(answer: object, key: str | None = None) -> str:
+    """``answer`` in one line of at most :data:`SHOWN` characters (its repr: line breaks and
+    control characters escaped, nesting cut), the API key ``key`` never in it."""
+    text = _REPR.repr(answer)
+    if key:
+        text = text.replace(key, "<the API key>")
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+_UNSHOWN = object()
+
+
+class OddAnswer(ServefleetError):
+    """An answer of an instance that the probe cannot read: ``what`` it is and the ``answer``
+    (shown cut to one line, if given). The analysis fails on it, naming the instance
+    (:func:`_named`)."""
+
+    def __init__(self, what: str, answer: object = _UNSHOWN, key: str | None = None) -> None:
+        shown = "" if answer is _UNSHOWN else f": {_shown(answer, key)}"
+        super().__init__(what + shown)
+        self.what, self.answer = what, answer
+
+
+_T = TypeVar("_T")
+
+
+async def _named(side: Side, work: Awaitable[_T]) -> _T:
+    """``work`` for ``side``: an odd answer raised again naming the instance that gave it."""
+    try:
+        return await work
+    except OddAnswer as e:
+        t = side.target
+        who = " ".join(x for x in (t.role, t.host, t.origin) if x)
+        raise OddAnswer(f"analysis: {who}: {e.what}", e.answer, t.key) from None
+
+
 def prompt(i: int, words: int) -> str:
     """Prompt ``i`` of ``words`` words: the same for every target (seeded by ``i``)."""
     rng = random.Random(i)
@@ -124,14 +172,17 @@ async def _exchange(
     await writer.drain()
     try:
         raw = await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+    except asyncio.IncompleteReadError:
         writer.close()
         raise _Failed("no HTTP response") from None
+    except asyncio.LimitOverrunError:
+        writer.close()
+        raise OddAnswer(f"{path} answered a head longer than {MAX_HEAD} bytes") from None
     lines = raw.decode("latin-1").split("\r\n")
-    status = re.fullmatch(r"HTTP/1\.[01] (\d{3})(?: .*)?", lines[0])
+    status = re.fullmatch(r"HTTP/1\.[01] ([0-9]{3})(?: .*)?", lines[0])
     if not status:
         writer.close()
-        raise _Failed("no HTTP response")
+        raise OddAnswer(f"{path} answered a status line that is not HTTP/1.x", lines[0])
     headers = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
@@ -140,18 +191,27 @@ async def _exchange(
     return int(status.group(1)), reader, headers, writer
 
 
-async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> Any:
-    """The body's pieces as they arrive (chunked, by length or to the end), at most MAX_BODY."""
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_LENGTH = re.compile(r"[0-9]{1,15}")
+
+
+async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str], path: str) -> Any:
+    """The body's pieces as they arrive (chunked, by length or to the end), at most MAX_BODY;
+    the answer to ``path`` (named in an :class:`OddAnswer`)."""
     got = 0
     if "chunked" in headers.get("transfer-encoding", "").lower():
         while True:
-            size_line = await reader.readline()
+            try:
+                size_line = await reader.readline()
+            except ValueError:  # asyncio's: longer than the reader's limit
+                raise OddAnswer(f"{path} answered a chunk size line longer than {MAX_HEAD} "
+                                "bytes") from None  # fmt: skip
             if not size_line.endswith(b"\n"):
                 raise _Failed("the stream was cut")
-            try:
-                size = int(size_line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise _Failed("a malformed chunk") from None
+            hex_size = size_line.split(b";")[0].strip()
+            if not _CHUNK_SIZE.fullmatch(hex_size):
+                raise OddAnswer(f"{path} answered a chunk size that is not hex", size_line)
+            size = int(hex_size, 16)
             if size == 0:
                 return
             got += size
@@ -161,8 +221,13 @@ async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> Any
                 data = await reader.readexactly(size + 2)
             except asyncio.IncompleteReadError:
                 raise _Failed("the stream was cut") from None
+            if not data.endswith(b"\r\n"):
+                raise OddAnswer(f"{path} answered a chunk longer than its size", data[-20:])
             yield data[:-2]
     elif "content-length" in headers:
+        if not _LENGTH.fullmatch(headers["content-length"]):
+            raise OddAnswer(f"{path} answered a Content-Length that is not a number",
+                            headers["content-length"])  # fmt: skip
         length = int(headers["content-length"])
         if length > MAX_BODY:
             raise _Failed(f"the body passed {MAX_BODY} bytes")
@@ -181,19 +246,59 @@ async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> Any
 async def _whole(origin: str, path: str, key: str | None) -> tuple[int, bytes]:
     status, reader, headers, writer = await _exchange(origin, "GET", path, None, key)
     try:
-        return status, b"".join([piece async for piece in _body(reader, headers)])
+        return status, b"".join([piece async for piece in _body(reader, headers, path)])
     finally:
         writer.close()
 
 
-def _tokens_of(event: Mapping[str, Any]) -> int:
+def _event(data: bytes) -> Any:
+    """An SSE event's data as JSON (an :class:`OddAnswer` when it is not UTF-8 or not JSON)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OddAnswer(f"{PATH} answered an event that is not UTF-8", data) from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        raise OddAnswer(f"{PATH} answered an event that is not JSON", text) from None
+
+
+def _tokens_of(event: Any) -> int:
     """How many content pieces an SSE event carries (a completion's text, a chat delta's
-    content or reasoning)."""
+    content or reasoning): an :class:`OddAnswer` unless it is an object whose ``choices`` are a
+    list of objects, each text a string."""
+    if not isinstance(event, dict):
+        raise OddAnswer(f"{PATH} answered an event that is not an object", event)
+    choices = event.get("choices")
+    if not isinstance(choices, (list, type(None))):
+        raise OddAnswer(f"{PATH} answered choices that are not a list", choices)
     n = 0
-    for choice in event.get("choices") or ():
-        delta = choice.get("delta") or {}
-        text = choice.get("text") or delta.get("content") or delta.get("reasoning_content")
-        n += bool(text or delta.get("reasoning"))
+    for choice in choices or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or not isinstance(delta, (dict, type(None))):
+            raise OddAnswer(f"{PATH} answered a choice that is not an object with a delta "
+                            "object", choice)  # fmt: skip
+        delta = delta or {}
+        texts = (choice.get("text"), delta.get("content"), delta.get("reasoning_content"),
+                 delta.get("reasoning"))  # fmt: skip
+        if not all(isinstance(t, (str, type(None))) for t in texts):
+            raise OddAnswer(f"{PATH} answered a choice whose text is not a string", choice)
+        n += any(texts)
+    return n
+
+
+def _usage_of(event: Mapping[str, Any], most: int) -> int | None:
+    """The completion tokens an event's ``usage`` counts (None: it counts none): an
+    :class:`OddAnswer` unless it is an object and the count an integer from 0 to ``most``
+    (the tokens asked for)."""
+    usage = event.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise OddAnswer(f"{PATH} answered a usage that is not an object", usage)
+    n = usage.get("completion_tokens")
+    if n is not None and (type(n) is not int or not 0 <= n <= most):
+        raise OddAnswer(f"{PATH} answered completion_tokens that are not 0 to {most}", n)
     return n
 
 
@@ -212,7 +317,7 @@ async def _one(
         arrivals: list[float] = []
         usage: int | None = None
         buffer, done = b"", False
-        async for piece in _body(reader, headers):
+        async for piece in _body(reader, headers, PATH):
             buffer += piece.replace(b"\r\n", b"\n")
             while b"\n\n" in buffer and not done:
                 event, buffer = buffer.split(b"\n\n", 1)
@@ -221,21 +326,18 @@ async def _one(
                 if data == b"[DONE]":
                     done = True
                 elif data:
-                    try:
-                        parsed = json.loads(data)
-                    except ValueError:
-                        raise _Failed("an event that is not JSON") from None
+                    parsed = _event(data)
                     if isinstance(parsed, dict) and "error" in parsed:
                         raise _Failed("an error event")
                     now = time.monotonic()
                     arrivals += [now] * min(1, _tokens_of(parsed))
-                    usage = ((parsed.get("usage") or {}).get("completion_tokens")) or usage
+                    usage = _usage_of(parsed, out_tokens) or usage
         if not done:
             raise _Failed("the stream ended without [DONE]")
         if not arrivals:
             raise _Failed("no token")
         gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
-        tokens = usage if isinstance(usage, int) and usage > 0 else len(arrivals)
+        tokens = usage or len(arrivals)
         return arrivals[0] - t0, gaps, tokens / max(arrivals[-1] - t0, 1e-9)
     finally:
         writer.close()
@@ -246,25 +348,55 @@ async def _model(target: Target) -> str:
     if status != 200:
         raise _Failed(f"/v1/models: HTTP {status}")
     try:
-        return str(json.loads(body)["data"][0]["id"])
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise _Failed("/v1/models names no model") from None
+        model = json.loads(body.decode("utf-8"))["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        model = None
+    if not isinstance(model, str) or not model:
+        raise OddAnswer("/v1/models answered no model", body)
+    return model
 
 
-_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+# a sample: its name, its labels (a label's value quoted, with escapes), its value (then maybe a
+# timestamp)
+_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
 
 
 def parse_metrics(text: str) -> dict[str, dict[str, float]]:
-    """A text exposition's samples: series name -> its labels (as written) -> value."""
+    """A text exposition's samples: series name -> its labels (as written) -> value. A line
+    that is neither a comment nor a sample with a number is an :class:`OddAnswer`."""
     out: dict[str, dict[str, float]] = {}
     for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
         m = _SAMPLE.match(line)
-        if m and not line.startswith("#"):
-            try:
-                out.setdefault(m.group(1), {})[m.group(2) or ""] = float(m.group(3))
-            except ValueError:
-                continue
+        if not m:
+            raise OddAnswer("/metrics answered a line that is not a sample", line)
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            raise OddAnswer("/metrics answered a sample that is not a number", line) from None
+        out.setdefault(m.group(1), {})[m.group(2) or ""] = value
     return out
+
+
+def checked(
+    scrape: dict[str, dict[str, float]], types: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """``scrape`` when each sample of a declared counter or histogram is a finite count (not
+    negative, not NaN or infinite) and each bucket has its bound; else an :class:`OddAnswer`."""
+    for series, samples in scrape.items():
+        name = family(series, types)
+        kind = types.get(name) if name else None
+        if kind not in ("counter", "histogram"):
+            continue
+        for labels, value in samples.items():
+            if not math.isfinite(value) or value < 0:
+                raise OddAnswer(f"/metrics answered a {kind} sample that is not a count",
+                                f"{series}{labels} {value}")  # fmt: skip
+            if kind == "histogram" and series.endswith("_bucket") and _le(labels) is None:
+                raise OddAnswer("/metrics answered a bucket without its le", series + labels)
+    return scrape
 
 
 def family(series: str, types: Mapping[str, str]) -> str | None:
@@ -283,11 +415,21 @@ def family(series: str, types: Mapping[str, str]) -> str | None:
 
 
 def _le(labels: str) -> tuple[str, float] | None:
+    """A bucket's labels without its ``le`` and its bound (None: no ``le``): an
+    :class:`OddAnswer` unless the bound is a number of 0 or more (``+Inf`` for the last)."""
     m = re.search(r'(?:^\{|,)le="([^"]*)"', labels)
     if not m:
         return None
     rest = re.sub(r',?le="[^"]*"', "", labels).replace("{,", "{")
-    return rest, float(m.group(1))
+    try:
+        bound = float(m.group(1))
+    except ValueError:
+        bound = math.nan
+    if not bound >= 0:  # NaN too
+        raise OddAnswer(
+            "/metrics answered a bucket bound that is not a number of 0 or more", labels
+        )
+    return rest, bound
 
 
 def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
@@ -345,7 +487,7 @@ def undeclared_names(scrape: Mapping[str, Any], types: Mapping[str, str]) -> lis
     return sorted(s for s in scrape if s.startswith("vllm:") and family(s, types) is None)
 
 
-async def _scrape(side: Side) -> dict[str, dict[str, float]] | None:
+async def _scrape(side: Side, types: Mapping[str, str]) -> dict[str, dict[str, float]] | None:
     try:
         status, body = await asyncio.wait_for(_whole(side.target.origin, "/metrics", None), 10)
     except (OSError, asyncio.TimeoutError, _Failed) as e:
@@ -354,7 +496,12 @@ async def _scrape(side: Side) -> dict[str, dict[str, float]] | None:
     if status != 200:
         side.metrics_error = f"/metrics: HTTP {status}"
         return None
-    return parse_metrics(body.decode("utf-8", "replace"))
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise OddAnswer("/metrics answered text that is not UTF-8",
+                        body[max(e.start - 30, 0) : e.end + 10]) from None  # fmt: skip
+    return checked(parse_metrics(text), types)
 
 
 def _why(e: BaseException) -> str:
@@ -413,7 +560,7 @@ async def _side(side: Side, load: Load, deadline: float) -> None:
                 over = left < load.request_timeout
                 side.error("cut: the probe's deadline" if over
                            else f"timed out after {load.request_timeout:g} s")  # fmt: skip
-            except (OSError, _Failed, ValueError) as e:
+            except (OSError, _Failed) as e:
                 side.error(_why(e))
             else:
                 samples.ttft.append(ttft)
@@ -426,11 +573,12 @@ async def _side(side: Side, load: Load, deadline: float) -> None:
 async def _probe(targets: Sequence[Target], load: Load) -> list[Side]:
     sides = [Side(t) for t in targets]
     types = declared()
-    before = await asyncio.gather(*(_scrape(s) for s in sides))
+    # an odd answer ends the probe, raised naming the instance that gave it
+    before = await asyncio.gather(*(_named(s, _scrape(s, types)) for s in sides))
     deadline = time.monotonic() + load.timeout
     # the targets side by side: each its own workers, all started together
-    await asyncio.gather(*(_side(s, load, deadline) for s in sides))
-    after = await asyncio.gather(*(_scrape(s) for s in sides))
+    await asyncio.gather(*(_named(s, _side(s, load, deadline)) for s in sides))
+    after = await asyncio.gather(*(_named(s, _scrape(s, types)) for s in sides))
     for side, b, a in zip(sides, before, after, strict=True):
         if b is not None and a is not None:
             side.metrics = deltas(b, a, types)
@@ -445,6 +593,9 @@ def run(targets: Sequence[Target], load: Load) -> tuple[list[Side], float]:
 
     + targets: the canary's and the baseline's instance (origins ``http://HOST:PORT``)
     + load: the bounds (:meth:`Load.of` the ``rollout_analysis`` data)
+
+    An answer it cannot read ends it: an :class:`OddAnswer`, one line naming the instance and
+    the answer.
     """
     for t in targets:
         _split(t.origin)
