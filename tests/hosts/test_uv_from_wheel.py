@@ -50,6 +50,10 @@ def test_a_host_takes_uv_from_the_locked_wheel_and_the_controller_sends_none(
     ops = [o["name"] for o in json.loads(first.stdout)["results"]["operations"]]
     assert not [o for o in ops if "Upload uv" in o], ops  # unlocked: the index's wheel
     before = serving_release(lab, "lab1")
+    # the locked set's release may be on lab1 from an earlier test: taken away, so the locked
+    # deploy installs it and needs the uv it takes from the wheel
+    ids = {entry["release"] for entry in doc["stacks"].values()} - {before.rsplit("/", 1)[-1]}
+    on_host(lab, "lab1", " ".join(["rm -rf", *(f"/opt/servefleet/releases/{i}" for i in ids)]))
     on_host(lab, "lab1", f"rm -f {UV}")
     try:
         locked = run(lab, "--json", "--limit", "lab1", "--data", f"sdk_lock={tmp_path}",
