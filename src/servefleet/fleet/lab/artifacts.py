@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,16 +50,44 @@ def sources_key(sources: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def artifacts_key(sources: Path, models: Sequence[str] = ()) -> str:
-    """The name of a build: the sources' key, then a hash of the models added to the store.
+UV_VERSIONS = "SERVEFLEET_LAB_UV_VERSIONS"  # build.py's input: the uv versions its index serves
+
+
+def host_uv_versions(locks: Path = Path("locks")) -> list[str]:
+    """The uv versions the lab's public index serves for the hosts: the controller's, and the
+    one each lock under ``locks`` (the fleet repository's, where ``lab up`` runs) pins: the hosts
+    run a lock's uv whatever the controller has (#53), so a controller with a newer uv still
+    deploys the committed lab lock.
+
+    + locks: the directory of lock directories
+    """
+    from servefleet.release.uvbin import uv_version
+
+    versions = {uv_version()}
+    for path in sorted(locks.glob("*/servefleet.lock.json")):
+        try:
+            pinned = (json.loads(path.read_text()).get("uv") or {}).get("version")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pinned, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)*", pinned):
+            versions.add(pinned)
+    return sorted(versions)
+
+
+def artifacts_key(sources: Path, models: Sequence[str] = (), uv: Sequence[str] = ()) -> str:
+    """The name of a build: the sources' key, then a hash of the models added to the store and
+    of the uv versions served besides the controller's.
 
     + sources: the simulator sources directory
     + models: org/name ids the store holds besides the recipes' models
+    + uv: the uv versions the index serves (:func:`host_uv_versions`)
     """
     key = sources_key(sources)
     if models:
         added = ",".join(sorted(set(models))).encode()
         key += "-" + hashlib.sha256(added).hexdigest()[:12]
+    if len(uv) > 1:
+        key += "-uv" + hashlib.sha256(",".join(uv).encode()).hexdigest()[:8]
     return key
 
 
@@ -73,7 +102,8 @@ def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path,
     """
     sources = simulator_sources()
     root = cache_dir / "artifacts"
-    out = root / artifacts_key(sources, models)
+    uv = host_uv_versions()
+    out = root / artifacts_key(sources, models, uv)
     if not (out / "manifest.json").is_file():
         same_sources = sources_key(sources)
         for old in root.iterdir() if root.is_dir() else []:
@@ -86,6 +116,7 @@ def ensure_artifacts(cache_dir: Path, models: Sequence[str] = ()) -> tuple[Path,
             capture_output=True,
             text=True,
             cwd=tmp,
+            env={**os.environ, UV_VERSIONS: ",".join(uv)},
         )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -59,20 +59,14 @@ PY310_ONLY = {ROUTER_REQUIREMENT: ("async-timeout", "exceptiongroup"), HUB_REQUI
 
 
 def host_uv_versions() -> list[str]:
-    """The uv versions the lab's public index serves for the hosts: the controller's, and the one
-    each lock under ``./locks`` pins (the hosts run a lock's uv whatever the controller has, so
-    a controller with a newer uv still deploys the lab's committed lock)."""
+    """The uv versions the lab's public index serves for the hosts: those ``lab up`` names in
+    SERVEFLEET_LAB_UV_VERSIONS (servefleet.fleet.lab.artifacts.host_uv_versions: the controller's
+    and each lock's), else the controller's."""
     from servefleet.release.uvbin import uv_version
 
-    versions = {uv_version()}
-    for path in sorted(Path("locks").glob("*/servefleet.lock.json")):
-        try:
-            pinned = (json.loads(path.read_text()).get("uv") or {}).get("version")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(pinned, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)*", pinned):
-            versions.add(pinned)
-    return sorted(versions)
+    named = os.environ.get("SERVEFLEET_LAB_UV_VERSIONS", "")
+    versions = [v for v in named.split(",") if re.fullmatch(r"[0-9]+(\.[0-9]+)*", v)]
+    return sorted(set(versions)) or [uv_version()]
 
 
 def host_uv_wheel(version: str) -> Path:
