@@ -18,6 +18,8 @@ rm -rf "$VENV" && python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade --upgrade-strategy eager -e '.[dev]'
 "$VENV/bin/python" -m compileall -q -x '/lab/simulator/' src >/dev/null
+# promtool and prometheus, as setup.sh unpacked them (tests/prom_tools.py looks beside sys.prefix)
+[ -d .venv/prometheus ] && ln -sfn "$PWD/.venv/prometheus" "$VENV/prometheus"
 "$VENV/bin/pip" freeze --all --exclude-editable 2>/dev/null | grep -v -E '^(pip|setuptools)==' >"$VENV/freeze.txt"
 echo "newest_versions: versions that differ from dev-constraints.txt (pinned -> newest):" >&2
 python3 - "$VENV/freeze.txt" <<'PY' >&2
