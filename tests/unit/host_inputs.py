@@ -94,8 +94,11 @@ def converged_probe(**over: object) -> dict:
     return probe(**{**state, **over})
 
 
-def run_probe(tmp: Path, hardware: dict[str, Any] | None, *, driver: bool, **over: Any) -> dict:
-    """PROBE on this machine, with the lab's stand-ins first on PATH and RBLN_SIM_ROOT=tmp."""
+def run_probe(
+    tmp: Path, hardware: dict[str, Any] | None, *, driver: bool, timeout: float = 120, **over: Any
+) -> dict:
+    """PROBE on this machine, with the lab's stand-ins first on PATH and RBLN_SIM_ROOT=tmp (a
+    probe that does not answer within ``timeout`` seconds is killed: TimeoutExpired)."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     if driver:
@@ -118,7 +121,7 @@ def run_probe(tmp: Path, hardware: dict[str, Any] | None, *, driver: bool, **ove
     }
     out = subprocess.run(
         [shutil.which("python3") or sys.executable, "-c", PROBE, probe_args(s, resolve_for(s))],
-        env=env, capture_output=True, text=True, check=True,
+        env=env, capture_output=True, text=True, check=True, timeout=timeout,
     )  # fmt: skip
     return json.loads(out.stdout)
 

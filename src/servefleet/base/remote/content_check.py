@@ -231,6 +231,41 @@ def _read_small(fd: int, name: str, limit: int) -> bytes | None:
         os.close(f)
 
 
+def marker_revision(repofd: int) -> str | None:
+    """The revision the model directory ``repofd``'s ``.servefleet-complete`` names (40 hex),
+    read by :func:`_read_small` (a link or a fifo there is no marker, and is never waited on);
+    None when there is no such marker."""
+    marker = _read_small(repofd, layout.MODEL_COMPLETE, 256)
+    rev = (marker or b"").decode("ascii", "replace").strip()
+    return rev if SHA1.fullmatch(rev) else None
+
+
+def complete_revision(hf_home: str, model: str) -> str | None:
+    """The revision of ``model`` complete in ``$HF_HOME/hub``: the one its marker names
+    (:func:`marker_revision`) when ``snapshots/<rev>`` is a directory there; None otherwise.
+    Everything is reached through descriptors, no link followed (the hub from ``/`` by
+    ``trusted.open_path``): the serve user owns the hub."""
+    try:
+        hub = trusted.open_path(os.path.join(hf_home, "hub"))
+    except OSError:
+        return None
+    try:
+        repo = open_dirs(hub, [repo_dir(model)])
+    except OSError:
+        return None
+    finally:
+        os.close(hub)
+    try:
+        rev = marker_revision(repo)
+        if rev is not None:
+            os.close(open_dirs(repo, ["snapshots", rev]))
+        return rev
+    except OSError:
+        return None
+    finally:
+        os.close(repo)
+
+
 def write_record(hubfd: int, top: str, rev: str, files: dict[str, list[Any]]) -> None:
     """Root's record of the model ``top`` (``models--ORG--NAME``) in the hub ``hubfd``: its
     revision and each file's [size, sha256], in root's own :data:`RECORDS` directory."""
@@ -302,9 +337,8 @@ def verify_model(hf_home: str, model: str, limit: int = LIMIT) -> dict[str, Any]
         except OSError:
             return _result(empty, [f"{top} is not a directory (a link?)"], 0, limit)
         try:
-            marker = _read_small(repo, layout.MODEL_COMPLETE, 256)
-            rev = (marker or b"").decode("ascii", "replace").strip()
-            if not SHA1.fullmatch(rev):
+            rev = marker_revision(repo)
+            if rev is None:
                 return _result(empty, [f"{layout.MODEL_COMPLETE} names no snapshot"], 0, limit)
             record = read_record(hub, top, rev)
             try:

@@ -300,14 +300,12 @@ def router(url: str | None) -> dict[str, Any]:
 
 
 def present(hf_home: str, model: str, revision: str | None) -> bool:
-    """The model is complete (its marker names a snapshot there) at the pinned revision."""
-    repo = os.path.join(hf_home, "hub", "models--" + model.replace("/", "--"))
-    have = (read(os.path.join(repo, layout.MODEL_COMPLETE)) or "").strip()
-    return (
-        bool(have)
-        and os.path.isdir(os.path.join(repo, "snapshots", have))
-        and revision in (None, have)
-    )
+    """The model is complete (its marker names a snapshot there) at the pinned revision. The
+    serve user owns the hub: the marker is read through no-follow descriptors, a regular file
+    only, never waited on (:func:`content_check.complete_revision`; a fifo planted there hung
+    the probe, #46 item 5)."""
+    have = content_check.complete_revision(hf_home, model)
+    return have is not None and revision in (None, have)
 
 
 def account(out: dict[str, Any], user: str) -> None:

@@ -17,7 +17,6 @@ import fcntl
 import os
 import re
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,11 +177,34 @@ def one_fetch_at_a_time(hub: Path, deadline: float) -> Iterator[None]:
                         "nothing fetched"
                     ) from None
                 time.sleep(LOCK_POLL)
-        for stale in hub.glob(".fetch-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+        for name in os.listdir(fd):
+            if name.startswith(".fetch-"):
+                _remove_left(fd, name)
         yield
     finally:
         os.close(fd)
+
+
+def _remove_left(hubfd: int, name: str) -> None:
+    """Remove ``name`` in the hub when it is root's own staging directory (a killed run's): its
+    entries through its descriptor, then the name. Anything else there is the serve user's (a
+    fifo, a link, a directory of its own) and is left unopened: a fifo opened by path is waited
+    on for ever, and ``shutil.rmtree`` opens the path it is given so (Python 3.11; #46 item 5)."""
+    fd = trusted.root_dir(hubfd, name)
+    if fd is None:
+        return
+    try:
+        _empty(fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):  # a name the serve user took meanwhile: not a directory,
+        os.rmdir(name, dir_fd=hubfd)  # or not empty; its own empty directory goes
+
+
+def _empty(fd: int) -> None:
+    """Remove everything in root's own directory ``fd`` (nothing else can write in it)."""
+    for entry in os.listdir(fd):
+        trusted.remove_in(fd, entry)
 
 
 class Staging(NamedTuple):
@@ -209,8 +231,7 @@ def staging(hub: Path) -> Iterator[Staging]:
             raise refusal.Refusal(f"{name}: replaced while it was made; nothing fetched")
         yield Staging(fd, Path(trusted.at(fd)), name)
     finally:
-        for entry in os.listdir(fd):
-            trusted.remove_in(fd, entry)
+        _empty(fd)
         os.close(fd)
         with contextlib.suppress(OSError):
             os.rmdir(hub / name)

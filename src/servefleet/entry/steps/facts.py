@@ -1,11 +1,17 @@
 """servefleet's pyinfra facts: each one host program of ``remote/``, sent inline (it must work
 on a host that holds nothing of ours yet, and never depends on what an earlier deploy left).
 A fact whose program prints one JSON value takes only the shape that program prints; anything
-else is a ProbeError in one line, never read as an answer."""
+else is a ProbeError in one line, never read as an answer.
+
+Every fact's program runs under ``timeout`` on the host (#46 item 5: a probe that waited on a fifo
+the serve user planted hung plan, status, deploy and rollout): past its deadline its process group
+is ended and the fact is a ProbeError in one line naming the deadline, which fails that host
+alone, named (``servefleet: <host>: ...``, or its row of ``plan`` and ``status``)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +26,28 @@ PROBE = inline("probe.py")  # what plan_host needs to know of a host, in one rou
 HOST_CHECK = inline("have_files.py")  # which files the host holds with their sha256
 STATUS = inline("health.py")  # the deploy's health gate, once per instance (`status`)
 
+DEADLINE = 600  # seconds a fact's program may run on the host: a look (probe, health, pre-flight)
+READ_DEADLINE = 4 * 3600  # one that reads files whole (serve_verify, the wheelhouse's sha256s)
+KILL_AFTER = 10  # seconds after the deadline's TERM that `timeout` sends KILL
+PAST = re.compile(r"servefleet-deadline (\d+)")  # the line a fact prints when `timeout` ended it
+
+
+def within(command: str, seconds: int) -> str:
+    """``command`` (a program and its quoted arguments) run on the host under ``timeout``: past
+    ``seconds`` its process group gets TERM (KILL :data:`KILL_AFTER` s later) and the command
+    prints ``servefleet-deadline <seconds>`` (:data:`PAST`) and exits 0, for ``process()`` to
+    turn into one line (:func:`past`); otherwise the program's own output and exit status."""
+    return (f"timeout -k {KILL_AFTER} {seconds} {command}; rc=$?; "
+            f"if [ $rc -eq 124 ]; then echo servefleet-deadline {seconds}; exit 0; fi; exit $rc")  # fmt: skip
+
+
+def past(output: list[str], fact: str) -> str | None:
+    """The one line for output that says the fact's deadline passed (:func:`within`), else None."""
+    found = PAST.fullmatch(output[-1].strip()) if output else None
+    if found is None:
+        return None
+    return f"{fact}: no answer within {found[1]} s (its deadline; `timeout` ended it on the host)"
+
 
 def _json_of(output: list[str], fact: str, allowed: str, shaped: Callable[[Any], bool]) -> Any:
     """The one JSON value a host program printed (on one line or several), or a ProbeError in
@@ -31,6 +59,9 @@ def _json_of(output: list[str], fact: str, allowed: str, shaped: Callable[[Any],
     + allowed: the shape it takes, in the message
     + shaped: whether a decoded value has that shape
     """
+    deadline = past(output, fact)
+    if deadline:
+        raise ProbeError(deadline)
     text = "\n".join(output)
     try:
         found = json.loads(text)
@@ -65,7 +96,9 @@ class HostProbe(FactBase):
     """
 
     def command(self, args: str) -> str:
-        return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
+        verify = json.loads(args).get("verify")  # it reads every file of releases, models, caches
+        program = f"python3 -c {shlex.quote(PROBE)} {shlex.quote(args)}"
+        return within(program, READ_DEADLINE if verify else DEADLINE)
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return _json_of(output, "host probe", "one JSON object", _is_object)
@@ -79,7 +112,7 @@ class InstanceHealth(FactBase):
     """
 
     def command(self, checks: str) -> str:
-        return f"python3 -c {shlex.quote(STATUS)} status {shlex.quote(checks)}"
+        return within(f"python3 -c {shlex.quote(STATUS)} status {shlex.quote(checks)}", DEADLINE)
 
     def process(self, output: list[str]) -> dict[str, str]:
         return _json_of(output, "instance health", "one JSON object of port -> why", _of_words)
@@ -92,7 +125,7 @@ class WheelhouseFiles(FactBase):
     """
 
     def command(self, files: str) -> str:
-        return f"python3 -c {shlex.quote(HOST_CHECK)} {shlex.quote(files)}"
+        return within(f"python3 -c {shlex.quote(HOST_CHECK)} {shlex.quote(files)}", READ_DEADLINE)
 
     def process(self, output: list[str]) -> list[str]:
         return _json_of(output, "wheelhouse files", "one JSON list of paths", _of_paths)
@@ -106,9 +139,12 @@ class PreflightRefusal(FactBase):
     """
 
     def command(self, run: str) -> str:
-        return f"{run} 2>/dev/null || true"
+        return f"({within(f'sh -c {shlex.quote(run)} 2>/dev/null', DEADLINE)}) || true"
 
     def process(self, output: list[str]) -> str | None:
+        deadline = past(output, "pre-flight")
+        if deadline:
+            return deadline
         for line in output:
             try:
                 result = json.loads(line)

@@ -27,8 +27,10 @@ from repo_paths import REPO
 from servefleet.base.errors import ProbeError
 from servefleet.base.remote import layout
 from servefleet.entry.steps.facts import (
+    DEADLINE,
     HOST_CHECK,
     PROBE,
+    READ_DEADLINE,
     STATUS,
     HostProbe,
     InstanceHealth,
@@ -46,6 +48,14 @@ def run_fact(command: str, env: dict[str, str] | None = None, stdin: str = "") -
     return proc.stdout.splitlines()
 
 
+def program_of(command: str) -> tuple[int, list[str]]:
+    """A fact's command (``facts.within``) as its deadline and the program it runs under it."""
+    found = re.fullmatch(r"timeout -k 10 (\d+) (.*); rc=\$\?; if \[ \$rc -eq 124 \]; then "
+                         r"echo servefleet-deadline \1; exit 0; fi; exit \$rc", command, re.S)  # fmt: skip
+    assert found, command[-200:]
+    return int(found[1]), shlex.split(found[2])
+
+
 # ---------------------------------------------------------------------------------------------
 # WheelhouseFiles: host path -> sha256 in, the paths the host holds with that sha256 out
 
@@ -53,7 +63,7 @@ def run_fact(command: str, env: dict[str, str] | None = None, stdin: str = "") -
 def test_wheelhouse_files_command() -> None:
     files = json.dumps({"/opt/servefleet/wheelhouse/a b.whl": "0" * 64})
     command = WheelhouseFiles().command(files=files)
-    assert shlex.split(command) == ["python3", "-c", HOST_CHECK, files]
+    assert program_of(command) == (READ_DEADLINE, ["python3", "-c", HOST_CHECK, files])
 
 
 WHEELHOUSE_SAMPLES: list[tuple[list[str], list[str]]] = [
@@ -146,9 +156,9 @@ def _one_line_refusal(msg: str, fact: str, allowed: str) -> None:
 
 def test_instance_health_command() -> None:
     checks = json.dumps({"model": "m", "host": None, "instances": [["u", 8000]]})
-    assert shlex.split(InstanceHealth().command(checks=checks)) == [
-        "python3", "-c", STATUS, "status", checks,
-    ]  # fmt: skip
+    assert program_of(InstanceHealth().command(checks=checks)) == (
+        DEADLINE, ["python3", "-c", STATUS, "status", checks],
+    )  # fmt: skip
 
 
 HEALTH_SAMPLES: list[tuple[list[str], dict[str, str]]] = [
@@ -263,7 +273,11 @@ def _probe_args(root: Path) -> str:
 
 def test_host_probe_command(tmp_path: Path) -> None:
     args = _probe_args(tmp_path)
-    assert shlex.split(HostProbe().command(args=args)) == ["python3", "-c", PROBE, args]
+    assert program_of(HostProbe().command(args=args)) == (DEADLINE, ["python3", "-c", PROBE, args])
+    verify = json.dumps({**json.loads(args), "verify": True})  # it reads every file: hours
+    assert program_of(HostProbe().command(args=verify)) == (
+        READ_DEADLINE, ["python3", "-c", PROBE, verify],
+    )  # fmt: skip
 
 
 # recorded: a fresh host (no driver, no release, nothing of ours), as probe.py printed it
@@ -368,7 +382,11 @@ NO_GAP_LINE = json.dumps({**REFUSED, "gap": None, "key": None}, sort_keys=True)
 
 def test_preflight_refusal_command() -> None:
     run = "cd / && runuser -u vllm -- /opt/servefleet/releases/r1/bin/python /x/preflight.py -"
-    assert PreflightRefusal().command(run) == f"{run} 2>/dev/null || true"
+    command = PreflightRefusal().command(run)
+    assert command.startswith("(") and command.endswith(") || true")  # never fails the fact
+    assert program_of(command[1 : -len(") || true")]) == (
+        DEADLINE, ["sh", "-c", run, "2>/dev/null"],
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -54,17 +54,22 @@ CASES: dict[str, tuple[Any, str]] = {
 
 
 def statuses(
-    answers: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    answers: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    probes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """deploys/report.py for ``status`` on a fake host for each of ``answers`` (name -> what its
-    health check answers): the summaries it wrote."""
+    health check answers; ``probes``: name -> what its probe answers, else a converged host's):
+    the summaries it wrote."""
     monkeypatch.setenv(REPORT_ENV, "status")
     monkeypatch.setenv(REPORT_DIR_ENV, str(tmp_path))
     for key, value in CREDS.items():
         monkeypatch.setenv(key, value)
     probe = json.dumps(converged_probe())
     inventory = [
-        (f"@fake/{name}", {"fake_responses": {HEALTH: answer, PROBE: probe, **FACTS},
+        (f"@fake/{name}", {"fake_responses": {HEALTH: answer,
+                                              PROBE: (probes or {}).get(name, probe), **FACTS},
                            "fake_delay": 0, "fake_delay_jitter": 0})
         for name, answer in answers.items()
     ]  # fmt: skip
@@ -88,3 +93,24 @@ def test_a_health_check_without_an_answer_is_one_line_for_its_host(
     assert [i["health"] for i in found["@fake/good"]["instances"]] == ["ok"] * len(PORTS)
     assert status_problems(f"@fake/{case}", found[f"@fake/{case}"]) == [f"@fake/{case}: {line}"]
     assert "\n" not in line
+
+
+def test_a_host_whose_probe_or_health_check_passed_its_deadline_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the fact's command prints when ``timeout`` ended its program on the host (#46 item
+    5, steps/facts.py): the host is named with its deadline; the others are checked as always.
+    Before, a probe hung on a fifo held ``status`` for ever (and that line was unexpected
+    output)."""
+    past = "servefleet-deadline 600"
+    hosts = {"good": GOOD, "probe-hung": GOOD, "health-hung": past}
+    found = statuses(hosts, tmp_path, monkeypatch, probes={"probe-hung": past})
+    status_table(found)
+    assert status_problems("@fake/good", found["@fake/good"]) == []
+    ended = "no answer within 600 s (its deadline; `timeout` ended it on the host)"
+    assert status_problems("@fake/probe-hung", found["@fake/probe-hung"]) == [
+        f"@fake/probe-hung: host probe: {ended}"
+    ]
+    assert status_problems("@fake/health-hung", found["@fake/health-hung"]) == [
+        f"@fake/health-hung: instance health: {ended}"
+    ]
