@@ -49,8 +49,8 @@ def instance_command(
     exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release)]
     if HEADLESS not in server.argv:
         exec_argv += ["--port", str(port)]
-        if settings.serve_host:
-            exec_argv += ["--host", settings.serve_host]
+        if settings.instance_host:
+            exec_argv += ["--host", settings.instance_host]
     exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
     env = dict(server.env)
     env.update(

@@ -45,7 +45,7 @@ def place_pd(
             "and decode, which are served behind the host's router (or set serve_roles); "
             "allowed: host"
         )
-    here = settings.serve_host or "127.0.0.1"
+    here = settings.instance_host or "127.0.0.1"  # behind the host's router: where they listen
     spec = bind(spec, one_host_values(here, here, settings.serve_router_port))
     by_role = {x.role: x for x in spec.servers}
     prefill, decode = by_role[PREFILL], by_role[DECODE]

@@ -139,9 +139,10 @@ def admin_url(settings: Settings, address: str | None = None) -> str:
 
 
 def worker_url(settings: Settings, port: int, address: str | None = None) -> str:
-    """How a router reaches an instance: the servers' ``serve_host``, else loopback (the host's
-    own router) or ``address`` (a fleet router on another host: the inventory's address)."""
-    return url(settings.serve_host or address or "127.0.0.1", port)
+    """How a router reaches an instance: where it listens (``Settings.instance_host``: the
+    servers' ``serve_host``, else loopback behind the host's own router), else ``address`` (a
+    fleet router on another host: the inventory's address)."""
+    return url(settings.instance_host or address or LOOPBACK, port)
 
 
 def fleet_order(workers: Sequence[str]) -> list[str]:

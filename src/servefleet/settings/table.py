@@ -240,7 +240,8 @@ class Settings:
     serve_host: str | None = key(
         c.optional(net.host_name),
         None,
-        "address the servers listen on (`--host`) and the gate asks; None = every address",
+        "address the servers listen on (`--host`) and the gate asks; None = loopback behind "
+        "the host's router (serve_router 'host'), else every address",
     )
     serve_shutdown_timeout: int = key(
         c.whole(0, 3600),
@@ -505,6 +506,17 @@ class Settings:
     def router_fleet(self) -> bool:
         """Routers on ``serve_router_group``'s hosts over the run's other hosts (``"fleet"``)."""
         return self.serve_router == "fleet"
+
+    @property
+    def instance_host(self) -> str | None:
+        """Where the host's servers listen (their ``--host``), decided here only: ``serve_host``;
+        else loopback behind the host's own router, so that only its proxy's port faces the
+        network (vLLM guards not every route with ``--api-key``: #46); else None, every address
+        (the clients, or a fleet router on another host, reach them at the host's address). The
+        router reaches them there and the gate asks there (its default, None, is loopback)."""
+        if self.serve_host:
+            return self.serve_host
+        return "127.0.0.1" if self.router_per_host else None
 
 
 KEYS = keys_of(Settings)  # every data key, in order

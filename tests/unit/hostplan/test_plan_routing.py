@@ -6,10 +6,12 @@ from its probe."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from host_inputs import probe, settings
+from systemd_parse import parse_unit
 
 from servefleet.hostplan import plan as plan_module
 from servefleet.hostplan.plan import plan_host
@@ -69,3 +71,42 @@ def test_a_fleet_routers_host_plans_its_router_from_its_probe(
     bare = {k: v for k, v in probe().items() if k != "releases"}
     plan_host(s, bare, place=Place(router_host=True))
     assert seen[0][3:] == (None, [])
+
+
+def listens(argv: Sequence[str]) -> str | None:
+    """The ``--host`` a server's command line gives it (None: vLLM's default, every address)."""
+    return argv[list(argv).index("--host") + 1] if "--host" in argv else None
+
+
+def test_behind_the_hosts_own_router_its_servers_listen_on_loopback_only() -> None:
+    """#46 item 1: vLLM guards not every route with --api-key (/invocations, /tokenize,
+    /metrics, ...), so behind the host's router only its proxy's port faces the network: each
+    server binds where the router reaches it, and its gate asks there."""
+    plan = plan_host(settings(serve_router="host"), probe(), place=Place(address="10.0.0.5"))
+    assert plan.instances
+    for inst in plan.instances:
+        argv, _ = parse_unit(inst.text)  # the unit's ExecStart= as systemd reads it
+        assert listens(argv) == listens(inst.argv) == "127.0.0.1"
+        assert inst.worker == f"http://127.0.0.1:{inst.port}"
+    assert plan.desired_state()["host"] == "127.0.0.1"
+
+
+def test_serve_host_is_where_the_servers_listen_behind_the_hosts_router() -> None:
+    s = settings(serve_router="host", serve_host="10.1.2.3")
+    plan = plan_host(s, probe(), place=Place(address="10.0.0.5"))
+    assert {listens(i.argv) for i in plan.instances} == {"10.1.2.3"}
+    assert [i.worker for i in plan.instances] == [
+        f"http://10.1.2.3:{i.port}" for i in plan.instances
+    ]
+    assert plan.desired_state()["host"] == "10.1.2.3"
+
+
+@pytest.mark.parametrize("router", ["none", "fleet"])
+def test_without_the_hosts_router_the_servers_listen_on_every_address(router: str) -> None:
+    """No router: the clients reach the servers; a fleet router on another host reaches them at
+    the inventory's address (which loopback is not)."""
+    s = settings(serve_router=router)
+    plan = plan_host(s, probe(), place=Place(address="10.0.0.5", fleet_routers=ROUTERS))
+    assert plan.instances and all(listens(i.argv) is None for i in plan.instances)
+    assert all("--host" not in parse_unit(i.text)[0] for i in plan.instances)
+    assert plan.desired_state()["host"] is None  # the gate asks on loopback

@@ -323,6 +323,21 @@ def test_serve_host_refused(host: str) -> None:
     assert refused(serve_host=host).startswith(f"serve_host: {host!r} is not an IP address")
 
 
+@pytest.mark.parametrize(
+    ("router", "host", "listens"),
+    [
+        ("host", None, "127.0.0.1"),  # #46 item 1: only the proxy faces the network
+        ("host", "10.1.2.3", "10.1.2.3"),
+        ("host", "::1", "::1"),
+        ("none", None, None),  # every address: the clients reach the servers
+        ("fleet", None, None),  # every address: the router on another host reaches them
+        ("fleet", "10.1.2.3", "10.1.2.3"),
+    ],
+)
+def test_where_the_servers_listen(router: str, host: str | None, listens: str | None) -> None:
+    assert validate(serve_router=router, serve_host=host).instance_host == listens
+
+
 def test_serve_user() -> None:
     for name in ("servefleet", "_svc", "sf-2", "a" * 32):
         assert validate(serve_user=name).serve_user == name
