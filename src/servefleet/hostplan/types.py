@@ -256,6 +256,7 @@ class HostPlan:
             "root": s.serve_root,
             "release": self.release.id,
             "model": served_name(self.spec.servers[0].argv, self.spec.requirements.models[0]),
+            "models": list(self.spec.requirements.models),  # what a compile-only build reads
             "host": s.instance_host,  # where the gate asks: where the servers listen
             "cache_root": s.serve_cache_root,
             "devices_env": self.platform.devices_env_for(self.hardware),

@@ -12,6 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from fetch_stubs import MODEL, REV, TOP
+from hub_trees import CONFIG, blob, hub_tree, record
 from repo_paths import REMOTE
 
 from servefleet.fleet.fleetview import fleet_plan
@@ -321,13 +323,16 @@ def test_the_compile_only_build_runs_as_its_own_user_unreachable_into_its_own_ca
         "EnvironmentFile=/etc/servefleet/secrets/vllm-api-key.env\n"
         'ExecStart="/opt/servefleet/releases/r/bin/vllm" "serve" "m"\nRestart=on-failure\n'
     )
-    unit = prewarm.build_unit({"instances": [{"text": text}]}, "RBLN-CR13", Path("/opt/b/c"))
+    unit = prewarm.build_unit(
+        {"instances": [{"text": text}]}, "RBLN-CR13", Path("/opt/b/c"), Path("/opt/b/hub")
+    )
     lines = unit.splitlines()
     assert "User=servefleet-build" in lines and "Group=servefleet-build" in lines
     assert (
         'Environment="HOME=/opt/b/c"' in lines and 'Environment="VLLM_CACHE_ROOT=/opt/b/c"' in lines
     )
-    assert 'Environment="HF_HOME=/var/lib/servefleet/hf"' in lines  # it reads the model
+    assert 'Environment="HF_HOME=/opt/b/hub"' in lines  # root's checked copy (#46 item 2)
+    assert not [x for x in lines if "/var/lib/servefleet/hf" in x]  # never the serve user's hub
     assert "PrivateNetwork=yes" in lines and "Restart=no" in lines
     assert 'Environment="VLLM_RBLN_COMPILE_ONLY=1"' in lines
     assert 'Environment="RBLN_FORCE_NPU_NAME=RBLN-CR13"' in lines
@@ -335,3 +340,31 @@ def test_the_compile_only_build_runs_as_its_own_user_unreachable_into_its_own_ca
     assert lines.index("PrivateNetwork=yes") < lines.index(
         next(x for x in lines if x.startswith("ExecStart="))
     )
+
+
+def test_the_build_reads_root_s_checked_copy_and_refuses_a_changed_model(tmp_path: Path) -> None:
+    """#46 item 2: stage_hub copies the models the state names from the serve user's hub into
+    root's own build hub (made anew), held to root's fetch record; a model changed since its
+    fetch is one line and no copy, so the build compiles nothing the serve user wrote."""
+    home = tmp_path / "hf"
+    snap = hub_tree(home)
+    record(home)
+    text = f'[Service]\nEnvironment="HF_HOME={home}"\nExecStart="vllm" "serve" "m"\n'
+    state = {"instances": [{"text": text}], "models": [MODEL]}
+    hub_root = tmp_path / "build-hub"
+    hub_root.mkdir()
+    (hub_root / "left-by-an-earlier-build").write_text("x")
+    prewarm.stage_hub(state, hub_root)
+    assert sorted(p.name for p in hub_root.iterdir()) == ["hub"]
+    assert (hub_root / "hub" / TOP / "snapshots" / REV / "config.json").read_bytes() == CONFIG
+    blob(snap, "config.json").write_bytes(CONFIG.replace(b"tiny", b"evil"))
+    with pytest.raises(prewarm.NoCopy) as e:
+        prewarm.stage_hub(state, hub_root)
+    assert str(e.value) == (
+        f"cannot give the build a checked copy of {MODEL}: config.json differs from the sha256 "
+        "it was fetched with; fetch it again (delete the model directory)"
+    )
+    with pytest.raises(prewarm.NoCopy, match="names no HF_HOME or no models"):
+        prewarm.stage_hub({"instances": [{"text": "[Service]\n"}], "models": [MODEL]}, hub_root)
+    prewarm.drop_hub(hub_root)
+    assert not hub_root.exists()

@@ -32,12 +32,14 @@ read and hashed, those it had nothing to hold to, and one line per file that dif
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import Any
 
 if __package__:  # the controller imports this module (servefleet.base.remote.content_check)
@@ -65,11 +67,12 @@ class Walk:
     read), ``blobs`` (path -> the digest-named blob it links to, and whether its content is
     that digest), ``bytes`` read."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[str], int | None] | None = None) -> None:
         self.files: dict[str, list[Any]] = {}
         self.problems: dict[str, str] = {}
         self.blobs: dict[str, tuple[str, bool]] = {}
         self.bytes = 0
+        self.sink = sink  # rel -> a new file's descriptor (None: none): what is read goes there too
 
 
 def open_dirs(fd: int, parts: list[str]) -> int:
@@ -99,14 +102,22 @@ def _hash(f: int, blob: str | None, out: Walk, rel: str) -> None:
     buf = bytearray(BLOCK)
     view = memoryview(buf)
     read = 0
-    while True:
-        n = os.readv(f, [buf])
-        if not n:
-            break
-        sha256.update(view[:n])
-        if git is not None:
-            git.update(view[:n])
-        read += n
+    dst = out.sink(rel) if out.sink is not None else None
+    try:
+        while True:
+            n = os.readv(f, [buf])
+            if not n:
+                break
+            sha256.update(view[:n])
+            if git is not None:
+                git.update(view[:n])
+            read += n
+            left = view[:n]
+            while dst is not None and left:
+                left = left[os.write(dst, left) :]
+    finally:
+        if dst is not None:
+            os.close(dst)
     out.files[rel] = [read, sha256.hexdigest()]
     out.bytes += read
     if blob and SHA256.fullmatch(blob):
@@ -364,6 +375,108 @@ def verify_model(hf_home: str, model: str, limit: int = LIMIT) -> dict[str, Any]
         if line:
             lines.append(line)
     return _result(walk, lines, unchecked, limit)
+
+
+class NotStaged(Exception):
+    """A model the compile-only build cannot be given (one line: which file, and why)."""
+
+
+def _made(fd: int, parts: list[str], mode: int = 0o755) -> int:
+    """A descriptor of ``parts`` below root's own ``fd``, each directory made (root's, ``mode``)
+    when missing and opened without following a link."""
+    here = os.dup(fd)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, mode, dir_fd=here)
+            nxt = os.open(part, trusted.DIR_FLAGS, dir_fd=here)
+            os.fchmod(nxt, mode)
+            os.close(here)
+            here = nxt
+        return here
+    except BaseException:
+        os.close(here)
+        raise
+
+
+def stage_model(hf_home: str, model: str, dest: int) -> str:
+    """Copy ``model``'s complete snapshot from the serve user's ``$HF_HOME/hub`` into root's own
+    hub ``dest`` (an empty directory root made), for the compile-only build to read (#46 item 2):
+    ``models--ORG--NAME/refs/main`` and ``snapshots/<rev>/``, each file a regular file (root's,
+    0644) holding the bytes that were read and hashed, held to root's record of the model's fetch.
+    A file the record does not name is left behind (what the serve user added is never copied);
+    one that differs from it, is missing or is not reached without leaving the model's directory
+    raises NotStaged, as does a model without a record. Returns the revision staged.
+
+    + hf_home: the serve user's HF_HOME
+    + model: ``org/name``
+    + dest: root's own hub directory (``HF_HOME/hub`` of the build)
+    """
+    top = repo_dir(model)
+    try:
+        hub = trusted.open_path(os.path.join(hf_home, "hub"))
+    except OSError:
+        raise NotStaged(
+            f"{model}: {hf_home}/hub is not a directory reached without a link"
+        ) from None
+    try:
+        try:
+            repo = open_dirs(hub, [top])
+        except OSError:
+            raise NotStaged(f"{model}: {top} is not a directory (a link?)") from None
+        try:
+            rev = marker_revision(repo)
+            record = read_record(hub, top, rev) if rev is not None else None
+            if rev is None or record is None:
+                raise NotStaged(
+                    f"{model}: no record of root's fetch of the revision its "
+                    f"{layout.MODEL_COMPLETE} names; fetch it again (delete the model directory)"
+                )
+            snap_out = _made(dest, [top, "snapshots", rev])
+            try:
+                walk = Walk(lambda rel: _created(snap_out, rel) if rel in record else None)
+                try:
+                    snap = open_dirs(repo, ["snapshots", rev])
+                except OSError:
+                    raise NotStaged(
+                        f"{model}: snapshots/{rev} is not a directory (a link?)"
+                    ) from None
+                try:
+                    _walk(repo, snap, ["snapshots", rev], "", True, walk)
+                finally:
+                    os.close(snap)
+            finally:
+                os.close(snap_out)
+        finally:
+            os.close(repo)
+    finally:
+        os.close(hub)
+    lines = [f"{rel} {walk.problems[rel]}" for rel in sorted(walk.problems) if rel in record]
+    lines += [line for rel in sorted(record)
+              if rel not in walk.problems
+              and (line := _differ(rel, walk.files.get(rel), record[rel], "fetched"))]  # fmt: skip
+    if lines:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        raise NotStaged(f"{model}: {lines[0]}{more}; fetch it again (delete the model directory)")
+    refs = _made(dest, [top, "refs"])
+    try:
+        trusted.write(refs, "main", rev)
+    finally:
+        os.close(refs)
+    return rev
+
+
+def _created(base: int, rel: str) -> int:
+    """A new file ``rel`` below root's own ``base`` (its directories made), root's, 0644."""
+    *dirs, name = rel.split("/")
+    parent = _made(base, dirs)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        f = os.open(name, flags, 0o644, dir_fd=parent)
+        os.fchmod(f, 0o644)
+        return f
+    finally:
+        os.close(parent)
 
 
 def cache_record(cache_root: str, fingerprint: str) -> dict[str, Any] | None:

@@ -49,6 +49,7 @@ BUILD_UNIT = "servefleet-prewarm.service"  # a fleet pre-warm's compile-only ins
 # what a fleet copies was never written by a server that took requests (#31 finding 5)
 BUILD_USER = "servefleet-build"
 BUILD_CACHE = "build-cache"
+BUILD_HUB = "build-hub"  # root's copy of the models a build reads, held to its fetch record
 COMPILE_ONLY = "compile only"  # the warm marker's source of such a cache (and its copy's origin)
 ROUTER_UNIT = "servefleet-router.service"  # serve_router: the vllm-router in front of them
 # nginx in front of the router: clients reach only the OpenAI paths (vllm-router's worker API

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import health  # noqa: E402  (next to this file on the host)
+import content_check  # noqa: E402  (next to this file on the host)
+import health  # noqa: E402
 import layout  # noqa: E402
 import systemd_units  # noqa: E402
 import trusted  # noqa: E402
@@ -305,10 +306,11 @@ def place(cache: int, inc: int, fingerprint: str, rel: str, uid: int, gid: int) 
         os.close(dest)
 
 
-def build_unit(state: dict[str, Any], npu_name: str, build_root: Path) -> str:
+def build_unit(state: dict[str, Any], npu_name: str, build_root: Path, hub: Path) -> str:
     """The first instance's unit as a compile-only build: ``VLLM_RBLN_COMPILE_ONLY=1`` for
-    ``npu_name`` (no NPU needed), as :data:`BUILD_USER`, into ``build_root``, in a network
-    namespace of its own (nothing can reach it: it takes no request), never restarted."""
+    ``npu_name`` (no NPU needed), as :data:`BUILD_USER`, into ``build_root``, reading the models
+    from root's checked copy ``hub`` (:func:`stage_hub`), never the serve user's hub, in a
+    network namespace of its own (nothing can reach it: it takes no request), never restarted."""
     lines = state["instances"][0]["text"].splitlines()
     out = []
     for line in lines:
@@ -318,6 +320,8 @@ def build_unit(state: dict[str, Any], npu_name: str, build_root: Path) -> str:
         elif line.startswith(('Environment="VLLM_CACHE_ROOT=', 'Environment="HOME=')):
             name = line.split('"', 1)[1].split("=", 1)[0]  # the serve user's trees: not its own
             line = f'Environment="{name}={build_root}"'
+        elif line.startswith('Environment="HF_HOME='):  # the serve user's hub: root's copy
+            line = f'Environment="HF_HOME={hub}"'
         elif key == "Restart":
             line = "Restart=no"
         elif key == "EnvironmentFile":  # the servers' API key: a build takes no request
@@ -347,6 +351,60 @@ def fresh_build_root(build_root: Path) -> None:
         os.close(parent)
 
 
+def hf_home_of(unit: str) -> str | None:
+    """The ``HF_HOME`` an instance's unit text gives its server (None: it names none)."""
+    for line in unit.splitlines():
+        if line.startswith('Environment="HF_HOME=') and line.endswith('"'):
+            return line[len('Environment="HF_HOME=') : -1]
+    return None
+
+
+def stage_hub(state: dict[str, Any], hub_root: Path) -> None:
+    """Root's copy of every model the first instance serves, for the build to read (#46 item 2):
+    ``hub_root`` made anew (root's, 0755; what an earlier build left removed), and each model of
+    ``state["models"]`` copied from the serve user's hub into ``hub_root/hub``, every file held
+    to root's record of its fetch (content_check.stage_model). Raises NoCopy (one line) when a
+    model cannot be staged: the build compiles nothing the serve user could have written."""
+    hf_home = hf_home_of(state["instances"][0]["text"])
+    models = state.get("models")
+    if hf_home is None or not isinstance(models, list):
+        raise NoCopy("the desired state names no HF_HOME or no models to compile")
+    parent = trusted.open_dir(str(hub_root.parent))
+    if parent is None:
+        raise NoCopy(f"{hub_root.parent} is not a directory")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            trusted.remove_in(parent, hub_root.name)
+        os.mkdir(hub_root.name, 0o755, dir_fd=parent)
+        top = os.open(hub_root.name, trusted.DIR_FLAGS, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        os.fchmod(top, 0o755)
+        os.mkdir("hub", 0o755, dir_fd=top)
+        hub = os.open("hub", trusted.DIR_FLAGS, dir_fd=top)
+        try:
+            for model in models:
+                content_check.stage_model(hf_home, str(model), hub)
+        except content_check.NotStaged as e:
+            raise NoCopy(f"cannot give the build a checked copy of {e}") from None
+        finally:
+            os.close(hub)
+    finally:
+        os.close(top)
+
+
+def drop_hub(hub_root: Path) -> None:
+    """Remove root's copy of the models (a build's input only: the disk is given back)."""
+    parent = trusted.open_dir(str(hub_root.parent))
+    if parent is not None:
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                trusted.remove_in(parent, hub_root.name)
+        finally:
+            os.close(parent)
+
+
 def saved_bundles(unit: str) -> tuple[list[str], str | None]:
     """The bundles this invocation of ``unit`` logged as saved, and why it cannot save one
     (it stopped), if so."""
@@ -374,8 +432,15 @@ def build(state_file: Path, npu_name: str) -> int:
         )
         return 0  # pack checks its seal
     fresh_build_root(build_root)
+    hub_root = Path(state["root"]) / layout.BUILD_HUB
+    try:
+        stage_hub(state, hub_root)
+    except NoCopy as e:
+        drop_hub(hub_root)
+        print(f"servefleet: compile-only pre-warm failed: {e}", file=sys.stderr)
+        return 1
     path = systemd_units.UNIT_DIR / BUILD_UNIT
-    systemd_units.write_atomic(path, build_unit(state, npu_name, build_root))
+    systemd_units.write_atomic(path, build_unit(state, npu_name, build_root, hub_root))
     systemd_units.systemctl("daemon-reload")
     systemd_units.systemctl("restart", BUILD_UNIT)
     systemd_units.log(
@@ -404,6 +469,7 @@ def build(state_file: Path, npu_name: str) -> int:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         systemd_units.systemctl("daemon-reload", check=False)
+        drop_hub(hub_root)
 
 
 def main(argv: list[str]) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from fetch_stubs import MODEL, REV, TOP, Stub, fetch, hf_layout, respond, tgz
+from hub_trees import CONFIG, NESTED, WEIGHTS, blob, git_sha1, hub_tree, record
 from repo_paths import REMOTE
 
 sys.path.insert(0, str(REMOTE))
@@ -27,56 +28,11 @@ import layout  # noqa: E402
 import systemd_units  # noqa: E402
 import warm_state  # noqa: E402
 
-WEIGHTS = b"\x01\x02weights" * 1000  # an LFS file: its blob is named by its sha256
-CONFIG = b'{"model_type": "tiny"}\n'  # a git file: its blob is named by its git blob sha1
-NESTED = b"merges\n"
 FP = "cd" * 32
-
-
-def git_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def hub_tree(home: Path, model: str = MODEL, rev: str = REV) -> Path:
-    """``model`` in ``home/hub`` as snapshot_download leaves it, complete at ``rev``; returns
-    its snapshot directory."""
-    repo = home / "hub" / content_check.repo_dir(model)
-    snap = repo / "snapshots" / rev
-    (snap / "tok").mkdir(parents=True)
-    (repo / "blobs").mkdir()
-    for data, name, link in (
-        (WEIGHTS, hashlib.sha256(WEIGHTS).hexdigest(), snap / "model.safetensors"),
-        (CONFIG, git_sha1(CONFIG), snap / "config.json"),
-        (NESTED, git_sha1(NESTED), snap / "tok" / "merges.txt"),
-    ):
-        (repo / "blobs" / name).write_bytes(data)
-        link.symlink_to(os.path.relpath(repo / "blobs" / name, link.parent))
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(rev)
-    (repo / layout.MODEL_COMPLETE).write_text(rev)
-    return snap
-
-
-def record(home: Path, model: str = MODEL, rev: str = REV) -> None:
-    """Root's record of the model as it is now (as the fetcher writes it from its staging)."""
-    top = content_check.repo_dir(model)
-    hub = os.open(home / "hub", os.O_RDONLY | os.O_DIRECTORY)
-    repo = os.open(home / "hub" / top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        found = content_check.snapshot_files(repo, rev)
-        assert found.problems == {}
-        content_check.write_record(hub, top, rev, found.files)
-    finally:
-        os.close(repo)
-        os.close(hub)
 
 
 def verify(home: Path, model: str = MODEL) -> dict[str, Any]:
     return content_check.verify_model(str(home), model)
-
-
-def blob(snap: Path, name: str) -> Path:
-    return (snap / name).resolve()
 
 
 def test_a_hub_tree_is_held_to_its_blob_names(tmp_path: Path) -> None:
@@ -346,3 +302,75 @@ def test_the_probe_reports_model_and_cache_drift_when_asked(
         "files": 3, "bytes": 10 + len(CONFIG) + len(NESTED), "unchecked": 0}  # fmt: skip
     assert found["verified"][f"cache {FP}"] == {"files": 2, "bytes": 7 + 1300, "unchecked": 0}
     assert json.dumps(found)  # one JSON object, as the fact reads it
+
+
+# --- root's copy for the compile-only build (#46 item 2) ----------------------------------------
+def staged(home: Path, dest: Path) -> str:
+    """stage_model of MODEL from ``home``'s hub into a new ``dest`` (root's own hub)."""
+    dest.mkdir()
+    fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return content_check.stage_model(str(home), MODEL, fd)
+    finally:
+        os.close(fd)
+
+
+def test_the_build_gets_the_recorded_bytes_as_root_s_regular_files(tmp_path: Path) -> None:
+    """The copy holds each recorded file's bytes, as regular files (the snapshot's links to
+    blobs resolved), and refs/main; a file the serve user added since the fetch is left out."""
+    home = tmp_path / "hf"
+    snap = hub_tree(home)
+    record(home)
+    (snap / "modeling_evil.py").write_text("import os; os.system('id')\n")  # added after the fetch
+    dest = tmp_path / "build-hub"
+    assert staged(home, dest) == REV
+    out = dest / TOP / "snapshots" / REV
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir())
+    assert files == ["config.json", "model.safetensors", "tok/merges.txt"]
+    assert (out / "model.safetensors").read_bytes() == WEIGHTS
+    assert (out / "config.json").read_bytes() == CONFIG
+    assert (out / "tok" / "merges.txt").read_bytes() == NESTED
+    assert not any(p.is_symlink() for p in out.rglob("*"))
+    assert {oct(p.stat().st_mode & 0o777) for p in out.rglob("*") if p.is_file()} == {"0o644"}
+    assert (dest / TOP / "refs" / "main").read_text() == REV
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ("edit", "config.json differs from the sha256 it was fetched with"),
+        ("truncate", f"model.safetensors has 0 bytes, fetched with {len(WEIGHTS)}"),
+        ("remove", "tok/merges.txt is missing"),
+        ("relink", "config.json links to /etc/hostname, outside its model's directory"),
+    ],
+)
+def test_a_file_the_serve_user_changed_since_the_fetch_is_never_staged(
+    tmp_path: Path, change: str, why: str
+) -> None:
+    home = tmp_path / "hf"
+    snap = hub_tree(home)
+    record(home)
+    if change == "edit":
+        blob(snap, "config.json").write_bytes(CONFIG.replace(b"tiny", b"huge"))
+    elif change == "truncate":
+        with open(blob(snap, "model.safetensors"), "r+b") as f:
+            f.truncate(0)
+    elif change == "remove":
+        (snap / "tok" / "merges.txt").unlink()
+    else:
+        (snap / "config.json").unlink()
+        (snap / "config.json").symlink_to("/etc/hostname")
+    with pytest.raises(content_check.NotStaged) as e:
+        staged(home, tmp_path / "build-hub")
+    line = str(e.value)
+    assert "\n" not in line
+    assert line == f"{MODEL}: {why}; fetch it again (delete the model directory)"
+    assert not (tmp_path / "build-hub" / TOP / "refs").exists()  # not a complete copy
+
+
+def test_a_model_without_root_s_record_is_never_staged(tmp_path: Path) -> None:
+    """Blob names are the serve user's to choose: only root's record of the fetch counts."""
+    home = tmp_path / "hf"
+    hub_tree(home)
+    with pytest.raises(content_check.NotStaged, match="no record of root's fetch"):
+        staged(home, tmp_path / "build-hub")
