@@ -3,6 +3,7 @@
 ``index``: two PEP 503 "simple" indexes (the lab's index server) on 127.0.0.1, no real registry:
 ``owner`` holds the owned package ``sfowned`` behind HTTP Basic auth (credentials from a
 netrc, as on a host); ``public`` holds everything else and a squatter ``sfowned 9.0``.
+``reachable``: a directory ``nobody`` can reach, for a release the installer checks as nobody.
 
 The simulator's fixtures (``sim``, ``builder``, ``out``, ``venv``, ``simroot``, ``sim_env``,
 ``gpu_venv``, ...) are sim_fixtures.py's, and ``fleet`` (an inventory in an empty working
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from fake_host import serving
 from fake_pyinfra import fleet  # noqa: F401 (a fixture: pytest finds it by name here)
 from local_indexes import OWNER_LOGIN, PACKAGES
+from local_release import reachable_dir
 from sim_fixtures import (  # noqa: F401 (fixtures: pytest finds them by name here)
     builder,
     clean_links,
@@ -53,3 +56,10 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             server = make_server(Config("simple", root / name, basic=basic), "127.0.0.1", 0)
             urls[name] = stack.enter_context(serving(server)) + "/simple/"
         yield urls
+
+
+@pytest.fixture()
+def reachable() -> Iterator[Path]:
+    """A new directory ``nobody`` can reach (pytest's own are root's 0700), removed after."""
+    with reachable_dir() as path:
+        yield path

@@ -4,10 +4,14 @@ on a plan as the deploy runs it, and a lock's pylock.toml text."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,14 +20,30 @@ from lab_sim_support import PIP_ENV, REPO
 from servefleet.release.plan import Download, ReleasePlan
 
 INSTALLER = REPO / "src" / "servefleet" / "base" / "remote" / "install_release.py"
+# The release's python: the installer checks a release as nobody (#46 item 4), so one nobody
+# can run and read (this venv's base python may be in root's 0700 home, as pyenv's is)
+PYTHON = "/usr/bin/python3"
+
+
+@contextlib.contextmanager
+def reachable_dir() -> Iterator[Path]:
+    """A new directory in /tmp that ``nobody`` can reach (0711; a release's directories are
+    0755 on hosts), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="servefleet-test-", dir="/tmp"))
+    try:
+        path.chmod(0o711)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def release_plan(index: dict[str, str], path: Path) -> ReleasePlan:
-    """A sound plan: everything pinned, sfowned from its owner, public packages constrained."""
+    """A sound plan: everything pinned, sfowned from its owner, public packages constrained;
+    ``path`` where nobody can reach it (:func:`reachable_dir`)."""
     return ReleasePlan(
         id="rel1",
         path=str(path),
-        python=sys.executable,
+        python=PYTHON,
         downloads=[Download("sfowned", "1.0", index["owner"], auth=True)],
         requirements=["sfpub==1.0"],
         constraints=["sfdep==1.0", "sfpub==1.0"],

@@ -46,6 +46,7 @@ REMOTE_SCRIPTS = (
     "hub_client.py", "health.py", "instances.py", "prewarm.py", "driver.py", "preflight.py",
     "trees.py", "group.py", "systemd_units.py", "warm_state.py", "restart_gate.py",
     "rotation.py", "state_files.py", "release_check.py", "content_check.py", "fault_point.py",
+    "unprivileged.py",
 )  # fmt: skip
 
 

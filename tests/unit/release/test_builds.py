@@ -147,11 +147,13 @@ def test_a_controller_without_the_hosts_python_says_so() -> None:
 
 
 def test_an_offline_install_takes_the_built_wheel_in_place_of_the_sdist(
-    public: str, locked: str, tmp_path: Path
+    public: str, locked: str, tmp_path: Path, reachable: Path
 ) -> None:
     """sdk_source wheelhouse: the requirements derived from the lock name the sdist's hash; the
     installer swaps in the built wheel's and finds it next to the copy, with no index at all."""
     import json
+
+    from local_release import PYTHON as RELEASE_PYTHON  # one the check's nobody can run
 
     from servefleet.release.plan import Download, ReleasePlan
     from servefleet.release.uvbin import uv_binary
@@ -162,7 +164,7 @@ def test_an_offline_install_takes_the_built_wheel_in_place_of_the_sdist(
     copy = tmp_path / "copy"  # the wheelhouse copy on the host (no sdist is ever used)
     copy.mkdir()
     plan = ReleasePlan(
-        id="rel-offline", path=str(tmp_path / "release"), python=sys.executable,
+        id="rel-offline", path=str(reachable / "release"), python=RELEASE_PYTHON,
         downloads=[Download("arctic-inference", "0.1.1", "http://127.0.0.1:9/simple", False)],
         requirements=[], constraints=[], public_index=None, trusted_hosts=[],
         expect={"arctic-inference": "0.1.1"}, must_have=["arctic-inference"],
@@ -176,4 +178,4 @@ def test_an_offline_install_takes_the_built_wheel_in_place_of_the_sdist(
     done = subprocess.run([sys.executable, str(INSTALLER), str(tmp_path / "plan.json")],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert tree_depth(tmp_path / "release") == "24\n"
+    assert tree_depth(reachable / "release") == "24\n"

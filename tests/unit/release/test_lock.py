@@ -86,19 +86,19 @@ def test_an_index_without_credentials_is_refused_before_resolving(index: dict[st
         resolve(local_stack(index))
 
 
-def locked_plan(index: dict[str, str], tmp_path: Path, pylock: str):  # type: ignore[no-untyped-def]
-    plan = with_uv(release_plan(index, tmp_path / "release"))
+def locked_plan(index: dict[str, str], reachable: Path, pylock: str):  # type: ignore[no-untyped-def]
+    plan = with_uv(release_plan(index, reachable / "release"))
     return replace(plan, id=release_id(pylock), pylock=pylock, trusted_hosts=["127.0.0.1"])
 
 
-def test_a_locked_release_installs_exactly_the_lock(index: dict[str, str], tmp_path: Path) -> None:
+def test_a_locked_release_installs_exactly_the_lock(index: dict[str, str], reachable: Path) -> None:
     text = resolve(local_stack(index), *OWNER_LOGIN)
-    plan = locked_plan(index, tmp_path, text)
-    proc = install(plan, tmp_path)
+    plan = locked_plan(index, reachable, text)
+    proc = install(plan, reachable)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "release" / MARKER).exists()
-    assert (tmp_path / "release" / "pylock.toml").read_text() == text
-    python = str(tmp_path / "release" / "bin" / "python")
+    assert (reachable / "release" / MARKER).exists()
+    assert (reachable / "release" / "pylock.toml").read_text() == text
+    python = str(reachable / "release" / "bin" / "python")
     origin = subprocess.run(
         [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
     )
@@ -106,45 +106,45 @@ def test_a_locked_release_installs_exactly_the_lock(index: dict[str, str], tmp_p
 
 
 def test_a_file_whose_hash_differs_from_the_lock_fails_in_one_line(
-    index: dict[str, str], tmp_path: Path
+    index: dict[str, str], reachable: Path
 ) -> None:
     text = resolve(local_stack(index), *OWNER_LOGIN)
     served = by_name(text)["sfpub"]["wheels"][0]["hashes"]["sha256"]
     tampered = text.replace(served, "0" * 64)
-    proc = install(locked_plan(index, tmp_path, tampered), tmp_path)
+    proc = install(locked_plan(index, reachable, tampered), reachable)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
         f"servefleet: hash mismatch: sfpub==1.0: the lock has sha256:{'0' * 64}, the index "
         f"served sha256:{served}; release {release_id(tampered)} not installed"
     )
-    assert not (tmp_path / "release" / MARKER).exists()
+    assert not (reachable / "release" / MARKER).exists()
 
 
 def test_pip_installs_a_lock_from_each_locked_index_and_names_a_mismatch(
-    index: dict[str, str], tmp_path: Path
+    index: dict[str, str], reachable: Path
 ) -> None:
     """The pip fallback with a lock: each file from the index the lock names, hash required."""
     text = resolve(local_stack(index), *OWNER_LOGIN)
-    plan = replace(locked_plan(index, tmp_path, text), installer="pip", uv=None)
-    proc = install(plan, tmp_path)
+    plan = replace(locked_plan(index, reachable, text), installer="pip", uv=None)
+    proc = install(plan, reachable)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    python = str(tmp_path / "release" / "bin" / "python")
+    python = str(reachable / "release" / "bin" / "python")
     origin = subprocess.run(
         [python, "-c", "import sfowned; print(sfowned.ORIGIN)"], capture_output=True, text=True
     )
     assert origin.stdout == "owner\n"
     served = by_name(text)["sfpub"]["wheels"][0]["hashes"]["sha256"]
     tampered = text.replace(served, "0" * 64)
-    bad = replace(locked_plan(index, tmp_path / "2", tampered), installer="pip", uv=None)
-    (tmp_path / "2").mkdir()
-    proc = install(bad, tmp_path / "2")
+    bad = replace(locked_plan(index, reachable / "2", tampered), installer="pip", uv=None)
+    (reachable / "2").mkdir()
+    proc = install(bad, reachable / "2")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         f"servefleet: hash mismatch: sfpub==1.0: the lock has sha256:{'0' * 64}, the index "
         f"served sha256:{served}; release {release_id(tampered)} not installed"
     )
-    assert not (tmp_path / "2" / "release" / MARKER).exists()
+    assert not (reachable / "2" / "release" / MARKER).exists()
 
 
 def test_the_project_uv_resolves_pins_owned_packages_to_explicit_owner_indexes() -> None:

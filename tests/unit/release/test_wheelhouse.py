@@ -413,7 +413,11 @@ def test_the_copy_takes_its_place_only_with_its_sha256(tmp_path: Path) -> None:
 
 
 def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_file(
-    tmp_path: Path, servers: dict[str, Stub], wheels: dict[str, Path], index: dict[str, str]
+    tmp_path: Path,
+    servers: dict[str, Stub],
+    wheels: dict[str, Path],
+    index: dict[str, str],
+    reachable: Path,
 ) -> None:
     lock = load_lock(make_lock(tmp_path, servers, wheels))
     wh = tmp_path / "wh"
@@ -423,7 +427,7 @@ def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_f
     pylock = next(iter(lock.stacks.values())).pylock
     dead = "http://127.0.0.1:9/simple/"
     plan = replace(
-        with_uv(release_plan({**index, "owner": dead, "public": dead}, tmp_path / "release")),
+        with_uv(release_plan({**index, "owner": dead, "public": dead}, reachable / "release")),
         id=release_id(pylock),
         pylock=pylock,
         netrc=None,
@@ -431,8 +435,8 @@ def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_f
     )
     proc = install(plan, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "release" / MARKER).exists()
-    python = str(tmp_path / "release" / "bin" / "python")
+    assert (reachable / "release" / MARKER).exists()
+    python = str(reachable / "release" / "bin" / "python")
     origin = subprocess.run([python, "-c", "import sfowned; print(sfowned.ORIGIN)"],
                             capture_output=True, text=True)  # fmt: skip
     assert origin.stdout == "owner\n"
@@ -441,18 +445,18 @@ def test_a_release_installs_from_the_copy_with_no_index_and_refuses_a_tampered_f
     want = _sha(sfpub.read_bytes())
     sfpub.unlink()
     lab_wheels.write_wheel(wh / "packages", "sfpub", "1.0", {"sfpub/__init__.py": "X = 1\n"}, [])
-    again = replace(plan, path=str(tmp_path / "release2"))
+    again = replace(plan, path=str(reachable / "release2"))
     proc = install(again, tmp_path)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1] == (
         f"servefleet: hash mismatch: sfpub==1.0: the lock has sha256:{want}, the copy has "
         f"sha256:{_sha(sfpub.read_bytes())}; release {plan.id} not installed"
     )
-    assert not (tmp_path / "release2" / MARKER).exists()
+    assert not (reachable / "release2" / MARKER).exists()
 
 
 def test_an_offline_install_builds_nothing_and_names_a_package_with_only_an_sdist(
-    tmp_path: Path, index: dict[str, str]
+    tmp_path: Path, index: dict[str, str], reachable: Path
 ) -> None:
     packages = tmp_path / "packages"
     packages.mkdir()
@@ -466,7 +470,7 @@ def test_an_offline_install_builds_nothing_and_names_a_package_with_only_an_sdis
               f'sdist = {{ url = "http://127.0.0.1:9/files/{sdist.name}", '
               f'hashes = {{ sha256 = "{_sha(sdist.read_bytes())}" }} }}\n')  # fmt: skip
     plan = replace(
-        with_uv(release_plan(index, tmp_path / "release")),
+        with_uv(release_plan(index, reachable / "release")),
         id="rel-sdist",
         pylock=pylock,
         netrc=None,

@@ -17,7 +17,8 @@ usage: install_release.py PLAN.json
    Credentials come from the 0600 netrc via $NETRC, never argv. A locked release installs
    from its pylock; from a wheelhouse copy (plan["offline"]) with no index at all;
 3. checks: every installed pin has its pinned version, every owned package came from its owner,
-   every required module imports;
+   every required module imports; run by the release's python as ``nobody``, never root
+   (``unprivileged.py``: it imports the release's code while root's secrets are on the host);
 4. only then the completion marker. A release counts as installed only with that marker.
 
 Nothing is ever built here (``--no-build``, pip ``--only-binary :all:``): a package the indexes
@@ -48,13 +49,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout  # noqa: E402  (next to this file on the host)
 import release_check  # noqa: E402
 import retry  # noqa: E402
+import unprivileged  # noqa: E402
 
 UV_WHEEL_MAX = 256 << 20  # bytes of a uv wheel read at most (0.13's is about 20 MB)
 
 CHECK = r"""
 import importlib, importlib.metadata as md, json, sys
-plan = json.load(open(sys.argv[1]))
-wheelhouse = sys.argv[2]
+plan = json.load(sys.stdin)
+wheelhouse = sys.argv[1]
 errors = []
 for name, version in plan["expect"].items():
     try:
@@ -127,10 +129,7 @@ def main(plan_file: str, by: str | None = None) -> None:
     else:
         install_with_pip(plan, release, wheelhouse)
     harden(release)
-    check = subprocess.run(
-        [str(release / "bin" / "python"), "-c", CHECK, plan_file, str(wheelhouse)]
-    )
-    if check.returncode != 0:
+    if check(plan, release, wheelhouse) != 0:
         sys.exit(f"servefleet: release {plan['id']} failed its checks; it is not marked complete")
     marker = release / plan["marker"]
     tmp = marker.with_suffix(".tmp")
@@ -143,6 +142,27 @@ def main(plan_file: str, by: str | None = None) -> None:
     tmp.write_text(json.dumps(done, sort_keys=True) + "\n")
     tmp.rename(marker)
     print(f"release {plan['id']} installed and checked")
+
+
+def check(plan: dict, release: Path, wheelhouse: Path) -> int:
+    """Run :data:`CHECK` in the release's python as :data:`unprivileged.USER` (#46 item 4): it
+    imports the release's own code (vllm, torch, rebel), so it runs where none of root's files
+    can be read (the netrc, the token), in a PID namespace its processes die with, with a fresh
+    empty HOME, no credential in its environment and nothing but the plan's parts it needs, on
+    its stdin (``-I``: no cwd on its path); its exit code."""
+    wanted = ("expect", "must_have", "installer", "locked", "downloads", "imports")
+    given = json.dumps({k: plan.get(k) for k in wanted})
+    who = unprivileged.ids()
+    with unprivileged.workspace(who, "servefleet-check-") as home:
+        cmd = [str(release / "bin" / "python"), "-I", "-c", CHECK, str(wheelhouse)]
+        try:
+            done = subprocess.run(unprivileged.argv(cmd, who), input=given, text=True,
+                                  env=unprivileged.environment(home), cwd=home)  # fmt: skip
+        except OSError as e:
+            print(f"servefleet: cannot run the release check as {unprivileged.USER} "
+                  f"({e.strerror}): unshare and setpriv (util-linux) are needed", file=sys.stderr)  # fmt: skip
+            return 1
+    return done.returncode
 
 
 def harden(release: Path) -> None:
