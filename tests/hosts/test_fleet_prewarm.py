@@ -202,3 +202,36 @@ def test_a_cache_a_hostile_server_wrote_never_reaches_another_host(
     assert loaded_bundle(lab, "lab3")
     build = on_host(lab, "lab3", f"stat -c '%U %a' {BUILD_CACHE}").stdout.split()
     assert build == ["servefleet-build", "700"], build
+
+
+def test_a_file_the_serve_user_planted_in_its_hub_is_never_compiled_for_the_fleet(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """#46 item 2: lab3's serve user plants a module in its hub's snapshot of the model (its
+    servers run model code with --trust-remote-code). The fleet's compile-only build on lab3
+    reads root's checked copy of the model, never the serve user's hub: what the compile read
+    (the simulator's compile.log records a digest of the snapshot's files) is what the other
+    hosts' compiles read, and the fleet still compiles once."""
+    store = tmp_path / "store"
+    assert run(lab).returncode == 0
+    cold(lab, HOSTS)
+    before = logs(lab)
+    assert run(lab, *fleet(store, *CHANGE)).returncode == 0  # lab1 builds for the fleet
+    (first,) = new_compiles(lab, before)["lab1"]
+    read = re.search(r" read=(\S+)", first)
+    assert read and read[1] != "-", first
+    snap = "/var/lib/servefleet/hf/hub/models--openai--gpt-oss-120b/snapshots"
+    plant = f'runuser -u servefleet -- sh -c "echo planted > $(ls -d {snap}/*)/modeling_x.py"'
+    on_host(lab, "lab3", plant)
+    shutil.rmtree(store)
+    on_host(lab, "lab3", "systemctl stop 'servefleet-vllm-*.service'")
+    cold(lab, ["lab3"])
+    before = logs(lab)
+    done = run(lab, *fleet(store, *CHANGE))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    compiles = new_compiles(lab, before)
+    assert compiles["lab1"] == compiles["lab2"] == [] and len(compiles["lab3"]) == 1, compiles
+    assert "compile_only=1" in compiles["lab3"][0], compiles
+    assert f" read={read[1]}" in compiles["lab3"][0], (read[1], compiles["lab3"])
+    left = on_host(lab, "lab3", "ls /opt/servefleet/build-hub 2>&1 || true").stdout
+    assert "No such file" in left, left  # the copy is removed when the build ends

@@ -200,7 +200,7 @@ def test_warm_up_recompiles_a_corrupt_bundle(sim: Any, tmp_path: Path) -> None:
     assert Path(bundle).read_bytes() == sim.bundle_bytes(MODEL, sig)
     (line,) = _compile_lines(root)
     assert re.fullmatch(
-        rf"\S+ model={MODEL} sig={sig} port=8001 compile_only=1 npu=RBLN-CR13", line
+        rf"\S+ model={MODEL} sig={sig} port=8001 compile_only=1 npu=RBLN-CR13 read=-", line
     )
     assert warm() == (bundle, False)  # a sound bundle: loaded, no compile
     assert logged == [("INFO", f"Loaded rbln mega-cache bundle from {bundle}")]
@@ -255,7 +255,8 @@ def test_compile_only_serves_without_an_npu_and_the_npu_host_hits_its_bundle(
     assert "Unknown vLLM environment variable" not in err and "NPUs [" not in err
     (new,) = _compile_lines(simroot)[before:]
     assert re.fullmatch(
-        rf"\S+ model={MODEL} sig={sig} port={server.port} compile_only=1 npu=RBLN-CR13", new
+        rf"\S+ model={MODEL} sig={sig} port={server.port} compile_only=1 npu=RBLN-CR13 read=\S+",
+        new,
     )
     # the NPU host, without compile-only, computes the same key and loads the bundle
     server = serve(venv, sim_env, *BASE[1:])
@@ -281,7 +282,7 @@ def test_compile_only_claims_and_checks_no_npu(
     env = dict(sim_env, RBLN_VISIBLE_DEVICES="0,7")
     assert _sig(err) == sim.cache_key(["serve", *BASE], env, "RBLN-CR13", "0.12.0")
     (new,) = [line for line in _compile_lines(simroot) if f"sig={_sig(err)}" in line]
-    assert new.endswith(" compile_only=1 npu=RBLN-CR13")
+    assert re.search(r" compile_only=1 npu=RBLN-CR13 read=[0-9a-f]{16}$", new)
 
 
 def test_compile_only_refusals(venv: Path, simroot: Path, sim_env: dict[str, str]) -> None:
@@ -327,7 +328,7 @@ def test_server_recompiles_a_flipped_bundle_and_loads_a_sound_one(
     code, err = server.stop()
     assert code == 0 and "Saved rbln mega-cache bundle to" in err
     (new,) = _compile_lines(simroot)[before:]
-    assert new.endswith(" compile_only=0 npu=RBLN-CR13")
+    assert re.search(r" compile_only=0 npu=RBLN-CR13 read=[0-9a-f]{16}$", new)
     (bundle,) = Path(sim_env["VLLM_CACHE_ROOT"]).glob("rbln/*/*/rank0/mega_cache.bin")
     good = bundle.read_bytes()
     # a sound bundle: loaded, no compile

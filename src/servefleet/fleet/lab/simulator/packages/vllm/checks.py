@@ -127,6 +127,29 @@ def find_snapshot(env: Mapping[str, str], model: str) -> str:
     return snap
 
 
+def snapshot_digest(env: Mapping[str, str], model: str) -> str:
+    """What a compile read of the model: a digest of every file of its snapshot (name and
+    content; the real compiler's output depends on the config, the code and the weights), as
+    compile.log records it, so a test sees whether a compile read a file planted in the hub.
+
+    + env: the environment (HF_HOME)
+    + model: an HF id org/name or a local path ("-": not found)
+    """
+    try:
+        top = find_snapshot(env, model)
+    except SimError:
+        return "-"  # no snapshot to read (the server refuses it before it compiles)
+    digest = hashlib.sha256()
+    for here, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(here, name)
+            with open(path, "rb") as fh:
+                content = hashlib.sha256(fh.read()).hexdigest()
+            digest.update(f"{os.path.relpath(path, top)}\0{content}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def rbln_smi(env: Mapping[str, str]) -> dict[str, Any]:
     """Run ``rbln-smi -j`` (found on the server's PATH) and return its JSON."""
     exe = shutil.which("rbln-smi", path=env.get("PATH", os.defpath))
@@ -351,7 +374,7 @@ def warm_up(
     time.sleep(seconds)
     line = (  # new fields go at the end: parsers of the first ones keep working
         f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} model={ns.model} sig={sig} port={ns.port}"
-        f" compile_only={int(compile_only)} npu={npu}\n"
+        f" compile_only={int(compile_only)} npu={npu} read={snapshot_digest(env, ns.model)}\n"
     )
     log_dir = sim_path(env, SIM_LOG)
     os.makedirs(log_dir, exist_ok=True)  # a host without the driver (compile-only) has none
