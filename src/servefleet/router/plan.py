@@ -3,11 +3,14 @@
 
 vllm-router serves its worker API (``/add_worker``, ``/remove_worker``, ``/list_workers``, ...)
 on its one port, unguarded: 0.1.17 checks no key there (``--api-key`` is what it sends its
-workers), so anyone who reached it could route clients, and their keys and prompts, to a host
-of theirs. It listens on loopback only (``serve_router_backend_port``), behind nginx (its
-proxy, :func:`render_proxy`), which passes clients only :data:`CLIENT_PATHS` at
+workers) and listens on no Unix socket, so anyone who reached it could route clients, and their
+keys and prompts, to a host of theirs. It listens on loopback only (``serve_router_backend_port``),
+behind nginx (its proxy, :func:`render_proxy`), which passes clients only :data:`CLIENT_PATHS` at
 ``serve_router_port``; with ``serve_router = "fleet"`` also the worker API the fleet's hosts
-drain through, at ``serve_router_admin_port``, only with the routers' admin key.
+drain through, at ``serve_router_admin_port``, only with the routers' admin key. Loopback is
+every local user's (#46 item 9): its unit first loads an nftables table (:func:`guard_command`)
+that resets a connection to that port from any user but root (the host's converge and probe)
+and the router's own (nginx's workers).
 
 Pure (no pyinfra import). What the router routes to is part of its unit text, so its
 ``SERVEFLEET_UNIT`` changes, and it restarts through its gate (a chat through it), exactly
@@ -25,6 +28,7 @@ from typing import Any
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import (
+    NFT,
     NGINX,
     PROXY_ADMIN_LOADED,
     PROXY_CONF,
@@ -33,6 +37,7 @@ from servefleet.base.remote.layout import (
     PROXY_STARTED,
     PROXY_UNIT,
     ROUTER_ADMIN_MAP,
+    ROUTER_GUARD_TABLE,
     ROUTER_UNIT,
     UNIT_SHA_VAR,
 )
@@ -61,6 +66,7 @@ class ProxyPlan:
     sha: str  # its unit's SERVEFLEET_UNIT
     admin_map: str | None  # ROUTER_ADMIN_MAP's text (serve_router fleet), else None
     nginx: bool  # nginx is installed
+    nft: bool  # nft is installed (the router's unit loads its guard with it)
     running: bool  # its unit is active and its main process runs this sha
     loaded: bool  # it runs this configuration (and, with an admin key, the one on the host)
     unit: str = PROXY_UNIT
@@ -198,6 +204,24 @@ def router_command(
     ]  # fmt: skip
 
 
+def guard_command(settings: Settings) -> list[str]:
+    """The command the router's unit runs as root before it starts: one nftables transaction
+    that (re)makes :data:`ROUTER_GUARD_TABLE`, whose rule resets a new loopback connection to
+    vllm-router's port (its first SYN) from a socket of any user but root and
+    ``serve_router_user`` (nginx's workers run as it). Any local user could otherwise use the
+    worker API that vllm-router 0.1.17 serves without a key (#46 item 9).
+
+    + settings: validated data (``serve_router_backend_port``, ``serve_router_user``)
+    """
+    t = f"inet {ROUTER_GUARD_TABLE}"
+    rule = (
+        f"oif lo tcp dport {int(settings.serve_router_backend_port)} tcp flags & (syn | ack) == syn"
+        f' meta skuid != {{ 0, "{settings.serve_router_user}" }} reject with tcp reset'
+    )
+    chain = f"chain output {{ type filter hook output priority 0; policy accept; {rule}; }}"
+    return [NFT, f"add table {t}; delete table {t}; table {t} {{ {chain}; }}"]
+
+
 def render_router(
     settings: Settings, release: ReleasePlan, workers: Sequence[str], roles: Sequence[str] = ()
 ) -> tuple[str, str, list[str]]:
@@ -211,6 +235,7 @@ def render_router(
     argv = router_command(settings, release, workers, roles)
     fields: dict[str, Any] = dict(
         exec_argv=argv,
+        guard=guard_command(settings),
         workers=workers,
         port=settings.serve_router_port,
         user=settings.serve_router_user,
@@ -295,6 +320,7 @@ def plan_proxy(settings: Settings, found: dict[str, Any] | None) -> ProxyPlan:
         sha=sha,
         admin_map=admin,
         nginx=found.get("nginx") is True,
+        nft=found.get("nft") is True,
         running=found.get("active") == "active" and found.get("running") == sha,
         loaded=found.get("loaded") == conf_sha and (admin is None or found.get("admin") is True),
     )
@@ -350,6 +376,7 @@ __all__ = [
     "RouterPlan",
     "admin_url",
     "fleet_order",
+    "guard_command",
     "plan_proxy",
     "plan_router",
     "render_proxy",

@@ -20,6 +20,7 @@ TEMPLATES = templates_of("servefleet.router")  # router/templates (SERVEFLEET_TE
 def render_router_unit(
     *,
     exec_argv: Sequence[str],
+    guard: Sequence[str],
     env: Mapping[str, str],
     workers: Sequence[str],
     port: int,
@@ -29,6 +30,8 @@ def render_router_unit(
     """The router's unit text (``templates/router.service.j2``).
 
     + exec_argv: the full command, executable path first
+    + guard: the command, run as root before it starts, that lets only root and ``user``
+      connect to its port (an argv)
     + env: its variables (the unit's sha among them)
     + workers: the instance URLs it routes to (shown in the header comment)
     + port: where it listens
@@ -47,6 +50,7 @@ def render_router_unit(
             user=user,
             environment=[environment_line(k, v) for k, v in env.items()],
             exec_start=exec_line(exec_argv),
+            guard=exec_line(guard),
         )
     )
 

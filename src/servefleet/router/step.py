@@ -48,17 +48,19 @@ def check_data(plan: HostPlan) -> None:
 
 
 def proxy(plan: HostPlan) -> None:
-    """The router's proxy (nginx, installed from the host's Debian mirror when missing): its
-    configuration, unit and (``serve_router = "fleet"``) admin key written where they differ;
-    restarted when it runs another unit text, else reloaded (gracefully: what it has in flight
-    finishes) when it runs another configuration or key. What it runs is read from its runtime
-    copies, so a run that died after a write restarts or reloads it the next time."""
+    """The router's proxy (nginx, and nftables for the router's guard, installed from the host's
+    Debian mirror when missing): its configuration, unit and (``serve_router = "fleet"``) admin
+    key written where they differ; restarted when it runs another unit text, else reloaded
+    (gracefully: what it has in flight finishes) when it runs another configuration or key. What
+    it runs is read from its runtime copies, so a run that died after a write restarts or reloads
+    it the next time."""
     r = plan.router
     assert r is not None and r.proxy is not None
     p = r.proxy
-    if not p.nginx:
-        apt.packages(name="Install nginx (the router's proxy)", packages=["nginx"],
-                     update=True, cache_time=3600, no_recommends=True)  # fmt: skip
+    missing = [pkg for pkg, have in (("nginx", p.nginx), ("nftables", p.nft)) if not have]
+    if missing:
+        apt.packages(name="Install nginx (the router's proxy) and nftables (its guard)",
+                     packages=missing, update=True, cache_time=3600, no_recommends=True)  # fmt: skip
     conf_new = ensure.upload(plan, "Write the router proxy's configuration", p.conf.encode(),
                              PROXY_CONF)  # fmt: skip
     unit_new = ensure.upload(plan, f"Write {PROXY_UNIT}", p.unit_text.encode(),

@@ -62,6 +62,10 @@ PROXY_ADMIN_LOADED = f"{PROXY_RUN}/admin.map"  # the admin key it checks (serve_
 PROXY_STARTED = f"{PROXY_RUN}/unit"  # the SERVEFLEET_UNIT it was started with (nginx's process
 # title overwrites its /proc/PID/environ)
 NGINX = "/usr/sbin/nginx"
+# vllm-router's worker API on loopback: an nftables table lets only root and the router's user
+# (nginx's workers) connect to its port (#46 item 9); the router's unit loads it
+NFT = "/usr/sbin/nft"
+ROUTER_GUARD_TABLE = "servefleet_router"
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 GROUP_SHA_VAR = "SERVEFLEET_GROUP"  # in a serving group's units: the group's hash (every rank's)
 

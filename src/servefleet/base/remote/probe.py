@@ -264,13 +264,15 @@ MAX_WORKERS_REPLY = 1 << 20  # bytes of the router's worker list the probe reads
 
 
 def proxy() -> dict[str, Any]:
-    """The router's proxy unit (as :func:`units`), whether nginx is installed, the sha256 of the
-    configuration it runs (its copy in PROXY_RUN, root's) and whether the admin key it checks is
-    the one on the host (a yes or no: no digest of a secret leaves the host)."""
+    """The router's proxy unit (as :func:`units`), whether nginx and nft (the router's guard) are
+    installed, the sha256 of the configuration it runs (its copy in PROXY_RUN, root's) and whether
+    the admin key it checks is the one on the host (a yes or no: no digest of a secret leaves the
+    host)."""
     found = units([layout.PROXY_UNIT])[layout.PROXY_UNIT]
     found["running"] = (read(layout.PROXY_STARTED) or "").strip() or None
     loaded = read(layout.PROXY_LOADED, "rb")
     found["nginx"] = os.path.isfile(layout.NGINX)
+    found["nft"] = os.path.isfile(layout.NFT)
     found["loaded"] = hashlib.sha256(loaded).hexdigest() if loaded is not None else None
     admin = read(layout.PROXY_ADMIN_LOADED, "rb")
     found["admin"] = admin is not None and admin == read(layout.ROUTER_ADMIN_MAP, "rb")

@@ -25,9 +25,11 @@ BASE_PACKAGES = (
     "iproute2",
     "gnupg",
     "sudo",
-    # the router's proxy: a fleet's hosts install it from their Debian mirror when a router is
-    # wanted; lab hosts have no mirror, so their image holds it (the deploy finds it installed)
+    # the router's proxy and its guard (nft): a fleet's hosts install them from their Debian
+    # mirror when a router is wanted; lab hosts have no mirror, so their image holds them (the
+    # deploy finds them installed)
     "nginx-light",
+    "nftables",
 )
 # The Debian suites a lab host can run (`lab up --base`, `--odd-base`): their glibc and Python
 SUITES = {"bookworm": ("2.36", "3.11"), "trixie": ("2.41", "3.13")}
