@@ -83,11 +83,11 @@ def artifacts_key(sources: Path, models: Sequence[str] = (), uv: Sequence[str] =
     + uv: the uv versions the index serves (:func:`host_uv_versions`)
     """
     key = sources_key(sources)
+    if len(uv) > 1:  # first: a build with models added starts with the name of one without
+        key += "-uv" + hashlib.sha256(",".join(uv).encode()).hexdigest()[:8]
     if models:
         added = ",".join(sorted(set(models))).encode()
         key += "-" + hashlib.sha256(added).hexdigest()[:12]
-    if len(uv) > 1:
-        key += "-uv" + hashlib.sha256(",".join(uv).encode()).hexdigest()[:8]
     return key
 
 
