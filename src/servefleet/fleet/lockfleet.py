@@ -217,10 +217,15 @@ def _previous(lock_dir: Path) -> Lock | None:
         return None
 
 
+def _versions(text: str) -> set[str]:
+    return {f"{p['name']}=={p['version']}" for p in packages(text)}
+
+
 def uv_moved(pinned: str, previous: Lock, st: Stack, text: str) -> str | None:
     """Why the controller's uv cannot re-lock a stack under the uv the lock pins (None: it can):
-    a stack whose inputs did not change must resolve into the same release, or the controller's
-    uv is not one that gives the same resolution (#53).
+    a stack whose inputs did not change must resolve to the same versions, or the controller's
+    uv is not one that gives the same resolution (#53). Files and hashes are the index's: a file
+    it serves with other bytes shows in the lock's diff, whichever uv resolved it.
 
     + pinned: the uv version the lock pins
     + previous: the lock on disk
@@ -228,11 +233,15 @@ def uv_moved(pinned: str, previous: Lock, st: Stack, text: str) -> str | None:
     + text: its lock text, as the controller's uv resolved it
     """
     old = previous.stacks.get(st.name)
-    if old is None or old.input != st.digest or release_id(text) == old.release:
+    if old is None or old.input != st.digest:
         return None
+    now, then = _versions(text), _versions(old.pylock)
+    if now == then:
+        return None
+    moved = [*(f"-{v}" for v in sorted(then - now)), *(f"+{v}" for v in sorted(now - then))]
     return (
-        f"stack {st.name}: uv {uv_version()} resolves its unchanged inputs into release "
-        f"{release_id(text)}, uv {pinned} (the lock's) into {old.release}; to move the lock to "
+        f"stack {st.name}: uv {uv_version()} resolves its unchanged inputs to other versions "
+        f"than uv {pinned} (the lock's) did ({', '.join(moved[:6])}); to move the lock to "
         f"uv {uv_version()}, run `servefleet lock INVENTORY --move-uv`"
     )
 

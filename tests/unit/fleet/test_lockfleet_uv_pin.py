@@ -9,6 +9,7 @@ controller's uv *version* and the public index's uv wheel are stood in."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -92,19 +93,18 @@ def test_a_uv_that_resolves_an_unchanged_stack_otherwise_is_refused_in_one_line(
     real = lockfleet.resolve
 
     def otherwise(st: Stack, user: str | None, password: str | None) -> str:
-        """Another uv's resolution: one file's URL differs."""
-        return real(st, user, password).replace(
-            "sfpub-1.0-py3-none-any.whl", "sfpub-1.0-py3-none-any.whl#", 1
-        )
+        """Another uv's resolution: sfdep at another version."""
+        text = real(st, user, password)
+        return text.replace('name = "sfdep"\nversion = "1.0"', 'name = "sfdep"\nversion = "2.0"')
 
     monkeypatch.setattr(lockfleet, "resolve", otherwise)
     with pytest.raises(LockError) as refused:
         lockfleet.make_lock(locked, lambda _: None)
     line = str(refused.value)
     assert "\n" not in line
-    assert line.startswith(f"stack test: uv {NEW} resolves its unchanged inputs into release ")
-    assert line.endswith(
-        f"uv {OLD} (the lock's) into {release}; to move the lock to uv {NEW}, run "
+    assert line == (
+        f"stack test: uv {NEW} resolves its unchanged inputs to other versions than uv {OLD} "
+        "(the lock's) did (-sfdep==1.0, +sfdep==2.0); to move the lock to uv 0.13.10, run "
         "`servefleet lock INVENTORY --move-uv`"
     )
     assert files(locked.lock_dir) == before  # nothing written
@@ -114,6 +114,28 @@ def test_a_uv_that_resolves_an_unchanged_stack_otherwise_is_refused_in_one_line(
     moved = load_lock(locked.lock_dir)
     assert moved.uv["version"] == NEW  # type: ignore[index]
     assert moved.stacks["test"].release != release
+
+
+def test_a_file_the_index_serves_with_other_bytes_is_relocked_under_the_pin(
+    locked: lockfleet.FleetLock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same versions with another file hash: the index's change (it shows in the lock's
+    diff), not the uv's; the lock keeps its uv."""
+    release = load_lock(locked.lock_dir).stacks["test"].release
+    controller_uv(monkeypatch, NEW)
+    real = lockfleet.resolve
+
+    def rehashed(st: Stack, user: str | None, password: str | None) -> str:
+        text = real(st, user, password)
+        digest = re.search(r'sha256 = "([0-9a-f]{64})"', text)
+        assert digest
+        return text.replace(digest[1], "0" * 64, 1)
+
+    monkeypatch.setattr(lockfleet, "resolve", rehashed)
+    lockfleet.make_lock(locked, lambda _: None)
+    lock = load_lock(locked.lock_dir)
+    assert lock.uv["version"] == OLD  # type: ignore[index]
+    assert lock.stacks["test"].release != release
 
 
 def test_changed_inputs_are_resolved_by_the_controllers_uv_under_the_locked_pin(
