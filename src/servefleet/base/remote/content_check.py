@@ -75,17 +75,23 @@ class Walk:
         self.sink = sink  # rel -> a new file's descriptor (None: none): what is read goes there too
 
 
-def open_dirs(fd: int, parts: list[str]) -> int:
+def open_dirs(fd: int, parts: list[str], make: int | None = None) -> int:
     """A descriptor of the directory ``parts`` below ``fd``, each component opened without
-    following a link (no exception, not even root's own links: OSError)."""
+    following a link (no exception, not even root's own links: OSError); with ``make`` (a mode,
+    in root's own tree only), each made when missing and given that mode."""
     here = os.dup(fd)
     try:
         for part in parts:
             if part in ("", ".", ".."):
                 raise OSError(errno.EINVAL, f"{part!r} is not a name")
+            if make is not None:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, make, dir_fd=here)
             nxt = os.open(part, trusted.DIR_FLAGS, dir_fd=here)
             os.close(here)
             here = nxt
+            if make is not None:
+                os.fchmod(here, make)
         return here
     except BaseException:
         os.close(here)
@@ -381,24 +387,6 @@ class NotStaged(Exception):
     """A model the compile-only build cannot be given (one line: which file, and why)."""
 
 
-def _made(fd: int, parts: list[str], mode: int = 0o755) -> int:
-    """A descriptor of ``parts`` below root's own ``fd``, each directory made (root's, ``mode``)
-    when missing and opened without following a link."""
-    here = os.dup(fd)
-    try:
-        for part in parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, mode, dir_fd=here)
-            nxt = os.open(part, trusted.DIR_FLAGS, dir_fd=here)
-            os.fchmod(nxt, mode)
-            os.close(here)
-            here = nxt
-        return here
-    except BaseException:
-        os.close(here)
-        raise
-
-
 def stage_model(hf_home: str, model: str, dest: int) -> str:
     """Copy ``model``'s complete snapshot from the serve user's ``$HF_HOME/hub`` into root's own
     hub ``dest`` (an empty directory root made), for the compile-only build to read (#46 item 2):
@@ -432,7 +420,7 @@ def stage_model(hf_home: str, model: str, dest: int) -> str:
                     f"{model}: no record of root's fetch of the revision its "
                     f"{layout.MODEL_COMPLETE} names; fetch it again (delete the model directory)"
                 )
-            snap_out = _made(dest, [top, "snapshots", rev])
+            snap_out = open_dirs(dest, [top, "snapshots", rev], make=0o755)
             try:
                 walk = Walk(lambda rel: _created(snap_out, rel) if rel in record else None)
                 try:
@@ -458,7 +446,7 @@ def stage_model(hf_home: str, model: str, dest: int) -> str:
     if lines:
         more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
         raise NotStaged(f"{model}: {lines[0]}{more}; fetch it again (delete the model directory)")
-    refs = _made(dest, [top, "refs"])
+    refs = open_dirs(dest, [top, "refs"], make=0o755)
     try:
         trusted.write(refs, "main", rev)
     finally:
@@ -469,7 +457,7 @@ def stage_model(hf_home: str, model: str, dest: int) -> str:
 def _created(base: int, rel: str) -> int:
     """A new file ``rel`` below root's own ``base`` (its directories made), root's, 0644."""
     *dirs, name = rel.split("/")
-    parent = _made(base, dirs)
+    parent = open_dirs(base, dirs, make=0o755)
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         f = os.open(name, flags, 0o644, dir_fd=parent)

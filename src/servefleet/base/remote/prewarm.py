@@ -333,22 +333,32 @@ def build_unit(state: dict[str, Any], npu_name: str, build_root: Path, hub: Path
     return "\n".join(out) + "\n"
 
 
+def fresh_dir(path: Path, mode: int, owner: tuple[int, int] | None = None) -> int:
+    """A descriptor of ``path`` made anew in root's own tree (``mode``; ``owner``: uid, gid,
+    else root's): what was there is removed through directory descriptors, no link followed."""
+    parent = trusted.open_dir(str(path.parent))
+    if parent is None:
+        raise NoCopy(f"{path.parent} is not a directory")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            trusted.remove_in(parent, path.name)
+        os.mkdir(path.name, mode, dir_fd=parent)
+        fd = os.open(path.name, trusted.DIR_FLAGS, dir_fd=parent)
+    finally:
+        os.close(parent)
+    os.fchmod(fd, mode)
+    if owner is not None:
+        os.fchown(fd, *owner)
+    return fd
+
+
 def fresh_build_root(build_root: Path) -> None:
     """An empty ``build_root`` owned by :data:`BUILD_USER` (0700), in root's own tree: what an
     earlier build left is removed (through directory descriptors, no link followed)."""
     import pwd
 
     pw = pwd.getpwnam(BUILD_USER)
-    parent = trusted.open_dir(str(build_root.parent))
-    if parent is None:
-        raise NoCopy(f"{build_root.parent} is not a directory")
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            trusted.remove_in(parent, build_root.name)
-        os.mkdir(build_root.name, 0o700, dir_fd=parent)
-        os.chown(build_root.name, pw.pw_uid, pw.pw_gid, dir_fd=parent, follow_symlinks=False)
-    finally:
-        os.close(parent)
+    os.close(fresh_dir(build_root, 0o700, (pw.pw_uid, pw.pw_gid)))
 
 
 def hf_home_of(unit: str) -> str | None:
@@ -369,18 +379,8 @@ def stage_hub(state: dict[str, Any], hub_root: Path) -> None:
     models = state.get("models")
     if hf_home is None or not isinstance(models, list):
         raise NoCopy("the desired state names no HF_HOME or no models to compile")
-    parent = trusted.open_dir(str(hub_root.parent))
-    if parent is None:
-        raise NoCopy(f"{hub_root.parent} is not a directory")
+    top = fresh_dir(hub_root, 0o755)
     try:
-        with contextlib.suppress(FileNotFoundError):
-            trusted.remove_in(parent, hub_root.name)
-        os.mkdir(hub_root.name, 0o755, dir_fd=parent)
-        top = os.open(hub_root.name, trusted.DIR_FLAGS, dir_fd=parent)
-    finally:
-        os.close(parent)
-    try:
-        os.fchmod(top, 0o755)
         os.mkdir("hub", 0o755, dir_fd=top)
         hub = os.open("hub", trusted.DIR_FLAGS, dir_fd=top)
         try:
