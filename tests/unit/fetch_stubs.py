@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import pwd
 import subprocess
@@ -19,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from local_release import PYTHON as RELEASE_PYTHON
 from repo_paths import REMOTE
 
 SCRIPT = REMOTE / "fetch_model.py"
@@ -160,9 +162,11 @@ def fetch(
     )
 
 
-# a stand-in huggingface_hub: snapshot_download logs what it was given to $FAKE_HUB_LOG (and
-# counts its calls), fails as $FAKE_HUB_FAIL / $FAKE_HUB_FLAKY say, swaps root's staging for a link
-# with $FAKE_HUB_SWAP, and lays the model out under HF_HOME as the real client does
+# a stand-in huggingface_hub: snapshot_download logs what it was given to FAKE_HUB_LOG (and
+# counts its calls), fails as FAKE_HUB_FAIL / FAKE_HUB_FLAKY say, swaps root's staging for a link
+# with FAKE_HUB_SWAP, and lays the model out under HF_HOME as the real client does. It runs as
+# nobody with a clean environment (#46 item 4), so its settings are a file beside it
+# (:func:`fake_hub_settings`), @SETTINGS@ here
 FAKE_HUB = """
 import json, os, pathlib
 
@@ -177,27 +181,30 @@ class ConnectError(Exception):
 class LocalEntryNotFoundError(Exception):
     pass
 
-def snapshot_download(repo_id, revision=None):
+def snapshot_download(repo_id, revision=None, token=None):
+    settings = json.loads(pathlib.Path(@SETTINGS@).read_text())
     home = os.environ["HF_HOME"]
     st = os.stat(home)
     seen = {k: os.environ.get(k) for k in ("HF_TOKEN_PATH", "HF_TOKEN", "HF_HUB_DOWNLOAD_TIMEOUT",
                                            "HF_ENDPOINT")}
     # as the real client (cache_dir = Path(cache_dir).expanduser().resolve()), then works by it
     resolved = str(pathlib.Path(home).resolve())
-    seen.update(home_dir=home, resolved=resolved, home_owner=[st.st_uid, st.st_mode & 0o777])
-    pathlib.Path(os.environ["FAKE_HUB_LOG"]).write_text(json.dumps(dict(seen, revision=revision)))
-    calls = pathlib.Path(os.environ["FAKE_HUB_LOG"] + ".calls")
+    seen.update(home_dir=home, resolved=resolved, home_owner=[st.st_uid, st.st_mode & 0o777],
+                token=token, uid=os.getuid())
+    log = settings["FAKE_HUB_LOG"]
+    pathlib.Path(log).write_text(json.dumps(dict(seen, revision=revision)))
+    calls = pathlib.Path(log + ".calls")
     calls.write_text(str(int(calls.read_text() if calls.exists() else 0) + 1))
-    if os.environ.get("FAKE_HUB_FAIL"):
+    if settings.get("FAKE_HUB_FAIL"):
         raise RepositoryNotFoundError("401 Client Error.\\nRepository Not Found", 401)
-    if int(calls.read_text()) <= int(os.environ.get("FAKE_HUB_FLAKY", "0")):  # as the real one
+    if int(calls.read_text()) <= int(settings.get("FAKE_HUB_FLAKY", "0")):  # as the real one
         try:  # says it when its connection to the hub fails
             raise ConnectError("[Errno 111] Connection refused")
         except ConnectError as exc:
             raise LocalEntryNotFoundError("cannot reach the hub and nothing is cached") from exc
-    swap = os.environ.get("FAKE_HUB_SWAP")  # the serve user, meanwhile: root's staging moved
+    swap = settings.get("FAKE_HUB_SWAP")  # the serve user, meanwhile: root's staging moved
     if swap:  # away and a link to a root-only directory in its place
-        hub = pathlib.Path(os.environ["FAKE_HUB_HUB"])
+        hub = pathlib.Path(settings["FAKE_HUB_HUB"])
         (staged,) = hub.glob(".fetch-*")
         staged.rename(hub / ".fetch-moved")
         staged.symlink_to(swap)
@@ -211,15 +218,35 @@ def snapshot_download(repo_id, revision=None):
 """.replace("@REV@", REV)
 
 
-def fake_hub_python(tmp_path: Path) -> Path:
-    """A python whose huggingface_hub is :data:`FAKE_HUB` (a wrapper setting PYTHONPATH).
+def fake_hub_python(where: Path, module: str = FAKE_HUB) -> Path:
+    """The ``bin/python`` of a new venv (as a release is) whose huggingface_hub is ``module``
+    (:data:`FAKE_HUB`), with its settings (:func:`fake_hub_settings`) and a log directory
+    ``nobody`` may write, the hub client's user on hosts (#46 item 4).
 
-    + tmp_path: where the package and the wrapper go
+    + where: a directory ``nobody`` can reach (``reachable``), where the venv goes
+    + module: the package's ``__init__.py`` text (``@SETTINGS@``: the settings file's path)
     """
-    pkg = tmp_path / "fakehub" / "huggingface_hub"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(FAKE_HUB)
-    wrapper = tmp_path / "python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={pkg.parent} exec {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
+    venv = where / "hubvenv"
+    subprocess.run([RELEASE_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    (site / "huggingface_hub").mkdir()
+    settings = venv / "fake-hub.json"
+    text = module.replace("@SETTINGS@", repr(str(settings)))
+    (site / "huggingface_hub" / "__init__.py").write_text(text)
+    log = venv / "log"
+    log.mkdir()
+    nobody = pwd.getpwnam("nobody")
+    os.chown(log, nobody.pw_uid, nobody.pw_gid)
+    fake_hub_settings(venv / "bin" / "python")
+    return venv / "bin" / "python"
+
+
+def fake_hub_settings(python: Path, **settings: str) -> Path:
+    """Set the stand-in's settings (``FAKE_HUB_FAIL="1"``, ...); return its log's path.
+
+    + python: what :func:`fake_hub_python` returned
+    """
+    venv = python.parent.parent
+    log = venv / "log" / "hub-log.json"
+    (venv / "fake-hub.json").write_text(json.dumps({"FAKE_HUB_LOG": str(log), **settings}))
+    return log

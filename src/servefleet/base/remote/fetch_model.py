@@ -25,14 +25,18 @@ Archive (``--archive FILE``, with ``--sha256``): a local copy of a store archive
 wheelhouse copy, ``sdk_source = "wheelhouse"``): its sha256 is checked, then it is unpacked and
 checked as a store archive is. No network.
 
-Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV)`` in PYTHON, with
-HF_TOKEN_PATH pointing at the token file, HF_ENDPOINT at ``--endpoint URL`` when given (a
-mirror or a private hub; else the client's default; the host's own HF_ENDPOINT is dropped) and
-HF_HOME at root's own staging directory, then checked and moved into place as an archive is: the
-serve user's hub is never the client's cache, so nothing planted there redirects a write. The
-client resolves HF_HOME to a real path, so it gets the staging directory bind-mounted on an empty
-root-only ``/run/servefleet-fetch-*`` in a mount namespace of its own (``unshare``), never a
-path through the serve user's hub.
+Hub (``--hub PYTHON``): ``snapshot_download(MODEL, revision=REV, token=...)`` in PYTHON, run as
+``nobody`` (``unprivileged.py``: its own PID namespace, no groups, capabilities or new
+privileges, a clean environment; it is index code, #46 item 4), the token read by root from the
+token file and handed on the client's stdin (it can open neither that file nor the netrc nor
+``/etc/servefleet/secrets``), HF_ENDPOINT at ``--endpoint URL`` when given (a mirror or a
+private hub; else the client's default; the host's own HF_ENDPOINT is dropped) and HF_HOME at the
+client's own directory in root's staging directory; then root takes the model over (made root's
+through descriptors, a hard link, a link outside ``snapshots/<rev>/`` or a fifo refused), checks
+it and moves it into place as an archive is: the serve user's hub is never the client's cache,
+so nothing planted there redirects a write. The client resolves HF_HOME to a real path, so it
+gets its directory bind-mounted on an empty root-only ``/run/servefleet-fetch-*`` in a mount
+namespace of its own (``unshare``), never a path through the serve user's hub.
 
 ``--revision REV`` (40 hex digits) pins a commit: the archive must hold ``snapshots/REV``
 (refs/main may name another; the fetcher then points refs/main at the pinned revision, since
@@ -235,7 +239,7 @@ def _fetch_locked(a: argparse.Namespace, hub: Path, user: Any, token: str | None
         elif a.archive:
             rev = store_source.from_archive(a, hub, user.pw_uid, user.pw_gid)
         else:
-            rev = hub_source.from_hub(a, hub, user.pw_uid, user.pw_gid)
+            rev = hub_source.from_hub(a, hub, user.pw_uid, user.pw_gid, token)
         repo = hub / snapshot_place.repo_dir_name(a.model)
         if a.revision:  # servers run offline and load refs/main: make it the pinned snapshot
             snapshot_place.point_main(repo, rev, user.pw_uid, user.pw_gid)

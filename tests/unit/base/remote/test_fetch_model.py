@@ -35,6 +35,7 @@ from fetch_stubs import (
     Route,
     Stub,
     fake_hub_python,
+    fake_hub_settings,
     fetch,
     hf_layout,
     in_turn,
@@ -529,16 +530,15 @@ def test_unknown_owner_and_an_open_token_file(stub: Stub, home: Path, token_file
 
 # --- the hub, through a stand-in huggingface_hub -------------------------------------------------
 @pytest.fixture
-def hub_python(tmp_path: Path) -> Path:
-    """A python whose huggingface_hub is fetch_stubs' stand-in."""
-    return fake_hub_python(tmp_path)
+def hub_python(reachable: Path) -> Path:
+    """A release python whose huggingface_hub is fetch_stubs' stand-in (run as nobody)."""
+    return fake_hub_python(reachable)
 
 
-def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
-    hub_python: Path, home: Path, token_file: Path, tmp_path: Path, monkeypatch: Any
+def test_hub_download_is_marked_owned_and_gets_the_token_on_its_stdin_only(
+    hub_python: Path, home: Path, token_file: Path, monkeypatch: Any
 ) -> None:
-    log = tmp_path / "hub-log.json"
-    monkeypatch.setenv("FAKE_HUB_LOG", str(log))
+    log = fake_hub_settings(hub_python)
     monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")
     args = ["--hub", str(hub_python), "--token-file", str(token_file), "--timeout", "7"]
     proc = fetch(home, *args, "--revision", REV2)
@@ -552,9 +552,12 @@ def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
     home_dir = seen.pop("home_dir")
     assert re.fullmatch(r"/run/servefleet-fetch-[0-9a-f]{16}", home_dir)
     assert seen.pop("resolved") == home_dir and not Path(home_dir).exists()
-    assert seen.pop("home_owner") == [0, 0o700]
+    nobody = pwd.getpwnam("nobody")  # the client's own directory: it runs as nobody (#46 item 4)
+    assert seen.pop("home_owner") == [nobody.pw_uid, 0o700]
+    assert seen.pop("uid") == nobody.pw_uid
     assert seen == {
-        "HF_TOKEN_PATH": str(token_file),
+        "token": TOKEN,  # read from its stdin, never the 0600 file (no HF_TOKEN_PATH)
+        "HF_TOKEN_PATH": None,
         "HF_TOKEN": None,
         "HF_HUB_DOWNLOAD_TIMEOUT": "7",
         "HF_ENDPOINT": None,
@@ -565,10 +568,9 @@ def test_hub_download_is_marked_owned_and_gets_the_token_file_only(
 
 
 def test_the_hub_client_gets_the_endpoint_and_never_the_hosts_own(
-    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+    hub_python: Path, home: Path, monkeypatch: Any
 ) -> None:
-    log = tmp_path / "hub-log.json"
-    monkeypatch.setenv("FAKE_HUB_LOG", str(log))
+    log = fake_hub_settings(hub_python)
     monkeypatch.setenv("HF_ENDPOINT", "http://mirror.invalid")  # the host's own: dropped
     assert fetch(home, "--hub", str(hub_python)).returncode == 0
     assert json.loads(log.read_text())["HF_ENDPOINT"] is None
@@ -585,17 +587,17 @@ def test_the_hub_client_gets_the_endpoint_and_never_the_hosts_own(
 
 
 def test_a_hub_client_working_by_its_resolved_path_writes_nothing_through_a_swap(
-    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+    hub_python: Path, reachable: Path, tmp_path: Path
 ) -> None:
     """#18, found with the real huggingface_hub on the lab: the client resolves HF_HOME to a real
     path before it writes. Given ``/proc/self/fd/N`` that was root's staging directory's path
     inside the serve user's hub, so the serve user could move the directory away and link its
     name to any root-owned directory, which root's client then wrote into. The stand-in does
-    that swap between resolving and writing; the root-only directory stays as it was."""
+    that swap between resolving and writing; the root-only directory stays as it was. (The
+    client, nobody since #46 item 4, does the swap itself: the hub is where nobody reaches it.)"""
+    home = reachable / "hf"
     sentinel, hub = root_only_and_serve_users_hub(tmp_path, home)
-    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
-    monkeypatch.setenv("FAKE_HUB_SWAP", str(sentinel))
-    monkeypatch.setenv("FAKE_HUB_HUB", str(hub))
+    fake_hub_settings(hub_python, FAKE_HUB_SWAP=str(sentinel), FAKE_HUB_HUB=str(hub))
     proc = fetch(home, "--hub", str(hub_python))
     assert sorted(p.name for p in sentinel.iterdir()) == ["keep"]
     assert proc.returncode == 0, proc.stderr
@@ -645,30 +647,24 @@ def test_staging_gives_its_descriptor_and_the_path_of_it(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []
 
 
-def test_hub_refusal_names_the_token_variable(
-    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
-) -> None:
-    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
-    monkeypatch.setenv("FAKE_HUB_FAIL", "1")
+def test_hub_refusal_names_the_token_variable(hub_python: Path, home: Path) -> None:
+    log = fake_hub_settings(hub_python, FAKE_HUB_FAIL="1")
     proc = fetch(home, "--hub", str(hub_python), "--token-env", "HF_TOKEN")
     assert refused(proc) == (
         f"servefleet: the Hugging Face hub refused {MODEL} (401 Client Error.); check the "
         "HF_TOKEN environment variable on the controller"
     )
     assert not (home / "hub" / TOP).exists()
-    assert (tmp_path / "hub-log.json.calls").read_text() == "1"  # asked once
+    assert Path(f"{log}.calls").read_text() == "1"  # asked once
 
 
 @pytest.mark.parametrize("flaky", [1, 9])
-def test_hub_connection_errors_are_tried_again(
-    flaky: int, hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
-) -> None:
+def test_hub_connection_errors_are_tried_again(flaky: int, hub_python: Path, home: Path) -> None:
     """A hub client that could not connect (its error caused by a ConnectError) is run again:
     it lands on the second try, or after --tries the line says it could not reach the hub."""
-    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
-    monkeypatch.setenv("FAKE_HUB_FLAKY", str(flaky))
+    log = fake_hub_settings(hub_python, FAKE_HUB_FLAKY=str(flaky))
     proc = fetch(home, "--hub", str(hub_python), "--tries", "3", *FAST)
-    calls = (tmp_path / "hub-log.json.calls").read_text()
+    calls = Path(f"{log}.calls").read_text()
     if flaky == 1:
         assert proc.returncode == 0 and marker(home) == REV and calls == "2", proc.stderr
         return
@@ -709,12 +705,11 @@ def root_only_and_serve_users_hub(tmp_path: Path, home: Path, *more: str) -> tup
 
 
 def test_a_hub_fetch_writes_nothing_through_links_the_serve_user_planted(
-    hub_python: Path, home: Path, tmp_path: Path, monkeypatch: Any
+    hub_python: Path, home: Path, tmp_path: Path
 ) -> None:
     """#18 finding 1 (hub): the serve user links its hub's model directory and ``.locks`` entry
     to a root-owned directory; the download lands in root's staging, replaces the link, and the
     root-owned directory keeps its owner and content."""
-    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
     owner = pwd.getpwnam(OWNER)
     sentinel, hub = root_only_and_serve_users_hub(tmp_path, home, ".locks")
     for link in (hub / TOP, hub / ".locks" / TOP):  # the serve user's links in its own tree

@@ -253,12 +253,11 @@ def test_how_main_ends_on_an_error_of_the_fetch(
 
 
 def test_a_hub_fetch_lands_owned(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, reachable: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--hub PYTHON`` in-process: a stand-in huggingface_hub (its snapshot_download lays the
-    model out under HF_HOME) run by a python wrapper; the files are the owner's."""
-    python = fake_hub_python(tmp_path)
-    monkeypatch.setenv("FAKE_HUB_LOG", str(tmp_path / "hub-log.json"))
+    model out under HF_HOME) in a release's venv, run as nobody; the files are the owner's."""
+    python = fake_hub_python(reachable)
     home = tmp_path / "hf"
     assert run(home, "--hub", str(python), "--revision", REV2) == 0
     out, err = capsys.readouterr()
