@@ -32,13 +32,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from fuzz_support import Loc, campaign, locations
+from hypothesis import given, strategies as st
 from repo_paths import DATA, UNIT
 from systemd_parse import parse_unit
 
@@ -58,22 +58,14 @@ MORE_VLLM = [VLLM_ROOT / "models" / "Qwen" / "Qwen3.8-27B.yaml",
 BUDGET_MIB = 256  # what one command may grow the worker's address space by
 HARD_SECONDS = 30.0  # a worker that has not answered by then is killed
 # Examples of each test: the file takes well under 30 s; SERVEFLEET_FUZZ_EXAMPLES=N runs a
-# longer campaign of N inputs per test (2500: 10,000 inputs over the four; the first examples
-# are the same: the examples are derived, not random)
+# longer campaign of N inputs per test (2500: 10,000 inputs over the four; fuzz_support.py)
 EXAMPLES = {"card": 70, "card_yaml": 20, "vllm": 50, "vllm_json": 30}
-LONGER = int(os.environ.get("SERVEFLEET_FUZZ_EXAMPLES") or 0)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 BARE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a companion's command
 
 
 def fuzz(kind: str) -> Any:
-    return settings(
-        max_examples=LONGER or EXAMPLES[kind],
-        derandomize=True,
-        database=None,
-        deadline=timedelta(seconds=10),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    return campaign(EXAMPLES[kind])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,20 +142,6 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
 
 # ---------------------------------------------------------------------------------------------
 # Documents and their mutations
-
-Loc = tuple[Any, ...]
-
-
-def locations(doc: Any, here: Loc = ()) -> list[Loc]:
-    """The location of every node of a document, the root first."""
-    out = [here]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += locations(v, (*here, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += locations(v, (*here, i))
-    return out
 
 
 def holds(doc: Any, target: Any) -> bool:
