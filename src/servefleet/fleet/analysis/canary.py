@@ -127,7 +127,8 @@ class Analysis:
             return []
         paths = self.report_dir / REPORT_JSON, self.report_dir / REPORT_SVG
         try:
-            write_atomic(paths[0], json.dumps(verdict, indent=1) + "\n")
+            # strict JSON: a number that is not finite (the probe's deltas are) is a bug
+            write_atomic(paths[0], json.dumps(verdict, indent=1, allow_nan=False) + "\n")
             write_atomic(paths[1], report.svg(verdict))
         except OSError as e:
             return [f"analysis: the report was not written to {self.report_dir} ({e.strerror})"]

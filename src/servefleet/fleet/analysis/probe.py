@@ -14,8 +14,9 @@ router) and follows no redirect; each target's API key, if any, goes only in the
 its own origin's ``/v1/`` paths and is never in what it returns.
 
 Every answer is read strictly: a status line, a Content-Length or chunk size, an event, a
-usage, a model list or a ``/metrics`` sample it cannot read (not UTF-8, not a number, a list
-where an object belongs, a negative, NaN or infinite count) is an :class:`OddAnswer`: the probe
+usage, a model list or a ``/metrics`` sample it cannot read (not UTF-8, not a number as the
+text format writes it, a list where an object belongs, a negative, NaN or infinite count, a
+change of a counter or histogram past a float's range) is an :class:`OddAnswer`: the probe
 stops and the analysis fails in one line naming the instance and the answer (#46 item 8).
 
 GuideLLM was tried first and did not fit (docs/real-fleet.md, the canary analysis).
@@ -141,14 +142,19 @@ class OddAnswer(ServefleetError):
 _T = TypeVar("_T")
 
 
+def _of(side: Side, e: OddAnswer) -> OddAnswer:
+    """The odd answer ``e`` of ``side``, its line naming the instance that gave it."""
+    t = side.target
+    who = " ".join(x for x in (t.role, t.host, t.origin) if x)
+    return OddAnswer(f"analysis: {who}: {e.what}", e.answer, t.key)
+
+
 async def _named(side: Side, work: Awaitable[_T]) -> _T:
     """``work`` for ``side``: an odd answer raised again naming the instance that gave it."""
     try:
         return await work
     except OddAnswer as e:
-        t = side.target
-        who = " ".join(x for x in (t.role, t.host, t.origin) if x)
-        raise OddAnswer(f"analysis: {who}: {e.what}", e.answer, t.key) from None
+        raise _of(side, e) from None
 
 
 def prompt(i: int, words: int) -> str:
@@ -359,6 +365,23 @@ async def _model(target: Target) -> str:
 # a sample: its name, its labels (a label's value quoted, with escapes), its value (then maybe a
 # timestamp)
 _SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
+# a value as the text format writes it: a float as Go's strconv.ParseFloat reads it, in decimal
+# (ASCII digits only, a sign, a point, an exponent; no ``_``, no space), or NaN or a signed Inf
+# or Infinity, in any case (ParseFloat's; prometheus_client writes ``NaN``, ``+Inf``, ``-Inf``)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_SPECIAL = re.compile(r"[+-]?inf(?:inity)?|nan", re.ASCII | re.IGNORECASE)
+
+
+def number(text: str) -> float | None:
+    """``text`` as the text format's float: its value, None when it is not one (Python's
+    float() reads ``1_000``, `` 1 `` and ``٣`` too) or is a decimal past a float's range
+    (``1e999``: ParseFloat refuses it, float() reads infinity)."""
+    if _SPECIAL.fullmatch(text):
+        return float(text)
+    if _DECIMAL.fullmatch(text):
+        value = float(text)
+        return value if math.isfinite(value) else None
+    return None
 
 
 def parse_metrics(text: str) -> dict[str, dict[str, float]]:
@@ -372,10 +395,9 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
         m = _SAMPLE.match(line)
         if not m:
             raise OddAnswer("/metrics answered a line that is not a sample", line)
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            raise OddAnswer("/metrics answered a sample that is not a number", line) from None
+        value = number(m.group(3))
+        if value is None:
+            raise OddAnswer("/metrics answered a sample that is not a number", line)
         out.setdefault(m.group(1), {})[m.group(2) or ""] = value
     return out
 
@@ -421,11 +443,8 @@ def _le(labels: str) -> tuple[str, float] | None:
     if not m:
         return None
     rest = re.sub(r',?le="[^"]*"', "", labels).replace("{,", "{")
-    try:
-        bound = float(m.group(1))
-    except ValueError:
-        bound = math.nan
-    if not bound >= 0:  # NaN too
+    bound = number(m.group(1))
+    if bound is None or not bound >= 0:  # NaN too
         raise OddAnswer(
             "/metrics answered a bucket bound that is not a number of 0 or more", labels
         )
@@ -456,12 +475,14 @@ def deltas(
     types: Mapping[str, str],
 ) -> dict[str, Any]:
     """The change of each declared counter (summed over its labels) and histogram (its count,
-    its sum and its p50/p95 over the buckets that changed) between two scrapes."""
+    its sum and its p50/p95 over the buckets that changed) between two scrapes: an
+    :class:`OddAnswer` naming the metric when one is not finite (each sample is, but two
+    series near a float's largest add up to infinity)."""
     out: dict[str, Any] = {}
     for name, kind in sorted(types.items()):
         if kind == "counter" and name in after:
             d = sum(v - before.get(name, {}).get(k, 0.0) for k, v in after[name].items())
-            out[name] = {"type": "counter", "delta": d}
+            out[name] = _finite(name, {"type": "counter", "delta": d})
         elif kind == "histogram" and f"{name}_count" in after:
 
             def change(series: str, labels: str, value: float) -> float:
@@ -475,11 +496,24 @@ def deltas(
                 le = _le(labels)
                 if le is not None:
                     per_le[le[1]] = per_le.get(le[1], 0.0) + change(f"{name}_bucket", labels, v)
+            for bound, v in per_le.items():  # what the quantiles are computed from
+                _finite(f'{name}_bucket{{le="{bound:g}"}}', {"type": "histogram", "change": v})
             buckets = list(per_le.items())
-            out[name] = {"type": "histogram", "count": count, "sum": total,
-                         "p50": bucket_quantile(buckets, 0.5) if count else None,
-                         "p95": bucket_quantile(buckets, 0.95) if count else None}  # fmt: skip
+            p50, p95 = (bucket_quantile(buckets, q) if count else None for q in (0.5, 0.95))
+            out[name] = _finite(name, {"type": "histogram", "count": count, "sum": total,
+                                       "p50": p50, "p95": p95})  # fmt: skip
     return out
+
+
+def _finite(name: str, change: dict[str, Any]) -> dict[str, Any]:
+    """``change`` (a metric's in :func:`deltas`) when each of its numbers is finite; else an
+    :class:`OddAnswer` naming the metric and the number (the report is strict JSON)."""
+    for key, value in change.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            what = "change" if key == "delta" else key
+            raise OddAnswer(f"/metrics answered a {change['type']} whose {what} is not finite",
+                            f"{name} {key} {value}")  # fmt: skip
+    return change
 
 
 def undeclared_names(scrape: Mapping[str, Any], types: Mapping[str, str]) -> list[str]:
@@ -581,7 +615,10 @@ async def _probe(targets: Sequence[Target], load: Load) -> list[Side]:
     after = await asyncio.gather(*(_named(s, _scrape(s, types)) for s in sides))
     for side, b, a in zip(sides, before, after, strict=True):
         if b is not None and a is not None:
-            side.metrics = deltas(b, a, types)
+            try:
+                side.metrics = deltas(b, a, types)
+            except OddAnswer as e:
+                raise _of(side, e) from None
             side.undeclared = undeclared_names(a, types)
     return sides
 
