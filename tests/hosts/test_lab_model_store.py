@@ -19,16 +19,12 @@ from faults import run, secrets
 from labhelpers import lab_up, on_host, servefleet
 
 from servefleet.fleet.lab.chat import chat_once
+from servefleet.hostplan.probe_input import REMOTE_SCRIPTS
 
 REPO = Path(__file__).resolve().parents[2]
 FETCHER = REPO / "src" / "servefleet" / "base" / "remote" / "fetch_model.py"
-# the fetcher's parts it imports, next to it (the host contract, the no-follow file access, the
-# retry rule, its HTTP client, tar checks, placement and sources), and the hub client it runs
-PROGRAMS = [FETCHER] + [
-    FETCHER.with_name(f"{name}.py")
-    for name in ("layout", "trusted", "retry", "refusal", "http_client", "tar_safety",
-                 "snapshot_place", "store_source", "hub_source", "hub_client", "content_check", "fault_point")
-]  # fmt: skip
+# the fetcher and every host program beside it, as a deploy ships them (what it imports)
+PROGRAMS = [FETCHER.with_name(name) for name in REMOTE_SCRIPTS]
 SEEDS = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]  # the RBLN card and its draft
 ADDED = ["acme/lab-extra-1", "acme/lab-extra-2"]
 HOST_DIR = "/tmp/servefleet-test-fetch"

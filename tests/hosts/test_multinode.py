@@ -12,6 +12,7 @@ every rank serves its own API (``--data-parallel-hybrid-lb``)."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,6 +111,31 @@ def check_serving(lab: dict[str, Any], strategy: str) -> None:
     assert answers(lab, "lab1")
 
 
+def connects_from_here(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def check_rendezvous_guard(lab: dict[str, Any]) -> None:
+    """#46 item 7: the head's rendezvous (torch's TCPStore, 29501) answers the group's other
+    host, and resets a connection from anywhere else (here: the bridge, outside the group); the
+    group still serves after both tries."""
+    head = address(lab, "lab1")
+    for host in HOSTS:
+        on_host(lab, host, "nft list table inet servefleet_group")
+    peer = on_host(lab, "lab2", "python3 -c \"import socket; socket.create_connection(("
+                   f"'{head}', 29501), timeout=5).close()\"", check=False)  # fmt: skip
+    outside = {port: connects_from_here(head, port) for port in (29500, 29501, 29550)}
+    print(f"rendezvous of g1 at {head}: from lab2 (a peer) 29501 answered: "
+          f"{peer.returncode == 0}; from the bridge: {outside}")  # fmt: skip
+    assert peer.returncode == 0, peer.stderr
+    assert outside == {29500: False, 29501: False, 29550: False}
+    assert answers(lab, "lab1")
+
+
 def test_tp_pp_across_two_h200_hosts_restarts_as_one_group(
     two_h200: dict[str, Any], tmp_path: Any
 ) -> None:
@@ -117,6 +143,7 @@ def test_tp_pp_across_two_h200_hosts_restarts_as_one_group(
     deploy(lab, tp_pp)
     check_serving(lab, tp_pp)
     assert not answers(lab, "lab2")  # the headless rank serves no API
+    check_rendezvous_guard(lab)
     assert deploy(lab, tp_pp) == []  # a re-run changes nothing
     table = status(lab, tp_pp)
     assert table.returncode == 0, table.stdout + table.stderr

@@ -103,6 +103,7 @@ class ServingGroup:
             head=self.head,
             sha=self.sha,
             hosts=self.hosts,
+            addresses=tuple(m.address for m in self.members),
         )
 
 

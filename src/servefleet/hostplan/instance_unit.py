@@ -77,7 +77,7 @@ def render_instance(
 def instance_unit(
     settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
     devices_env: str | None = None, server: Server | None = None,
-    group: tuple[str, str] | None = None,
+    group: tuple[str, str] | None = None, guard: tuple[list[str], list[str]] | None = None,
 ) -> tuple[str, str, list[str], dict[str, str]]:  # fmt: skip
     """The unit file of one instance, its SERVEFLEET_UNIT sha, and the command line and
     environment it runs (its one :func:`instance_command`; pure: the deploy writes this text,
@@ -91,6 +91,8 @@ def instance_unit(
     + devices_env: the variable that gives them (default: the spec's platform's)
     + server: the spec's server it runs (default: the first)
     + group: a rank of a serving group: (the group's name, its hash)
+    + guard: a rank's rendezvous guard: the commands its unit runs as root before it starts and
+      after it stops (``ranks.guard_commands``), or None
     """
     name, group_sha = group or (None, None)
     exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env, server,
@@ -116,6 +118,7 @@ def instance_unit(
         stop_timeout=settings.serve_shutdown_timeout + 30,
         environment_file=API_KEY_FILE if settings.api_key else None,
         rank=rank,
+        guard=guard,
     )
     # the unit's text only: no digest of the API key (world-readable, it would let a guess be
     # confirmed offline, #31 finding 4); a new key restarts the servers because each one is

@@ -15,10 +15,10 @@ from servefleet.base.remote.layout import NETRC, unit_name
 from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.instance_unit import HEADLESS, instance_unit
 from servefleet.hostplan.placement import place_pd
-from servefleet.hostplan.ranks import no_group, place_rank
+from servefleet.hostplan.ranks import guard_commands, no_group, place_rank
 from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance, Place
 from servefleet.kinds import Hardware, kind_of
-from servefleet.kinds.roles import is_pd
+from servefleet.kinds.roles import is_pd, rendezvous_ports
 from servefleet.release.glibc import glibc_refusal, host_glibc
 from servefleet.release.lock import load_lock
 from servefleet.release.plan import plan_release, plan_router_release, unlocked
@@ -136,8 +136,10 @@ def plan_host(
     for i, devices in enumerate(groups):
         port = settings.serve_base_port + i
         server, role = placed[i]
+        guard = guard_commands(group, rendezvous_ports(server.argv)) if group and server else None
         text, sha, argv, env = instance_unit(settings, spec, release, i, devices, devices_env,
-                                             server, (group.name, group.sha) if group else None)  # fmt: skip
+                                             server, (group.name, group.sha) if group else None,
+                                             guard)  # fmt: skip
         unit = unit_name(i)
         on_host = units.get(unit, {})
         written = on_host.get("file") == hashlib.sha256(text.encode()).hexdigest()
@@ -216,6 +218,7 @@ def plan_host(
         paths=probe.get("paths", {}),
         account=account,
         group_exists=bool(probe.get("group")),
+        nft=probe.get("nft") is True,
         builder=builder,
         secret_key=secret_key,
         preflights=frozenset(probe.get("preflight") or ()),

@@ -12,8 +12,9 @@ import ipaddress
 from typing import Any
 
 from servefleet.base.errors import DataError
+from servefleet.base.remote.layout import GROUP_GUARD_TABLE, NFT
 from servefleet.hostplan.types import GroupPlace
-from servefleet.kinds.roles import IFACE_ALLOWED, bind_group
+from servefleet.kinds.roles import HOST_ALLOWED, IFACE_ALLOWED, bind_group, is_host
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
 
@@ -87,3 +88,36 @@ def place_rank(
     bound = bind_group(spec, group.head, iface)
     server = next(s for s in bound.servers if s.rank == group.rank)
     return bound, server, refusal
+
+
+def guard_commands(group: GroupPlace, ports: tuple[int, ...]) -> tuple[list[str], list[str]]:
+    """The commands a rank's unit runs as root before it starts and after it stops: one nftables
+    transaction that (re)makes :data:`GROUP_GUARD_TABLE`, whose rules reset a connection to the
+    group's rendezvous ``ports`` from any address but the group's hosts' (and loopback), and one
+    that removes it. torch's TCPStore and vLLM's DP coordinator listen on every interface with no
+    check of who connects (#46 item 7). A host name is resolved by nft when the unit starts, as
+    an IPv4 address.
+
+    + group: the host's rank in the group (its members' addresses)
+    + ports: the ports its ranks listen on for each other (``kinds.roles.rendezvous_ports``)
+    """
+    v4: list[str] = []
+    v6: list[str] = []
+    for address in group.addresses or (group.head,):
+        if not is_host(address):
+            raise DataError(
+                f"serve_group {group.name!r}: {address!r} is not an address; allowed: {HOST_ALLOWED}"
+            )
+        try:
+            (v6 if ipaddress.ip_address(address).version == 6 else v4).append(address)
+        except ValueError:
+            v4.append(address)  # a host name: nft resolves it
+    t = f"inet {GROUP_GUARD_TABLE}"
+    dport = "tcp dport { " + ", ".join(str(p) for p in ports) + " }"
+    rules = ["iif lo accept"]
+    rules += [f"{dport} ip saddr {{ {', '.join(v4)} }} accept"] if v4 else []
+    rules += [f"{dport} ip6 saddr {{ {', '.join(v6)} }} accept"] if v6 else []
+    rules += [f"{dport} reject with tcp reset"]
+    chain = "chain input { type filter hook input priority 0; policy accept; " + "; ".join(rules)
+    load = [NFT, f"add table {t}; delete table {t}; table {t} {{ {chain}; }}; }}"]
+    return load, [NFT, f"add table {t}; delete table {t}"]

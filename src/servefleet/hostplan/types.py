@@ -39,6 +39,8 @@ class GroupPlace:
     + head: rank 0's address (the rendezvous, ``$HEAD_IP``)
     + sha: the group's hash (every rank's unit carries it)
     + hosts: the group's hosts, by rank
+    + addresses: where each host is reached (its ``serve_host``, else the inventory's), by rank:
+      the only sources its rendezvous ports answer
     """
 
     name: str
@@ -47,6 +49,7 @@ class GroupPlace:
     head: str
     sha: str
     hosts: tuple[str, ...]
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class HostPlan:
     router_host: bool = False  # serve_router = "fleet" and in serve_router_group: routes only
     routers: tuple[str, ...] = ()  # the worker APIs an instance leaves and rejoins at a restart
     group: GroupPlace | None = None  # its rank in a serving group (the group restarts as one)
+    nft: bool = False  # nft is installed (a group's rank loads its rendezvous guard with it)
     model_drift: tuple[str, ...] = ()  # serve_verify: how its models differ from their fetch
     cache_drift: tuple[str, ...] = ()  # ... and its compile cache from its seal (#36)
 

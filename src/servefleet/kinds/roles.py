@@ -42,6 +42,12 @@ VLLM_DEFAULT_PORT = "8000"  # what vllm serve listens on without --port
 HEAD_IP = "HEAD_IP"
 IFACE_NAME = "IFACE_NAME"
 GROUP_PLACEHOLDERS = (HEAD_IP, IFACE_NAME)
+# The ports a group's ranks listen on for each other (vLLM 0.30.0), by the flag that moves each:
+# torch.distributed's TCPStore (``--master-port``, the flag table's default), the DP
+# coordinator's handshake (``--data-parallel-rpc-port``: ParallelConfig.data_parallel_rpc_port,
+# the flag's default is None) and the DP process group's store (no flag:
+# ParallelConfig.data_parallel_master_port)
+RENDEZVOUS_PORTS = {"--master-port": 29501, "--data-parallel-rpc-port": 29550, "": 29500}
 
 # The placeholders a resolved selection may hold, as the recipes site names them.
 PLACEHOLDER = re.compile(
@@ -198,6 +204,22 @@ def _value_problem(name: str, value: str) -> str | None:
             "address)"
         )
     return None
+
+
+def rendezvous_ports(argv: list[str]) -> tuple[int, ...]:
+    """The TCP ports a rank with ``argv`` listens on for the other ranks of its group (each of
+    :data:`RENDEZVOUS_PORTS`, or the value its flag gives), sorted; a placeholder or a value
+    that is not a port is left out (vLLM refuses it at start).
+
+    + argv: the rank's bound argv
+    """
+    ports = set()
+    for flag, default in RENDEZVOUS_PORTS.items():
+        value = last_value(argv, flag) if flag else None
+        port = int(value) if value is not None and value.isdigit() else default
+        if value is None or value.isdigit():
+            ports.add(port)
+    return tuple(sorted(p for p in ports if 0 < p < 65536))
 
 
 def is_host(text: str) -> bool:

@@ -74,6 +74,7 @@ def render_unit(
     stop_timeout: int | None = None,
     environment_file: str | None = None,
     rank: str | None = None,
+    guard: tuple[Sequence[str], Sequence[str]] | None = None,
 ) -> str:
     """The unit text for instance ``index``.
 
@@ -88,6 +89,8 @@ def render_unit(
       server (the API key), or None; its content is never in the unit
     + rank: a rank of a serving group (``rank 1 of group g1, headless``): it is not restarted
       alone (the group restarts as one), and the description names it
+    + guard: commands run as root before the server starts and after it stops (a rank's
+      rendezvous guard: load it, remove it), or None
     """
     jenv = environment()
     recipe = one_line("recipe", recipe)
@@ -108,4 +111,6 @@ def render_unit(
         exec_start=exec_line(exec_argv),
         stop_timeout=stop_timeout,
         restart="no" if rank else "on-failure",
+        start_pre=guard and exec_line(guard[0]),
+        stop_post=guard and exec_line(guard[1]),
     )

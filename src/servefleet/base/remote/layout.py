@@ -66,6 +66,9 @@ NGINX = "/usr/sbin/nginx"
 # (nginx's workers) connect to its port (#46 item 9); the router's unit loads it
 NFT = "/usr/sbin/nft"
 ROUTER_GUARD_TABLE = "servefleet_router"
+# a serving group's rendezvous: an nftables table on each rank's host lets only the group's hosts
+# reach the ports its ranks listen on for each other (#46 item 7)
+GROUP_GUARD_TABLE = "servefleet_group"
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 GROUP_SHA_VAR = "SERVEFLEET_GROUP"  # in a serving group's units: the group's hash (every rank's)
 

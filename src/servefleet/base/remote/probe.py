@@ -411,6 +411,7 @@ def probe(a: dict[str, Any]) -> dict[str, Any]:
     for found in out["units"].values():
         found["after_good"] = after_good(found.pop("started", None), found, good_at)
     out["router"] = router((a.get("router") or {}).get("url"))
+    out["nft"] = os.path.isfile(layout.NFT)  # a group's rank loads its rendezvous guard with it
     out["warm"] = warm_markers(cache_root)
     out["preflight"] = preflights(f"{root}/{layout.STATE}/{layout.PREFLIGHT}")
     out["models"] = [m for m, r in sorted(a["models"].items()) if present(hf_home, m, r)]

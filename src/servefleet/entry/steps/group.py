@@ -18,7 +18,7 @@ from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
-from pyinfra.operations import server
+from pyinfra.operations import apt, server
 
 from servefleet.base.remote.layout import DESIRED, STATE
 from servefleet.entry.steps import units
@@ -91,6 +91,10 @@ def converge(plan: HostPlan) -> None:
     fail_if(lambda: bool(missing()), lambda: (
         f"serve_group {g.name!r}: {', '.join(missing())} of the group cannot take part in this "
         "run, and a group restarts as one: nothing of it changes"))  # fmt: skip
+    if not plan.nft:  # each rank's unit loads its rendezvous guard with nft
+        apt.packages(name="Install nftables (the group's rendezvous guard)",
+                     packages=["nftables"], update=True, cache_time=3600,
+                     no_recommends=True)  # fmt: skip
     units.upload_desired(plan, DESIRED, f"the desired state of rank {g.rank} of {name}", changing)
     server.shell(_if=changing, name=f"Stop every rank of {name}", commands=[stop])
     server.shell(_if=changing, name=f"Start every rank of {name}", commands=[start])
