@@ -5,12 +5,24 @@ host without NPUs compiles (compile only) so that no serving host does."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from faults import changed_ops, compile_log, resolved, run, run_killed, runs_argv, totals
+from faults import (
+    BARRIERS,
+    changed_ops,
+    compile_log,
+    hold,
+    release,
+    resolved,
+    run,
+    run_killed,
+    runs_argv,
+    totals,
+)
 from labhelpers import on_host
 
 from servefleet.fleet.lab.chat import chat_once
@@ -162,6 +174,56 @@ def test_a_fleet_prewarm_killed_while_keeping_or_copying_the_cache_converges(
         for host in HOSTS:
             assert all(runs_argv(lab, host, p, argv) for p in PORTS), (step, host)
         assert totals(run(lab, "--json", *fleet(store, *CHANGE)))["success"] == 0
+
+
+def test_a_fleet_prewarm_killed_while_the_seed_compiles_converges(lab: dict[str, Any]) -> None:
+    """#46: the controller SIGKILLed while the seed's compile-only build runs (held at its fault
+    point, with its root-staged copy of the models in build-hub): every host keeps serving, the
+    next run converges onto the change, the one after changes nothing, and neither the build's
+    unit nor its staged models are left."""
+    store = Path(f"/tmp/servefleet-seed-kill-{os.getpid()}")
+    change = resolved("--target", "throughput")
+    argv, fp = change["servers"][0]["argv"], change["compile_fingerprint"]
+    try:
+        assert run(lab).returncode == 0  # every host serves Latency
+        cold(lab, HOSTS)
+        hold(lab, HOSTS, f"building-{fp}")  # the seed, whichever host it is, waits there
+        try:
+            started, killed = run_killed(
+                lab,
+                *fleet(store, *CHANGE),
+                at=lambda n, name: "(compile only" in name,
+                then=lambda: any_reached(lab, fp),
+            )
+            assert killed, started
+            seeds = [h for h in HOSTS if held(lab, h, fp)]
+            assert len(seeds) == 1, seeds  # one host compiles for the fleet
+            assert all(serving(lab, host) for host in HOSTS), "a host stopped serving"
+        finally:
+            release(lab, HOSTS)
+        again = run(lab, *fleet(store, *CHANGE))
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+        for host in HOSTS:
+            assert all(runs_argv(lab, host, p, argv) for p in PORTS), host
+            left = on_host(
+                lab,
+                host,
+                "ls -d /opt/servefleet/build-hub "
+                "/etc/systemd/system/servefleet-prewarm.service 2>/dev/null; true",
+            )
+            assert left.stdout.strip() == "", (host, left.stdout)  # fmt: skip
+        assert totals(run(lab, "--json", *fleet(store, *CHANGE)))["success"] == 0
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def held(lab: dict[str, Any], host: str, fp: str) -> bool:
+    return on_host(lab, host, f"test -e {BARRIERS}/reached-building-{fp}",
+                   check=False).returncode == 0  # fmt: skip
+
+
+def any_reached(lab: dict[str, Any], fp: str) -> bool:
+    return any(held(lab, h, fp) for h in HOSTS)
 
 
 def test_a_cache_a_hostile_server_wrote_never_reaches_another_host(

@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import content_check  # noqa: E402  (next to this file on the host)
+import fault_point  # noqa: E402
 import health  # noqa: E402
 import layout  # noqa: E402
 import systemd_units  # noqa: E402
@@ -446,6 +447,7 @@ def build(state_file: Path, npu_name: str) -> int:
     systemd_units.log(
         f"{BUILD_UNIT}: compiling {inst['fingerprint']} for {npu_name} (compile only)"
     )
+    fault_point.barrier(f"building-{inst['fingerprint']}")  # tests' fault point: it compiles
     try:
         deadline = time.monotonic() + float(state["prewarm_timeout"])
         while True:
