@@ -61,6 +61,11 @@ def proxy(plan: HostPlan) -> None:
     if missing:
         apt.packages(name="Install nginx (the router's proxy) and nftables (its guard)",
                      packages=missing, update=True, cache_time=3600, no_recommends=True)  # fmt: skip
+    if not p.nginx:  # Debian starts its own nginx.service, its default site on every address's
+        # port 80 (#46: what a host exposes); the proxy is a unit of its own. An nginx that was
+        # on the host before is the operator's, and left as it is.
+        server.shell(name="Stop and disable Debian's nginx.service (the proxy is its own unit)",
+                     commands=["systemctl disable --now --quiet nginx.service"])  # fmt: skip
     conf_new = ensure.upload(plan, "Write the router proxy's configuration", p.conf.encode(),
                              PROXY_CONF)  # fmt: skip
     unit_new = ensure.upload(plan, f"Write {PROXY_UNIT}", p.unit_text.encode(),

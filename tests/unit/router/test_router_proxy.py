@@ -315,3 +315,33 @@ def test_a_fleet_deploy_without_the_admin_key_is_refused_in_one_line() -> None:
         "not set"
     )
     check_data(plan_host(fleet(), probe()))  # with it: nothing to say
+
+
+@pytest.mark.parametrize("nginx", [False, True])
+def test_an_nginx_the_deploy_installs_leaves_no_default_site_on_port_80(
+    monkeypatch: pytest.MonkeyPatch, nginx: bool
+) -> None:
+    """#46 item 1 (seen from outside a lab host: port 80 answered): Debian's nginx package
+    starts its own nginx.service with its default site on every address. The deploy that
+    installs nginx for the proxy stops and disables it; an nginx already on the host is the
+    operator's, left as it is."""
+    from servefleet.router import step
+
+    calls: list[tuple[str, Any]] = []
+    monkeypatch.setattr(step.apt, "packages", lambda **kw: calls.append(("apt", kw["packages"])))
+    monkeypatch.setattr(step.server, "shell", lambda **kw: calls.append(("shell", kw["commands"])))
+    monkeypatch.setattr(step.ensure, "upload", lambda *a, **kw: False)
+    s = settings(serve_router="host")
+    conf, unit, sha, _ = render_proxy(s)
+    import hashlib
+
+    entry = {"active": "active", "running": sha, "file": hashlib.sha256(unit.encode()).hexdigest(),
+             "loaded": hashlib.sha256(conf.encode()).hexdigest(), "nginx": nginx, "nft": True,
+             "admin": False}  # fmt: skip
+    plan = plan_host(s, probe(router={"active": "inactive", "proxy": entry}))
+    step.proxy(plan)
+    disable = ("shell", ["systemctl disable --now --quiet nginx.service"])
+    if nginx:
+        assert calls == []
+    else:
+        assert calls == [("apt", ["nginx"]), disable]

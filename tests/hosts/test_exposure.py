@@ -1,0 +1,84 @@
+"""What a fleet host exposes, seen from outside it (#46 item 1): from the bridge (not a host of
+the fleet), every TCP port of a host behind its own router (``serve_router = "host"``, an API
+key set) is tried, and each one that answers is named and asked the paths vLLM does not guard
+with its key. Only these may answer:
+
+- sshd (22);
+- the router's proxy (``serve_router_port``): OpenAI paths only (vLLM's unguarded
+  ``/invocations``, ``/scale_elastic_ep``, ``/tokenize``, ``/generative_scoring``, ``/metrics``:
+  404), a chat only with the key;
+- the router's Prometheus metrics (``serve_router_metrics_port``), read only: the fleet's
+  Prometheus scrapes it (``status --prometheus``); ``serve_host`` binds it elsewhere.
+
+The instances (``serve_base_port``...) and vllm-router itself (``serve_router_backend_port``)
+listen on loopback only. The serving group's rendezvous is tried from outside and from its peer
+in ``test_multinode.py``. The test prints what answered."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import secrets
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from faults import run
+from test_endpoints import keyed
+from test_router import MODEL, address
+
+ROUTER = ("--data", "serve_router=host")
+LIMIT = ("--limit", "lab1")
+UNGUARDED = ("/invocations", "/scale_elastic_ep", "/tokenize", "/generative_scoring", "/metrics")
+
+
+def open_ports(host: str) -> list[int]:
+    """Every TCP port of ``host`` that takes a connection from here."""
+
+    def takes(port: int) -> int | None:
+        with socket.socket() as s:
+            s.settimeout(3)
+            return port if s.connect_ex((host, port)) == 0 else None
+
+    with ThreadPoolExecutor(64) as pool:
+        return [p for p in pool.map(takes, range(1, 65536)) if p is not None]
+
+
+def ask(host: str, port: int, method: str, path: str, key: str | None = None) -> int:
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        body = json.dumps({"model": MODEL, "max_tokens": 1,
+                           "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, body if method == "POST" else None, headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_a_host_behind_its_router_answers_outside_only_on_its_proxy_and_sshd(
+    lab: dict[str, Any],
+) -> None:
+    key = "sk-lab-" + secrets.token_hex(24)
+    where = address(lab, "lab1")
+    try:
+        proc = run(lab, *LIMIT, *ROUTER, env=keyed(lab, key))
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        found = open_ports(where)
+        print(f"lab1 ({where}) from the bridge: TCP ports that answer: {found}")
+        assert found == [22, 8080, 29000], found
+        proxy = {path: ask(where, 8080, method, path)
+                 for path in UNGUARDED for method in ("GET", "POST")}  # fmt: skip
+        print(f"the proxy at 8080 answers vLLM's unguarded paths with: {proxy}")
+        assert set(proxy.values()) == {404}, proxy
+        chat = "/v1/chat/completions"
+        assert ask(where, 8080, "POST", chat) == 401
+        assert ask(where, 8080, "POST", chat, key) == 200
+        assert ask(where, 29000, "GET", "/metrics") == 200  # the router's, read only
+    finally:
+        back = run(lab, *LIMIT, "--data", "serve_router=none", env=keyed(lab, None))
+        assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-4000:]
