@@ -20,11 +20,12 @@ import http.client
 import json
 import secrets
 import socket
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from faults import run
-from test_endpoints import keyed
+from faults import REPO, run
+from test_endpoints import SERVEFLEET, keyed
 from test_router import MODEL, address
 
 ROUTER = ("--data", "serve_router=host")
@@ -71,6 +72,16 @@ def test_a_host_behind_its_router_answers_outside_only_on_its_proxy_and_sshd(
         found = open_ports(where)
         print(f"lab1 ({where}) from the bridge: TCP ports that answer: {found}")
         assert found == [22, 8080, 29000], found
+        # what the plan says lab1 exposes (status --json, "exposes") is what answered
+        status = subprocess.run(
+            [SERVEFLEET, "status", "inventories/lab.py", "--limit", "lab1", "--json",
+             "--data", "serve_router=host"], cwd=REPO, env=keyed(lab, key), capture_output=True,
+            text=True, timeout=600)  # fmt: skip
+        assert status.returncode == 0, status.stdout + status.stderr
+        declared = json.loads(status.stdout)["lab1"]["exposes"]
+        print("status --json says lab1 exposes:", *declared, sep="\n  ")
+        assert [22] + sorted(e["port"] for e in declared if e["outside"]) == found
+        assert {e["port"] for e in declared if not e["outside"]} >= {8000, 8001, 8002, 8003, 18080}
         proxy = {path: ask(where, 8080, method, path)
                  for path in UNGUARDED for method in ("GET", "POST")}  # fmt: skip
         print(f"the proxy at 8080 answers vLLM's unguarded paths with: {proxy}")

@@ -15,6 +15,7 @@ from typing import Any
 
 from servefleet.base.remote.layout import unit_name
 from servefleet.fleet.fleetview import missing_cell, table
+from servefleet.hostplan.exposure import exposes
 from servefleet.hostplan.types import HostPlan
 from servefleet.router.plan import fleet_order
 from servefleet.settings.table import Settings
@@ -61,6 +62,7 @@ def status_summary(plan: HostPlan, health: Mapping[str, str], address: str) -> d
         "warm": plan.warm,
         "fingerprint": plan.spec.compile_fingerprint,
         "router": router_status(plan, health),
+        "exposes": exposes(plan),  # what listens where, to whom (#46)
         "group": (
             {
                 "name": plan.group.name,
@@ -157,6 +159,7 @@ def missing_status(
         "warm": None,
         "fingerprint": None,
         "router": None,
+        "exposes": None,  # not known without its probe
         "group": None,  # not known: the group's other ranks name it (group_problems)
     }
 
