@@ -56,11 +56,13 @@ def _literal(value: Any) -> str:
     return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
 
 
-def _type(annotation: Any) -> str:
-    """A key's type as data gives it: lists where the checked value is a tuple, a mapping for
-    the indexes (``tuple[str, ...]`` -> ``list[str]``)."""
-    text = re.sub(r"tuple\[(\w+), \.\.\.\]", r"list[\1]", str(annotation))
-    return text.replace("list[Index]", "dict[str, dict]")
+def _type(field: Any) -> str:
+    """A key's type as data gives it: the key's own where the table names one (``given``: the
+    pins, the indexes), else its field's with lists where the checked value is a tuple
+    (``tuple[str, ...]`` -> ``list[str]``)."""
+    if field.metadata.get("given"):
+        return str(field.metadata["given"])
+    return re.sub(r"tuple\[(\w+), \.\.\.\]", r"list[\1]", str(field.type))
 
 
 def _allowed(check: Any) -> str:
@@ -131,7 +133,7 @@ def key_docs() -> list[KeyDoc]:
         out.append(
             KeyDoc(
                 name=key,
-                type=_type(field.type),
+                type=_type(field),
                 allowed=_allowed(field.metadata["check"]),
                 default=copy.deepcopy(value),
                 default_from=defaults_file(first) if key in first.defaults else "",

@@ -153,7 +153,8 @@ README = """# Our servefleet fleet
   (or `servefleet lock inventories/prod.py --lock-dir locks/prod`) and commit `locks/prod`:
   every host installs the same bytes; `servefleet lock inventories/prod.py --check` in CI.
 - `servefleet keys` lists every data key; `servefleet keys serve_target` explains one.
-- `servefleet status inventories/prod.py --prometheus /var/lib/prometheus/servefleet.json`;
+- `servefleet status inventories/prod.py --prometheus /etc/prometheus/servefleet.json`
+  (from cron on the Prometheus host: the file_sd file monitoring/prometheus.yml reads);
   monitoring/ holds Prometheus rules, a Grafana dashboard and a prometheus.yml example
   (monitoring/README.md).
 """
@@ -172,7 +173,7 @@ def files() -> dict[str, str]:
         "group_data/lab.py": LAB_DATA,
         "locks/README.md": "One lock directory per fleet "
         "(`servefleet lock inventories/prod.py --lock-dir locks/prod`).\n",
-        ".gitignore": ".venv/\n__pycache__/\n",
+        ".gitignore": ".venv/\n__pycache__/\npyinfra-debug.log\n",  # pyinfra writes it here
         "README.md": README,
         **kit_files(),
     })  # fmt: skip

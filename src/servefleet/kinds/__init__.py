@@ -17,6 +17,7 @@ themselves.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from servefleet.base.errors import RecipeError
@@ -121,9 +122,14 @@ def find(name_or_path: str, recipes_dir: Path | None = None) -> tuple[Kind, Path
         path = k.locate(rest, base) if k.kind == kind and rest else None
         if path is not None:
             return k, path
-    known = list_recipes(base)
-    hint = f"known: {', '.join(known)}" if known else f"no recipes under {base}"
-    raise RecipeError(f"no recipe {name_or_path!r} (not a file, not a name under {base}; {hint})")
+    # one short line (#50): the closest names and where every one is listed, not the
+    # installed package's path nor every name
+    close = difflib.get_close_matches(name_or_path, list_recipes(base), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    lister = "servefleet recipes list" + ("" if base == RECIPES_DIR else " DIRECTORY")
+    raise RecipeError(
+        f"no recipe {name_or_path!r}; {hint}allowed: a recipe file or a name `{lister}` prints"
+    )
 
 
 def list_recipes(recipes_dir: Path | None = None) -> list[str]:

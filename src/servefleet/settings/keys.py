@@ -57,10 +57,12 @@ class Trusted:
     make: Callable[[frozenset[str] | None], Check]
 
 
-def key(check: Check | Trusted, default: Any, doc: str) -> Any:
+def key(check: Check | Trusted, default: Any, doc: str, given: str = "") -> Any:
     """One data key of the table: its check, its default (as data gives it) and its one-line
-    meaning. The field itself holds the checked value."""
-    return field(metadata={"check": check, "default": default, "doc": doc})
+    meaning. The field itself holds the checked value; ``given`` is the type data gives it
+    where that is not the field's (``list[str]`` of pins checked into a ``dict[str, str]``), as
+    ``servefleet keys`` and docs/data.md show it."""
+    return field(metadata={"check": check, "default": default, "doc": doc, "given": given})
 
 
 def keys_of(table: type[Any]) -> tuple[str, ...]:

@@ -140,7 +140,10 @@ class Settings:
 
     # --- sdk: the serving stack (RBLN: the SDK, rbln.md §0; GPU hosts: upstream vLLM)
     sdk_pins: dict[str, str] = key(
-        names.sdk_pins, KIND, "exact pins of every SDK package; only `==` is accepted"
+        names.sdk_pins,
+        KIND,
+        "exact pins of every SDK package; only `==` is accepted",
+        given="list[str]",
     )
     sdk_extra_packages: dict[str, tuple[str, ...]] = key(
         c.entries(
@@ -188,6 +191,7 @@ class Settings:
         Trusted(lambda trusted: names.indexes(net.url_check(trusted))),
         KIND,
         "index -> url, the packages it owns, the glibc its wheels need; each package comes only from its owner",
+        given="dict[str, dict]",
     )
     pip_public_index: str | None = key(
         _url(), None, "index for every other package; None = the host's own pip configuration"

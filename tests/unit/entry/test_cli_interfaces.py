@@ -235,6 +235,54 @@ def test_keys_json_is_every_key_as_data_gives_it() -> None:
                                            "kinds", "meaning"}  # fmt: skip
 
 
+def fits(value: Any, shown: str) -> bool:
+    """``value`` (as data gives it) is of the type ``shown`` (as ``keys`` shows one: ``str``,
+    ``int | None``, ``list[str]``, ``dict[str, list[str]]``)."""
+    alternatives, depth, start = [], 0, 0
+    for i, ch in enumerate(shown + "|"):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "|" and depth == 0:
+            alternatives.append(shown[start:i].strip())
+            start = i + 1
+    if len(alternatives) > 1:
+        return any(fits(value, one) for one in alternatives)
+    name, _, inner = shown.partition("[")
+    plain = {"str": str, "bool": bool, "dict": dict, "None": type(None)}
+    if name in plain and not inner:
+        return isinstance(value, plain[name])
+    if name in ("int", "float"):
+        return type(value) is int or (name == "float" and type(value) is float)
+    args, depth, start = [], 0, 0
+    for i, ch in enumerate(inner[:-1] + ","):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            args.append(inner[start:i].strip())
+            start = i + 1
+    if name == "list":
+        return isinstance(value, list) and all(fits(v, args[0]) for v in value)
+    assert name == "dict", shown
+    return isinstance(value, dict) and all(
+        fits(k, args[0]) and fits(v, args[1]) for k, v in value.items()
+    )
+
+
+def test_keys_shows_each_key_with_the_type_its_default_and_data_have() -> None:
+    """#50 (8): the type ``keys``, docs/data.md and group_data/all.py show is the one data
+    gives, which every kind's default has (before: sdk_pins showed ``dict[str, str]``, the
+    checked value's type, for a list of pins)."""
+    from servefleet.fleet.datadoc import key_docs
+    from servefleet.kinds import KINDS
+
+    for doc in key_docs():
+        assert fits(doc.default, doc.type), (doc.name, doc.type, doc.default)
+        for kind in KINDS:
+            if doc.name in kind.defaults:
+                assert fits(kind.defaults[doc.name], doc.type), (kind.kind, doc.name, doc.type)
+    assert invoke("keys", "sdk_pins").output.splitlines()[0] == "sdk_pins (list[str])"
+    assert not fits(["a==1"], "dict[str, str]") and not fits({"a": 1}, "dict[str, str]")
+    assert fits({"a": [None]}, "dict[str, list[str | None]]") and not fits(True, "int")
+
+
 def test_an_unknown_key_is_one_line_with_the_nearest_exit_2() -> None:
     result = invoke("keys", "serve_targt")
     assert result.exit_code == 2

@@ -135,3 +135,34 @@ def test_init_never_writes_through_a_file_that_appears_after_its_check(
         init(str(target))
     assert victim.read_text() == "root's own\n"
     assert (target / "locks" / "README.md").is_symlink()
+
+
+def test_every_file_sd_path_is_the_monitoring_kits_one() -> None:
+    """#50 (2): the scaffold's README, its monitoring/ files and the docs name one
+    ``status --prometheus`` file, the one the kit's prometheus.yml reads (before: the README's
+    /var/lib/prometheus/servefleet.json, which no Prometheus read)."""
+    from servefleet.fleet.monitoring.kit import TARGETS
+
+    texts = {rel: text for rel, text in files().items() if not rel.endswith(".json")}
+    texts.update({str(p.relative_to(REPO)): p.read_text() for p in REPO.glob("docs/*.md")})
+    texts["README.md (this repository's)"] = (REPO / "README.md").read_text()
+    named = {
+        (rel, path)
+        for rel, text in texts.items()
+        for path in re.findall(r"/[\w./-]*/servefleet\.json\b", text)
+    }
+    assert {rel for rel, _ in named} >= {"README.md", "monitoring/prometheus.yml",
+                                         "monitoring/README.md"}  # fmt: skip
+    assert {path for _, path in named} == {TARGETS}, sorted(named)
+    assert TARGETS.startswith("/etc/prometheus/")  # Debian's prometheus package makes it
+
+
+def test_the_gitignore_lists_the_log_pyinfra_writes_into_the_fleet_repository() -> None:
+    """#50: pyinfra writes pyinfra-debug.log into the directory it runs in (the fleet
+    repository); the scaffold's .gitignore keeps it out of git."""
+    import inspect
+
+    import pyinfra_cli.exceptions
+
+    assert 'open("pyinfra-debug.log"' in inspect.getsource(pyinfra_cli.exceptions)
+    assert "pyinfra-debug.log" in files()[".gitignore"].splitlines()

@@ -125,10 +125,33 @@ def test_names_and_kinds() -> None:
     assert find_recipe(str(SEED_PAGE), RECIPES) == ("rbln", SEED_PAGE)
     assert find_recipe(str(TINY), RECIPES)[0] == "rbln"
     assert detect_kind(RECIPES / "vllm/json/openai/gpt-oss-120b.json") == "vllm"
-    with pytest.raises(RecipeError, match="no recipe 'rbln/nope'.*known: rbln/gpt-oss-120b"):
+    with pytest.raises(RecipeError, match="no recipe 'rbln/nope'; allowed: a recipe file"):
         find_recipe("rbln/nope", RECIPES)
     with pytest.raises(RecipeError, match="not an RBLN recipe card"):
         load_rbln("vllm/openai/gpt-oss-120b", RECIPES)
+
+
+@pytest.mark.parametrize(
+    "name, close",
+    [
+        ("rbln/gpt-oss-12b", "did you mean rbln/gpt-oss-120b, vllm/openai/gpt-oss-120b, "
+         "vllm/openai/gpt-oss-20b? "),
+        ("vllm/Qwen/Qwen3.8-72B", "did you mean vllm/Qwen/Qwen3.8-27B? "),
+        ("zzz", ""),
+    ],
+)  # fmt: skip
+def test_an_unknown_recipe_is_one_short_line_with_the_closest_names(name: str, close: str) -> None:
+    """#50: the name asked, the closest shipped names and the command that lists every one; no
+    path of the installed package, no list of every recipe (before: about 400 characters)."""
+    with pytest.raises(RecipeError) as e:
+        find_recipe(name)
+    assert str(e.value) == (
+        f"no recipe {name!r}; {close}allowed: a recipe file or a name `servefleet recipes list` "
+        "prints"
+    )
+    assert len(str(e.value)) < 200 and str(FILES) not in str(e.value)
+    with pytest.raises(RecipeError, match=r"`servefleet recipes list DIRECTORY` prints$"):
+        find_recipe("rbln/nope", RECIPES / "rbln")
 
 
 def test_list_recipes(tmp_path: Path) -> None:
