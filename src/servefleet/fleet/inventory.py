@@ -1,11 +1,16 @@
 """Reading an operator's inventory on the controller, with pyinfra's own loader
 (``pyinfra_cli.inventory.make_inventory``): an inventory file with its group data, ``h1,h2``,
 ``@connector`` names, a module attribute. Every fleet command (``plan``, ``status``,
-``rollout``, ``rollback``, ``lock``, ``wheelhouse``) reads it here, and picks hosts with
-pyinfra's ``--limit`` / ``--exclude`` semantics (a group name, else a glob of host names).
+``rollout``, ``rollback``, ``lock``, ``monitoring``, ``wheelhouse``) reads it here, and picks
+hosts with pyinfra's ``--limit`` / ``--exclude`` semantics (a group name, else a glob of host
+names).
 
 Whatever the file raises (a NameError, ``SystemExit('the lab is not up')``, a syntax error)
-becomes one line naming the file, never a traceback.
+becomes one line naming the file (a group data file's error: that file and its line), never a
+traceback. Before any host is contacted the inventory's form is checked (no Ansible INI or
+YAML file, no empty name in a host list, a missing file named as missing) and each host's name,
+``ssh_hostname`` and ``ssh_port`` (:func:`check_host_name`, :func:`check_ssh_data`: the
+deploys' data check runs them too).
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from servefleet.base.errors import DataError, ServefleetError
@@ -27,8 +34,101 @@ _PICK_OPTIONS = ("--limit", "--exclude")
 _SSH_OPTIONS = ("ssh_user", "ssh_key", "ssh_key_password", "ssh_port", "ssh_password")
 
 
+# what a host name or address may hold: a DNS name, an IPv4 or IPv6 address; a connector name
+# (@local, @docker/debian:12, @ssh/h1) also / + @
+_HOST_NAME = re.compile(r"[A-Za-z0-9._:-]+")
+_CONNECTOR_NAME = re.compile(r"@[A-Za-z0-9._:/@+-]*")
+HOST_CHARACTERS = "letters, digits and . - _ : (an @connector name also / + @)"
+INVENTORY_FORMS = (
+    "a pyinfra Python inventory file (inventories/prod.py), a host list h1,h2 (no name empty), "
+    "@connector names or a module.attribute"
+)
+# an inventory file in one of these formats is not Python: pyinfra would run it as Python
+_NOT_PYTHON = (".ini", ".yml", ".yaml", ".json", ".toml", ".cfg")
+
+
+def check_host_name(name: Any) -> None:
+    """Refuse, in one line, a host name with a character no host name or address has (pyinfra
+    would connect to something else than meant).
+
+    + name: the host's inventory name
+    """
+    pattern = _CONNECTOR_NAME if isinstance(name, str) and name.startswith("@") else _HOST_NAME
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise DataError(
+            f"host {name!r}: not a host name or address; allowed characters: {HOST_CHARACTERS}"
+        )
+
+
+def check_ssh_data(data: Mapping[str, Any]) -> None:
+    """Refuse, in one line, an ``ssh_hostname`` with a character no host name or address has,
+    and an ``ssh_port`` outside 1-65535 (pyinfra's socket would wrap 70000 round to 4464).
+
+    + data: a host's data
+    """
+    address = data.get("ssh_hostname")
+    if address is not None and not (isinstance(address, str) and _HOST_NAME.fullmatch(address)):
+        raise DataError(
+            f"ssh_hostname {address!r}: not a host name or address; allowed characters: "
+            f"{HOST_CHARACTERS}"
+        )
+    port = data.get("ssh_port")
+    if port is None:
+        return
+    number = port if isinstance(port, int) and not isinstance(port, bool) else None
+    if isinstance(port, str) and port.isascii() and port.isdigit():
+        number = int(port)
+    if number is None or not 1 <= number <= 65535:
+        raise DataError(f"ssh_port {port!r}: not a port; allowed: 1-65535")
+
+
+def _check_form(inventory: str) -> None:
+    """Refuse, before pyinfra reads it, an inventory pyinfra cannot take: a file that is not
+    Python (an Ansible INI or YAML inventory), a host list with an empty name (``h1,``)."""
+    path = Path(inventory)
+    if path.is_file():
+        if path.suffix.lower() in _NOT_PYTHON or (path.suffix != ".py" and not _python(path)):
+            raise ServefleetError(
+                f"{inventory}: not a pyinfra inventory (an Ansible INI or YAML inventory is not "
+                f"supported); allowed: {INVENTORY_FORMS}"
+            )
+    elif not path.exists() and "," in inventory:
+        if any(not name.strip() for name in inventory.split(",")):
+            raise ServefleetError(
+                f"{inventory}: an empty host name in the host list; allowed: {INVENTORY_FORMS}"
+            )
+
+
+# an INI section header alone on a line (``[cr13]``, ``[all:vars]``): Python, but no inventory's
+_INI_SECTION = re.compile(rb"^[ \t]*\[[A-Za-z0-9_.:-]+\][ \t]*\r?$", re.MULTILINE)
+
+
+def _python(path: Path) -> bool:
+    """Whether a file without the ``.py`` suffix reads as a Python inventory: it compiles and
+    has no INI section header line (Ansible's ``hosts``)."""
+    try:
+        text = path.read_bytes()
+        compile(text, str(path), "exec")
+    except (SyntaxError, ValueError):
+        return False
+    except OSError:
+        return True  # pyinfra's own read says what is wrong
+    return not _INI_SECTION.search(text)
+
+
+def _looks_like_file(inventory: str) -> bool:
+    return "/" in inventory or Path(inventory).suffix.lower() in (".py", *_NOT_PYTHON)
+
+
+def _shown(filename: str) -> str:
+    """A file as the operator would name it: relative to the working directory when under it."""
+    rel = os.path.relpath(filename)
+    return filename if rel.startswith("..") else rel
+
+
 def inventory_error(path: str, e: BaseException) -> ServefleetError:
-    """One line for an exception an inventory file raised while it was read.
+    """One line for an exception an inventory file raised while it was read: a group data
+    file's own error names that file and its line.
 
     + path: the inventory file
     + e: what reading it raised (pyinfra wraps the file's own exception)
@@ -37,11 +137,23 @@ def inventory_error(path: str, e: BaseException) -> ServefleetError:
         return ServefleetError(str(e.code))
     inner: Any = getattr(e, "exception", None) or e  # pyinfra's UnexpectedExternalError
     try:
-        said = str(inner)
+        said = str(e.msg if isinstance(e, SyntaxError) else inner)  # its line said apart
     except Exception:  # noqa: BLE001 (an exception whose str() fails: name its type)
         said = ""
     said = " ".join(said.split()) or type(inner).__name__
-    return ServefleetError(f"{path}: cannot read the inventory: {type(inner).__name__}: {said}")
+    # the file pyinfra was running: it wraps what running one raised, a syntax error is bare
+    where = getattr(e, "filename", None) if inner is not e or isinstance(e, SyntaxError) else None
+    kind = type(inner).__name__
+    if not isinstance(where, str) or os.path.abspath(where) == os.path.abspath(path):
+        if isinstance(inner, SyntaxError):  # with its line: (inv.py, line 2)
+            said = " ".join(str(inner).split())
+        return ServefleetError(f"{path}: cannot read the inventory: {kind}: {said}")
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(inner.__traceback__) if f.filename == where]
+    line = e.lineno if isinstance(e, SyntaxError) else (lines[-1] if lines else None)
+    at = f", line {line}" if line else ""
+    return ServefleetError(f"{_shown(where)}{at}: cannot read the group data: {kind}: {said}")
 
 
 def pyinfra_cli() -> Any:
@@ -250,6 +362,7 @@ def read_inventory(
     from pyinfra.context import ctx_state
 
     loader = pyinfra_cli().inventory
+    _check_form(inventory)
     try:
         with ctx_state.use(State(check_for_changes=False)):
             inv = loader.make_inventory(
@@ -262,11 +375,19 @@ def read_inventory(
             groups = {name: tuple(h.name for h in members) for name, members in inv.groups.items()}
     except (Exception, SystemExit) as e:  # noqa: BLE001 (the operator's file: any error is one line)
         raise inventory_error(inventory, e) from None
+    if not hosts and _looks_like_file(inventory) and not os.path.lexists(inventory):
+        raise ServefleetError(f"{inventory}: no such file; allowed: {INVENTORY_FORMS}")
     if not hosts:
         raise ServefleetError(
             f"{inventory}: no hosts (an inventory is a file, a comma-separated list of hosts, "
             "@connector names, a host name that resolves, or a module.attribute, as pyinfra reads it)"
         )
+    for host in hosts:  # before any host is contacted
+        check_host_name(host.name)
+        try:
+            check_ssh_data(host.data)
+        except DataError as e:
+            raise DataError(f"{host.name}: {e}") from None
     return Fleet(hosts, groups)
 
 

@@ -252,3 +252,65 @@ def test_rollout_reads_pyinfra_inventory_forms(
     assert [r[-2:] for r in runs.runs] == [["h1,h9", pyinfra_run.deploy_path("serve.py")]] * 2
     assert [r[r.index("--limit") + 1] for r in runs.runs] == ["h1", "h9"]
     assert fake.runs[0][-2] == "h1,h9"  # its status at the start, over the same inventory
+
+
+FLEET_COMMANDS = {
+    "plan": ["plan", "{}"],
+    "status": ["status", "{}"],
+    "rollout": ["rollout", "{}", "--yes"],
+    "rollback": ["rollback", "{}"],
+    "lock": ["lock", "{}"],
+    "monitoring": ["monitoring", "{}"],
+    "wheelhouse": ["wheelhouse", "wh", "--inventory", "{}"],
+}
+ALLOWED_FORMS = (
+    "allowed: a pyinfra Python inventory file (inventories/prod.py), a host list h1,h2 "
+    "(no name empty), @connector names or a module.attribute"
+)
+# an inventory mistake (issue #50): the files it writes, the inventory argument, the line
+INVENTORY_MISTAKES = {
+    "host list": ({}, "h1,", f"h1,: an empty host name in the host list; {ALLOWED_FORMS}"),
+    "host name": (
+        {"bad.py": 'cr13 = ["npu a1"]\n'},
+        "bad.py",
+        "host 'npu a1': not a host name or address; allowed characters: letters, digits and "
+        ". - _ : (an @connector name also / + @)",
+    ),
+    "ssh_port": (
+        {"bad.py": 'cr13 = [("h1", {"ssh_port": 70000})]\n'},
+        "bad.py",
+        "h1: ssh_port 70000: not a port; allowed: 1-65535",
+    ),
+    "ansible": (
+        {"hosts.ini": "[cr13]\nh1 ansible_host=10.0.0.1\n"},
+        "hosts.ini",
+        "hosts.ini: not a pyinfra inventory (an Ansible INI or YAML inventory is not supported); "
+        + ALLOWED_FORMS,
+    ),
+    "missing": ({}, "inventories/prod.py", f"inventories/prod.py: no such file; {ALLOWED_FORMS}"),
+    "group_data": (
+        {"group_data/all.py": "x = 1\ny = (\n"},
+        "inv.py",
+        "group_data/all.py, line 2: cannot read the group data: SyntaxError: '(' was never closed",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", INVENTORY_MISTAKES)
+@pytest.mark.parametrize("command", FLEET_COMMANDS)
+def test_every_fleet_command_refuses_an_inventory_mistake_in_one_line_before_any_host(
+    fleet: Path, fake: FakePyinfra, monkeypatch: pytest.MonkeyPatch, command: str, mistake: str
+) -> None:
+    files, inventory, line = INVENTORY_MISTAKES[mistake]
+    for name, text in files.items():
+        (fleet / name).parent.mkdir(exist_ok=True)
+        (fleet / name).write_text(text)
+    from servefleet.fleet.inventory import pyinfra_cli
+
+    # pyinfra caches each file's code by the name given (bad.py)
+    monkeypatch.setattr(pyinfra_cli().util, "PYTHON_CODES", {})
+    runs = Batches()
+    monkeypatch.setattr(subprocess, "run", runs)
+    result = invoke(*(a.format(inventory) for a in FLEET_COMMANDS[command]))
+    assert (result.exit_code, result.stderr) == (2, f"servefleet: error: {line}\n")
+    assert fake.runs == [] and runs.runs == [] and not (fleet / "wh").exists()

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from servefleet.base.errors import ServefleetError
-from servefleet.fleet.inventory import FleetArgs, limit_pattern, read_inventory
+from servefleet.fleet.inventory import (
+    Fleet,
+    FleetArgs,
+    InventoryHost,
+    limit_pattern,
+    read_inventory,
+)
 from servefleet.fleet.rollout import batches
 
 INVENTORY = """
@@ -67,11 +73,9 @@ def test_a_host_list_and_limits_after_double_dash(inventory: str) -> None:
     assert args.limit_args() == ["--limit", "web"]
 
 
-def test_a_limit_pattern_names_one_host_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    fleet = read_inventory("h[1],h1,web*,web1")
+def test_a_limit_pattern_names_one_host_whole() -> None:
+    # read_inventory refuses such names (test_inventory_input.py): the pattern stays exact
+    fleet = Fleet(tuple(InventoryHost(h, {}) for h in ("h[1]", "h1", "web*", "web1")), {})
     assert fleet.matching(limit_pattern("h[1]")) == ["h[1]"]
     assert fleet.matching(limit_pattern("web*")) == ["web*"]
     assert fleet.matching("web*") == ["web*", "web1"]
@@ -80,10 +84,9 @@ def test_a_limit_pattern_names_one_host_whole(
 def test_no_hosts_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty.py").write_text("nothing = []\n")
-    for inventory in ("empty.py", "inventories/prdo.py"):
-        with pytest.raises(ServefleetError) as e:
-            read_inventory(inventory)
-        assert str(e.value).startswith(f"{inventory}: no hosts (an inventory is a file")
+    with pytest.raises(ServefleetError) as e:
+        read_inventory("empty.py")
+    assert str(e.value).startswith("empty.py: no hosts (an inventory is a file")
 
 
 @pytest.mark.parametrize(

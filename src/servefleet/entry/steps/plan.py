@@ -20,6 +20,7 @@ from servefleet.entry.steps.fleet import run_plan
 from servefleet.entry.steps.operations import Stdin
 from servefleet.entry.steps.wheelhouse import with_wheelhouse
 from servefleet.entry.steps.wheels import with_built_wheels
+from servefleet.fleet.inventory import check_host_name, check_ssh_data
 from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import probe_args
@@ -30,8 +31,11 @@ from servefleet.settings.table import Settings, settings_from
 
 
 def host_settings() -> Settings:
-    """This host's validated data; PyinfraError (one line, nothing changes) when it is bad."""
+    """This host's validated data, its name and port too; PyinfraError (one line, nothing
+    changes) when it is bad."""
     with one_line(recipe=False):
+        check_host_name(host.name)
+        check_ssh_data(host.data.dict())
         settings = settings_from(host.data.get, keys=host.data.dict().keys())
     return settings
 
