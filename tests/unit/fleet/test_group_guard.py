@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from test_serving_groups import fleet, rank_plan
+from group_inputs import fleet, rank_plan
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import GROUP_GUARD_TABLE, NFT

@@ -8,40 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from host_inputs import GPU_DATA, gpu_probe
+from group_inputs import data, fleet, rank_plan
+from host_inputs import gpu_probe
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import GROUP_SHA_VAR
 from servefleet.fleet.fleetplan import FleetHost, fleet_of
 from servefleet.fleet.groups import ranks
 from servefleet.hostplan.plan import plan_host
-from servefleet.settings.table import Settings, load_defaults, settings_from
-
-DSV32 = dict(GPU_DATA, serve_recipe="vllm/deepseek-ai/DeepSeek-V3.2",
-             serve_strategy="multi_node_tp_pp", serve_group="g1")  # fmt: skip
-ADDRS = {"ib0": ["10.0.0.1/24"], "lo": ["127.0.0.1/8"]}
-
-
-def data(**over: Any) -> Settings:
-    d = load_defaults()
-    d.update(DSV32)
-    d.update(over)
-    return settings_from(d.get, {})
-
-
-def fleet(*hosts: tuple[str, dict[str, Any]], limit: tuple[str, ...] | None = None):
-    return fleet_of([
-        FleetHost(name, f"10.0.0.{i + 1}", ("h200",), (lambda o=over: data(**o)),
-                  over.get("serve_group", "g1"), limit is None or name in limit)
-        for i, (name, over) in enumerate(hosts)
-    ])  # fmt: skip
-
-
-def rank_plan(f: Any, name: str, **over: Any) -> Any:
-    s = data(**over)
-    i = int(name[-1]) - 1
-    probe = gpu_probe(addresses={"ib0": [f"10.0.0.{i + 1}/24"], "lo": ["127.0.0.1/8"]})
-    return plan_host(s, probe, place=f.place(name, s))
+from servefleet.settings.table import load_defaults, settings_from
 
 
 def test_each_rank_runs_the_sites_argv_with_the_placeholders_bound() -> None:

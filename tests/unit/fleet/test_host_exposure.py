@@ -40,7 +40,7 @@ def test_serve_host_binds_the_servers_and_the_proxy_there() -> None:
 
 
 def test_a_groups_rank_exposes_its_rendezvous_to_its_peers_only() -> None:
-    from test_serving_groups import fleet, rank_plan
+    from group_inputs import fleet, rank_plan
 
     f = fleet(("h1", {}), ("h2", {}))
     head, worker = rank_plan(f, "h1"), rank_plan(f, "h2")
