@@ -39,6 +39,7 @@ import content_check  # noqa: E402  (next to this file on the host)
 import fault_point  # noqa: E402
 import health  # noqa: E402
 import layout  # noqa: E402
+import state_files  # noqa: E402
 import systemd_units  # noqa: E402
 import trusted  # noqa: E402
 import warm_state  # noqa: E402
@@ -488,7 +489,10 @@ def main(argv: list[str]) -> int:
                         leftover.unlink()
             return 0
         if len(argv) == 3 and argv[0] == "build":
-            return build(Path(argv[1]), argv[2])
+            # one at a time with the host's other builds and converges: a build whose
+            # controller was killed may still be at work here (its unit, build-hub, build-cache)
+            with state_files.state_lock(Path(argv[1]).parent):
+                return build(Path(argv[1]), argv[2])
     except NoCopy as e:
         if len(argv) == 5:
             cache = trusted.open_dir(argv[1])
