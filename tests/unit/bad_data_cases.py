@@ -56,6 +56,7 @@ WRONG_TYPE: dict[str, tuple[object, str]] = {
         "serve_base_port: expected a whole number, got True; allowed: 1-65535",
     ),
     "serve_host": (5, "serve_host: expected a string, got 5"),
+    "serve_open_paths": ("/v1/", "serve_open_paths: expected a list, got '/v1/'"),
     "serve_shutdown_timeout": (
         2.5,
         "serve_shutdown_timeout: expected a whole number, got 2.5; allowed: 0-3600",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,11 @@ _deb_package = c.matching(names.DEB_PACKAGE, "a Debian package name", names.DEB_
 _gpu = c.matching(names.SLUG, "a GPU id", "a GPU id of vLLM's taxonomy (h200, b200, mi300x, ...)")
 _revision = c.matching(names.REVISION, "a commit", "40 lowercase hex digits")
 _host_name = c.one_line("an inventory host name", "a host name of the inventory")
+_url_path = c.matching(
+    re.compile(r"(?!.*//)(?!.*/\.\.?(/|\Z))/[A-Za-z0-9._~/-]*\Z"),
+    "an HTTP path",
+    "a path of [A-Za-z0-9._~/-] starting with '/', without '//', '/.' or '/..' segments",
+)
 # monitoring_thresholds: each field's check and default (the rules' thresholds)
 _MONITORING = {"ttft_p95_ms": c.whole(1, 3_600_000), "queue_p95_ms": c.whole(1, 3_600_000),
                "kv_cache_percent": c.whole(1, 100), "for_seconds": c.whole(0, 86400),
@@ -246,6 +252,12 @@ class Settings:
         None,
         "address the servers listen on (`--host`) and the gate asks; None = loopback behind "
         "the host's router (serve_router 'host'), else every address",
+    )
+    serve_open_paths: tuple[str, ...] = key(
+        c.listed(_url_path, "a list of HTTP paths"),
+        ["/v1/", "/health", "/metrics", "/version"],
+        "the only paths a server answers (one ending in '/': every path under it); any other is "
+        "404 before vLLM sees it (its API key guards /v1/ only: /invocations runs inference)",
     )
     serve_shutdown_timeout: int = key(
         c.whole(0, 3600),

@@ -68,6 +68,8 @@ def refused(keys: bool = False, base: str = "defaults", **over: Any) -> str:
 
 # Mappings and lists: what only group_data / inventory data (Python) can express
 PYTHON_CASES: list[tuple[str, object, str]] = [
+    ("serve_open_paths", ["/v1/", "/v1/../invocations"], "serve_open_paths: '/v1/../invocations' is not an HTTP path; allowed: a path of [A-Za-z0-9._~/-] starting with '/'"),
+    ("serve_open_paths", ["invocations"], "serve_open_paths: 'invocations' is not an HTTP path"),
     ("driver_sha256", {"3.5.1": "ABC"}, "driver_sha256.3.5.1: 'ABC' is not a sha256; allowed: 64 lowercase hex digits"),
     ("driver_sha256", {"3.5.1": SHA.upper()}, "driver_sha256.3.5.1: '0123456789ABCDEF"),
     ("driver_sha256", {"3.x": SHA}, "driver_sha256: '3.x' is not a PEP 440 version"),
