@@ -11,6 +11,7 @@ Importable (``import systemd_units``): its neighbours call it through the module
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -145,10 +146,49 @@ def unit_sha(text: str) -> str | None:
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    """``path`` holds ``text`` with ``mode``, whole: a reader (systemd, the next run) sees the old
+    file or the new one, never part of either. The text goes to a new temporary file beside it,
+    of a name no other file has (:func:`_new_temporary`: a link or a file planted at any name
+    is never followed nor reused), is fsynced and renamed over ``path``, then the directory is
+    fsynced; on any failure the temporary file is removed (the old file stays as it was)."""
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        tmp, f = _new_temporary(directory, path.name, mode)
+        try:
+            try:
+                data = memoryview(text.encode())
+                while data:
+                    data = data[os.write(f, data) :]
+                os.fchmod(f, mode)  # exactly: the umask may have taken bits of it away
+                os.fsync(f)
+            finally:
+                os.close(f)
+            os.replace(tmp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=directory)
+            raise
+        os.fsync(directory)  # the rename itself survives a crash
+    finally:
+        os.close(directory)
+
+
+TEMPORARY_TRIES = 16  # names a write tries before it gives up (each a new random one)
+
+
+def _new_temporary(directory: int, name: str, mode: int) -> tuple[str, int]:
+    """A new file in ``directory`` for ``name``'s next text, and its descriptor: ``.NAME.<random>.tmp``
+    (a dot first: no unit glob, nor :func:`trusted.names`, sees it), made with ``O_EXCL`` and
+    ``O_NOFOLLOW`` (whatever is at that name already, a link above all, fails the open and the
+    next name is tried) and with ``mode`` from the start (never more open than that)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(TEMPORARY_TRIES):
+        tmp = f".{name}.{os.urandom(8).hex()}.tmp"
+        try:
+            return tmp, os.open(tmp, flags, mode, dir_fd=directory)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{name}: no new temporary name after {TEMPORARY_TRIES} tries")
 
 
 def write_units(state: dict[str, Any]) -> None:

@@ -3,12 +3,11 @@ stderr, else the exit status; unchecked, its output), ``systemctl show`` of seve
 back by their Id, in order, a reload only when systemd asks for one, what a unit's main process
 runs read from ``/proc`` (its environment, its last ``--port``; children of the test's own with
 a known argv and environment), every unit of ours as ``live`` reports it, the key file's key,
-``running_desired``, a unit text's sha, an atomic write (its mode, no temporary file left) and
-the unit files written only where they differ."""
+``running_desired``, a unit text's sha and the unit files written only where they differ (the
+atomic write itself: test_systemd_units_write.py)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -297,19 +296,6 @@ def test_running_desired(now: dict[str, Any] | None, want: bool) -> None:
 )
 def test_a_units_sha(text: str, sha: str | None) -> None:
     assert systemd_units.unit_sha(text) == sha
-
-
-def test_an_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
-    path = tmp_path / "u.service"
-    old = os.umask(0o077)
-    try:
-        systemd_units.write_atomic(path, "one")
-        assert (path.read_text(), path.stat().st_mode & 0o777) == ("one", 0o644)
-        systemd_units.write_atomic(path, "two", 0o600)
-    finally:
-        os.umask(old)
-    assert (path.read_text(), path.stat().st_mode & 0o777) == ("two", 0o600)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["u.service"]
 
 
 def test_unit_files_are_written_where_they_differ(
