@@ -42,6 +42,7 @@ from typing import Any
 if "layout" not in sys.modules:  # a file next to layout.py (sent inline, it comes carried)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout  # noqa: E402
+import release_check  # noqa: E402  (carried too: the key files are read as systemd reads them)
 
 PROPERTIES = (
     "LoadState",
@@ -112,22 +113,11 @@ def unit_state(unit: str) -> UnitState:
 
 
 def api_key(st: UnitState) -> str | None:
-    """The API key the unit gives its server: the last ``VLLM_API_KEY=`` of its environment
-    files (as systemd reads them: ``#``/``;`` comments, optional quotes), or None."""
-    key = None
-    for path in st.env_files:
-        try:
-            text = Path(path).read_text()
-        except OSError:
-            continue  # systemd fails such a start itself; the gate says why it does not answer
-        for line in text.splitlines():
-            name, eq, value = line.strip().partition("=")
-            if eq and name.strip() == layout.API_KEY_VAR:
-                value = value.strip()
-                if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                    value = value[1:-1]
-                key = value
-    return key or None
+    """The API key the unit gives its server: the ``VLLM_API_KEY`` of its environment files as
+    systemd reads them (:func:`release_check.env_file_value`: the last assignment wins; a file
+    that cannot be read is passed over: systemd fails such a start itself, and the gate says
+    why it does not answer), or None (none, or empty: vLLM then asks for no key)."""
+    return release_check.env_file_value(st.env_files, layout.API_KEY_VAR) or None
 
 
 def state_problem(unit: str, st: UnitState, baseline: int) -> str | None:

@@ -222,8 +222,7 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
     var = f"{layout.UNIT_SHA_VAR}=".encode()
     gvar = f"{layout.GROUP_SHA_VAR}=".encode()  # a serving group's rank: the group's hash
     key_var = f"{layout.API_KEY_VAR}=".encode()
-    key_line = read(layout.API_KEY_FILE, "rb") or b""
-    file_key = [k[len(key_var) :] for k in key_line.splitlines() if k.startswith(key_var)]
+    file_key = release_check.env_file_value([layout.API_KEY_FILE], layout.API_KEY_VAR)
     found = {}
     for u in names:
         kv = by_id.get(u, {})
@@ -232,6 +231,7 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
         running = [e[len(var) :].decode() for e in env.split(b"\0") if e.startswith(var)]
         group = [e[len(gvar) :].decode() for e in env.split(b"\0") if e.startswith(gvar)]
         key = [e[len(key_var) :] for e in env.split(b"\0") if e.startswith(key_var)]
+        runs_key = key[-1].decode("utf-8", "surrogateescape") if key else None  # as Python reads it
         text = read(os.path.join(layout.UNIT_DIR, u), "rb")
         found[u] = {
             "active": kv.get("ActiveState", "unknown"),
@@ -242,7 +242,7 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
             "file": hashlib.sha256(text).hexdigest() if text is not None else None,
             # it runs with the key the key file holds (or neither has one): a yes or no, no
             # digest of the key leaves the host (#31 finding 4)
-            "key_current": (key or [None])[0] == _wanted_key(text, file_key) if pid else None,
+            "key_current": runs_key == _wanted_key(text, file_key) if pid else None,
             # it started before its release was (re)installed: it runs files gone since
             "older_than_release": release_check.older_than_release(
                 pid, text.decode("utf-8", "replace") if text else None, layout.RELEASE_MARKER
@@ -254,10 +254,11 @@ def units(names: list[str] | None = None, texts: bool = False) -> dict[str, dict
     return found
 
 
-def _wanted_key(text: bytes | None, file_key: list[bytes]) -> bytes | None:
-    """The key a unit's server should run with: the key file's, when its unit names that file."""
+def _wanted_key(text: bytes | None, file_key: str | None) -> str | None:
+    """The key a unit's server should run with: the key file's (as systemd reads it), when its
+    unit names that file."""
     names = text is not None and f"EnvironmentFile={layout.API_KEY_FILE}".encode() in text
-    return file_key[0] if names and file_key else None
+    return file_key if names else None
 
 
 MAX_WORKERS_REPLY = 1 << 20  # bytes of the router's worker list the probe reads

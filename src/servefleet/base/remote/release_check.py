@@ -20,6 +20,11 @@ regular file of its size, no link on the way), and a changed ``*.dist-info`` is 
 version, its RECORD's digest). Root's ``__pycache__`` writes change a directory's mtime and
 nothing else: no drift. :func:`verify`, when asked (``status --verify``), reads every listed
 file and compares its sha256. Both return one line per difference.
+
+What a unit's main process runs against its files: :func:`older_than_release` (started before
+its release was installed), and :func:`env_file_value` (the value systemd gives a variable from
+the unit's ``EnvironmentFile=`` files: the servers' API key, which ``systemd_units``, the probe
+and the health gate all read through it, as systemd does).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import io
 import os
 import re
 import stat
+from collections.abc import Iterable
 from typing import Any
 
 MAX_RECORD = 16 << 20  # bytes of one RECORD read
@@ -337,3 +343,110 @@ def older_than_release(pid: int, unit_text: str | None, marker: str) -> bool:
         return False
     # /proc's start time is in clock ticks, btime in whole seconds: a second's slack
     return started is not None and installed_at is not None and started + 1 < installed_at
+
+
+ENV_NEWLINE = "\n\r"  # systemd's NEWLINE: a CR ends a line too (CRLF: a line, then an empty one)
+ENV_WHITESPACE = " \t\n\r"
+ENV_DQ_ESCAPES = '"\\`$'  # what a backslash in double quotes gives as itself (SHELL_NEED_ESCAPE)
+
+
+def _trim(text: str, at: int) -> str:
+    return text[:at] if at >= 0 else text
+
+
+def _blanks(at: int, c: str, text: str) -> int:
+    """Where ``text``'s trailing blanks begin once ``c`` is added to it (-1: none)."""
+    return -1 if c not in ENV_WHITESPACE else at if at >= 0 else len(text)
+
+
+def env_assignments(text: str) -> list[tuple[str, str]]:
+    """The ``NAME=value`` assignments of an ``EnvironmentFile=``'s text, in order, as systemd
+    reads them (src/basic/env-file.c ``parse_env_file_internal``, whose states these are): a line
+    ends at LF or CR; blank lines, lines whose first non-blank character is ``#`` or ``;``, and
+    lines without ``=`` assign nothing; blanks around the name, after the ``=`` and at the end of
+    an unquoted value are dropped; ``'...'`` is taken as it is, ``"..."`` with ``\\"``,
+    ``\\\\``, ``\\` `` and ``\\$`` unescaped (another backslash stays), an unquoted ``\\x`` is
+    ``x``; a backslash before a line's end, or a quote still open, carries the value over the
+    line's end; a quote inside an unquoted value is itself. A NUL ends the text (systemd reads it
+    as a C string). Since systemd 254 a comment ends at its line's end even after a backslash
+    (252, Debian 12's and RHEL 9's, carries such a comment over to the next line)."""
+    found: list[tuple[str, str]] = []
+    state, key, value = "pre_key", "", ""
+    key_blank = value_blank = -1  # where the trailing blanks began (-1: none yet)
+    for c in text.split("\0", 1)[0]:
+        if state == "pre_key":
+            if c in "#;":
+                state = "comment"
+            elif c not in ENV_WHITESPACE:
+                state, key, key_blank = "key", c, -1
+        elif state == "key":
+            if c in ENV_NEWLINE:
+                state = "pre_key"  # no "=": nothing assigned
+            elif c == "=":
+                state, value, value_blank = "pre_value", "", -1
+            else:
+                key_blank, key = _blanks(key_blank, c, key), key + c
+        elif state == "pre_value":
+            if c in ENV_NEWLINE:
+                state = "pre_key"
+                found.append((_trim(key, key_blank), value))
+            elif c in "'\"\\":
+                state = {"'": "single", '"': "double", "\\": "escape"}[c]
+            elif c not in ENV_WHITESPACE:
+                state, value = "value", value + c
+        elif state == "value":
+            if c in ENV_NEWLINE:
+                state = "pre_key"
+                found.append((_trim(key, key_blank), _trim(value, value_blank)))
+            elif c == "\\":
+                state, value_blank = "escape", -1
+            else:
+                value_blank, value = _blanks(value_blank, c, value), value + c
+        elif state == "escape":
+            state, value = "value", value + ("" if c in ENV_NEWLINE else c)
+        elif state == "single":
+            state, value = ("pre_value", value) if c == "'" else ("single", value + c)
+        elif state == "double":
+            if c == '"':
+                state = "pre_value"
+            elif c == "\\":
+                state = "double_escape"
+            else:
+                value += c
+        elif state == "double_escape":
+            state = "double"
+            value += c if c in ENV_DQ_ESCAPES else "" if c == "\n" else "\\" + c
+        elif c in ENV_NEWLINE:  # comment
+            state = "pre_key"
+    if state not in ("pre_key", "key", "comment"):  # the text ended inside a value
+        found.append(
+            (_trim(key, key_blank), _trim(value, value_blank) if state == "value" else value)
+        )
+    return found
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a byte that was not UTF-8, kept as a lone surrogate
+        return False
+    return True
+
+
+def env_file_value(paths: Iterable[str], name: str) -> str | None:
+    """The value systemd gives ``name`` from the ``EnvironmentFile=`` files ``paths``, read in
+    order (:func:`env_assignments`): the last assignment wins, across the files too; None when
+    none assigns it (``NAME=`` assigns the empty value). A file that cannot be read, and one that
+    systemd refuses whole (an assignment that is not UTF-8), assign nothing: systemd fails the
+    unit's start on it (or passes over a ``-`` file)."""
+    value = None
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read().decode("utf-8", "surrogateescape")
+        except OSError:
+            continue
+        pairs = env_assignments(text)
+        if all(_utf8(k) and _utf8(v) for k, v in pairs):
+            value = next((v for k, v in reversed(pairs) if k == name), value)
+    return value

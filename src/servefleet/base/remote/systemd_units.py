@@ -122,13 +122,9 @@ def _text(path: Path) -> str | None:
 
 
 def file_key() -> str | None:
-    """The servers' API key as their EnvironmentFile holds it now (None: no key)."""
-    try:
-        text = Path(layout.API_KEY_FILE).read_text()
-    except OSError:
-        return None
-    prefix = f"{layout.API_KEY_VAR}="
-    return next((x[len(prefix) :] for x in text.splitlines() if x.startswith(prefix)), None)
+    """The servers' API key as their EnvironmentFile holds it now, read as systemd reads it
+    (:func:`release_check.env_file_value`: its last assignment; None: the file assigns none)."""
+    return release_check.env_file_value([layout.API_KEY_FILE], layout.API_KEY_VAR)
 
 
 def running_desired(now: dict[str, Any] | None, sha: str, key: str | None = None) -> bool:

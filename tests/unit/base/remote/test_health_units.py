@@ -83,8 +83,8 @@ def files(tmp_path: Path, *texts: str) -> health.UnitState:
         (['VLLM_API_KEY="a b"\n'], "a b"),
         (["VLLM_API_KEY='q'\n"], "q"),
         (["VLLM_API_KEY=XkeyX\n"], "XkeyX"),  # only quotes are quotes
-        (["VLLM_API_KEY='\n"], "'"),  # one quote is no quoting
-        (["VLLM_API_KEY=\"x'\n"], "\"x'"),  # nor two that differ
+        (["VLLM_API_KEY='\n"], "\n"),  # a quote left open runs to the end, line ends and all
+        (["VLLM_API_KEY=\"x'\n"], "x'\n"),  # (as systemd reads it)
         (["VLLM_API_KEY=x=y\n"], "x=y"),
         (["  VLLM_API_KEY  =  k1  \n"], "k1"),
         (["VLLM_API_KEY=a\nVLLM_API_KEY=b\n"], "b"),

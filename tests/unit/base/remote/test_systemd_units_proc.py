@@ -258,8 +258,8 @@ def test_the_key_file_holds_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(layout, "API_KEY_FILE", str(path))
     assert systemd_units.file_key() is None
     var = layout.API_KEY_VAR
-    path.write_text(f"# {var}=no\nX{var}=no\n{var}=k=1 2\n{var}=second\n")
-    assert systemd_units.file_key() == "k=1 2"
+    path.write_text(f"# {var}=no\nX{var}=no\n{var}=first\n{var}=k=1 2\n")
+    assert systemd_units.file_key() == "k=1 2"  # the last one, as systemd reads it
     path.write_text(f"{var}=\n")
     assert systemd_units.file_key() == ""
     path.write_text("OTHER=1\n")
