@@ -1,4 +1,4 @@
-"""Every file of the tree that docs/design.md names in code
+"""Every file of the tree that docs/design.md and docs/pyinfra-upstream.md name in code
 (`` `src/...` ``, `` `tests/...` ``) is there: a module moved or removed takes its mention along
 (#47: design.md named ``src/servefleet/fingerprint.py`` long after it went)."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 from repo_paths import REPO
 
-DOCS = ("design.md",)
+DOCS = ("design.md", "pyinfra-upstream.md")
 NAMED = re.compile(r"`((?:src|tests)/[^`\s:]+)`")
 
 

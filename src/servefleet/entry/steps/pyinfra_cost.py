@@ -15,6 +15,10 @@ code objects (``f_code.co_filename``, ``f_lineno``: what ``getframeinfo`` return
 a cached ``all_global_arguments``, and for the MAC the standard library's constant-time
 ``hmac.compare_digest``. pyinfra is pinned to the minor tested (pyproject), and a unit
 test holds both equal to pyinfra's own on that version.
+
+Each is written up as a change to propose upstream in docs/pyinfra-upstream.md; the test
+(tests/unit/entry/steps/test_pyinfra_cost.py) also fails when pyinfra's or paramiko's own
+version of a replaced function, or the modules that call it, change.
 """
 
 from __future__ import annotations
