@@ -24,7 +24,9 @@ The first form runs the second under the real-wheel tier's upstream interpreter
 ``--extract`` (under a real interpreter) writes everything the tier's test_trusted.py checks,
 the two documents' data plus the env var names of ``vllm/envs.py``, the ``--shutdown-timeout``
 flag, the SIGTERM handler's source, the process titles vLLM sets, and the keys of a NIXL
-prefill's ``kv_transfer_params``, as one JSON object.
+prefill's ``kv_transfer_params``, and servefleet's path guard as the real app loads it from
+``--middleware`` (its place among the app's middleware, what the whole stack answers each route
+without a key), as one JSON object.
 
 The only stand-in: ``prometheus_fastapi_instrumentator`` is not in the tier's pins (vLLM's
 ``instrumentator/metrics.py`` imports it to add ``GET /metrics`` and the ``http_*`` request
@@ -215,7 +217,7 @@ def _load(path: str) -> Any:
     return module
 
 
-def _app(api_key: list[str] | None) -> Any:
+def _app(api_key: list[str] | None, *more: str) -> Any:
     import warnings
 
     from vllm.entrypoints.launchers.app import build_app
@@ -224,7 +226,7 @@ def _app(api_key: list[str] | None) -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     _stub_instrumentator()
-    argv = [MODEL] + [a for k in api_key or [] for a in ("--api-key", k)]
+    argv = [MODEL, *more] + [a for k in api_key or [] for a in ("--api-key", k)]
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -551,6 +553,47 @@ def extract_kv_params() -> dict[str, Any]:
     return out
 
 
+GUARD_DIR = REPO / "src" / "servefleet" / "base" / "remote" / "asgi"  # servefleet's path guard
+GUARD_PATHS = "/v1/ /health /metrics"  # the open paths the extraction runs it with
+
+
+def extract_guard() -> dict[str, Any]:
+    """servefleet's path guard (#46) as the real app loads it from ``--middleware`` with an API
+    key: the app's middleware classes, outermost first, and what the whole stack answers each
+    route without a key: 404 (the guard), 401 (vLLM's key check) or ``passed`` (to the route)."""
+    import asyncio
+
+    sys.path.insert(0, str(GUARD_DIR))
+    os.environ["SERVEFLEET_OPEN_PATHS"] = GUARD_PATHS
+    app, _ = _app(["k"], "--middleware", "servefleet_paths.OpenPaths")
+    stack = [m.cls.__name__ for m in app.user_middleware if isinstance(m.cls, type)]
+    answers: dict[str, str] = {}
+    for path, methods in _routes(app):
+        passed: list[bool] = []
+        status: list[int] = []
+
+        async def inner(scope: Any, receive: Any, send: Any, passed: list[bool] = passed) -> None:
+            passed.append(True)
+
+        async def send(message: dict[str, Any], status: list[int] = status) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        whole: Any = inner
+        for m in reversed(app.user_middleware):  # Starlette's order: the first is outermost
+            whole = m.cls(whole, *m.args, **m.kwargs)
+        scope = {
+            "type": "http", "method": "GET" if methods == ["*"] else methods[0], "path": path,
+            "root_path": "", "headers": [], "query_string": b"",
+        }  # fmt: skip
+        asyncio.run(whole(scope, receive, send))
+        answers[path] = "passed" if passed else str(status[0])
+    return {"paths": GUARD_PATHS, "stack": stack, "answers": answers}
+
+
 def extract() -> dict[str, Any]:
     import vllm
 
@@ -563,6 +606,7 @@ def extract() -> dict[str, Any]:
         "envs": extract_envs(),
         "kv_params": extract_kv_params(),
         "rbln_config": extract_rbln_config(),
+        "guard": extract_guard(),
     }
 
 

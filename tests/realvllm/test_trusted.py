@@ -235,7 +235,8 @@ def test_simulated_routes_exist_with_their_methods(
 ) -> None:
     http_api = sys.modules["_trusted_vllm.http_api"]
     real = _real_routes(upstream)
-    served = {**{p: "GET" for p in http_api.GET_ROUTES}, **{p: "POST" for p in http_api.ROUTES}}
+    served = {**{p: "GET" for p in http_api.GET_ROUTES}, **{p: "POST" for p in http_api.ROUTES},
+              **{p: "POST" for p in http_api.UNKEYED_POSTS}}  # fmt: skip
     missing = {p: m for p, m in served.items() if not ({m, "*"} & real.get(p, set()))}
     assert not missing, f"the simulator serves what vLLM 0.30.0 does not: {missing}"
     port = server[0]
@@ -267,12 +268,49 @@ def test_api_key_guards_what_vllm_guards(upstream: dict[str, Any], server: tuple
         assert http_api.guarded(method, r["path"]) == r["guarded"], r
     port = server[0]
     for path, method in [*((p, "GET") for p in http_api.GET_ROUTES),
-                         *((p, "POST") for p in http_api.ROUTES), ("/v2/rerank", "POST")]:  # fmt: skip
+                         *((p, "POST") for p in (*http_api.ROUTES, *http_api.UNKEYED_POSTS)),
+                         ("/v2/rerank", "POST")]:  # fmt: skip
         status, body = _ask(port, method, path)
         if http_api.guarded(method, path):
             assert (status, json.loads(body)) == (401, {"error": "Unauthorized"}), path
         else:
             assert status != 401, path
+
+
+def test_the_real_app_runs_servefleets_path_guard_outermost(
+    upstream: dict[str, Any], rbln: dict[str, Any]
+) -> None:
+    """#46 item 1: vLLM 0.30.0 imports ``--middleware servefleet_paths.OpenPaths`` (the unit's
+    argv) and adds it outermost, before its own key check; through the whole stack, a route off
+    the open paths is 404 without a key, one on them is vLLM's (401 under /v1, else passed)."""
+    for surface in (upstream, rbln):
+        guard = surface["guard"]
+        assert guard["stack"][0] == "OpenPaths" and "AuthenticationMiddleware" in guard["stack"]
+        exact, prefixes = guard["paths"].split(), ("/v1/",)
+        assert guard["answers"], "no route answered"
+        for path, answer in guard["answers"].items():
+            if path.startswith(prefixes):
+                assert answer == "401", (path, answer)
+            elif path in exact:
+                assert answer == "passed", (path, answer)
+            else:
+                assert answer == "404", (path, answer)
+        for path in ("/invocations", "/scale_elastic_ep", "/tokenize", "/generative_scoring"):
+            assert guard["answers"][path] == "404", path
+
+
+def test_the_units_argv_names_the_guard_the_real_app_loaded(upstream: dict[str, Any]) -> None:
+    sys.path.insert(0, str(REPO / "src"))
+    from servefleet.base.remote import layout
+    from servefleet.hostplan.instance_unit import GUARD_ARGS
+
+    assert (
+        GUARD_ARGS
+        == ("--middleware", layout.PATH_GUARD)
+        == ("--middleware", "servefleet_paths.OpenPaths")
+    )
+    assert gen_surface.GUARD_DIR == SERVEFLEET / "base" / "remote" / layout.ASGI
+    assert (gen_surface.GUARD_DIR / f"{layout.PATH_GUARD_MODULE}.py").is_file()
 
 
 # (d) environment variables ----------------------------------------------------------------

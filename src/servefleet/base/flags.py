@@ -65,6 +65,7 @@ DEPLOY_ENV = {
     "HF_HOME": "models_hf_home",
     "HF_HUB_OFFLINE": "nothing (the servers never reach the hub)",
     "SERVEFLEET_UNIT": "nothing (the unit's own hash)",
+    "SERVEFLEET_OPEN_PATHS": "serve_open_paths",
     "VLLM_API_KEY": "creds_api_key_env",
     "HF_TOKEN": "creds_hf_token_env",
     "HUGGING_FACE_HUB_TOKEN": "creds_hf_token_env",

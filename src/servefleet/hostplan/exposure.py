@@ -51,8 +51,8 @@ def exposes(plan: HostPlan) -> list[dict[str, Any]]:
             to = (
                 LOOPBACK_ONLY
                 if bound == LOOPBACK
-                else "anyone who reaches it: /v1 with the API key (when one is set); vLLM's "
-                "other routes (/invocations, /tokenize, /scale_elastic_ep, /metrics, ...) without"
+                else f"anyone who reaches it: only {' '.join(s.serve_open_paths)} (any other "
+                "path 404, the path guard), /v1 with the API key when one is set"
             )
             out.append(Listener(inst.port, bound, inst.unit, to, bound != LOOPBACK))
         if plan.group is not None:

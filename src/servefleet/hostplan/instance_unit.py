@@ -11,7 +11,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from servefleet.base.remote.layout import API_KEY_FILE, API_KEY_VAR, GROUP_SHA_VAR, UNIT_SHA_VAR
+from servefleet.base.remote.layout import (
+    API_KEY_FILE,
+    API_KEY_VAR,
+    ASGI,
+    GROUP_SHA_VAR,
+    LIB,
+    OPEN_PATHS_VAR,
+    PATH_GUARD,
+    UNIT_SHA_VAR,
+)
 from servefleet.hostplan.serve_files import shipped_paths
 from servefleet.kinds import kind_named
 from servefleet.release.plan import ReleasePlan
@@ -21,6 +30,8 @@ from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
 
 HEADLESS = "--headless"  # a rank of a serving group that serves no API: it opens no port
+# the path guard each serving instance runs, last on its command line (#46 item 1)
+GUARD_ARGS = ("--middleware", PATH_GUARD)
 
 
 def api_key_file(key: str) -> str:
@@ -47,12 +58,18 @@ def instance_command(
     server = server or spec.servers[0]
     port = settings.serve_base_port + index
     exec_argv = [f"{release.path}/bin/{server.argv[0]}", *shipped_paths(server.argv[1:], release)]
-    if HEADLESS not in server.argv:
+    serves = HEADLESS not in server.argv
+    if serves:
         exec_argv += ["--port", str(port)]
         if settings.instance_host:
             exec_argv += ["--host", settings.instance_host]
     exec_argv += ["--shutdown-timeout", str(settings.serve_shutdown_timeout)]
     env = dict(server.env)
+    if serves:  # the path guard, outermost: only serve_open_paths reach vLLM's app (#46)
+        exec_argv += GUARD_ARGS
+        guard_dir = f"{settings.serve_root}/{LIB}/{ASGI}"
+        env["PYTHONPATH"] = ":".join(filter(None, [guard_dir, env.get("PYTHONPATH")]))
+        env[OPEN_PATHS_VAR] = " ".join(settings.serve_open_paths)
     env.update(
         {devices_env or kind_named(spec.kind).devices_env: devices},
         VLLM_CACHE_ROOT=settings.serve_cache_root,

@@ -13,9 +13,11 @@ import json
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import (
     API_KEY_FILE,
+    ASGI,
     HF_TOKEN_FILE,
     LIB,
     NETRC,
+    PATH_GUARD_MODULE,
     PLANS,
     PROXY_CONF,
     PROXY_UNIT,
@@ -58,6 +60,7 @@ def watched_paths(settings: Settings, *release_ids: str) -> list[str]:
     """
     root = settings.serve_root
     lib = [f"{root}/{LIB}/{script}" for script in REMOTE_SCRIPTS]
+    lib += [f"{root}/{LIB}/{ASGI}", f"{root}/{LIB}/{ASGI}/{PATH_GUARD_MODULE}.py"]
     dirs = [root, *(f"{root}/{d}" for d in (LIB, PLANS, RELEASES, STATE))]
     dirs += [SECRETS_DIR, settings.serve_cache_root, settings.models_hf_home]
     uv = [path] if (path := host_uv_path(settings)) else []

@@ -18,6 +18,7 @@ from systemd_parse import parse_unit
 
 from servefleet.base.errors import RecipeError
 from servefleet.entry.cli import main
+from servefleet.hostplan.instance_unit import GUARD_ARGS
 from servefleet.spec import Requirements, Server, ServeSpec
 
 GOLDEN = DATA / "golden" / "rbln"
@@ -102,7 +103,8 @@ def test_shell_and_unit_of_the_fixture_card() -> None:
     assert words == [f"{k}={v}" for k, v in spec["env"].items()] + spec["argv"]
     argv, env = parse_unit(run(*args, "--format", "unit").output)
     assert argv[0].endswith("/bin/vllm")
-    assert argv[1:] == [*spec["argv"][1:], "--port", "8000", "--shutdown-timeout", "60"]
+    assert argv[1:] == [*spec["argv"][1:], "--port", "8000", "--shutdown-timeout", "60",
+                        *GUARD_ARGS]  # fmt: skip
     assert {k: env[k] for k in spec["env"]} == spec["env"]
 
 

@@ -15,13 +15,13 @@ def ports(plan: Any, outside: bool) -> dict[int, str]:
     return {e["port"]: e["address"] for e in exposes(plan) if e["outside"] is outside}
 
 
-def test_without_a_router_the_servers_answer_every_address_with_vllms_unguarded_routes() -> None:
-    plan = plan_host(settings(), probe())
+def test_without_a_router_the_servers_answer_every_address_on_their_open_paths_only() -> None:
+    plan = plan_host(settings(serve_open_paths=["/v1/", "/health"]), probe())
     assert plan.instances
     got = exposes(plan)
     assert [e["port"] for e in got] == [i.port for i in plan.instances]
     assert all(e["address"] == EVERY and e["outside"] for e in got)
-    assert all("/invocations" in e["to"] for e in got)
+    assert all("only /v1/ /health (any other path 404" in e["to"] for e in got)
 
 
 def test_behind_the_hosts_router_only_its_proxy_and_metrics_face_the_network() -> None:

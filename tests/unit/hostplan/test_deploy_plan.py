@@ -16,6 +16,7 @@ from servefleet.base.errors import DataError
 from servefleet.entry.cli import main
 from servefleet.fleet.datadoc import BEGIN, END, data_table
 from servefleet.hostplan.extras import resolve_for
+from servefleet.hostplan.instance_unit import GUARD_ARGS
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import watched_paths
 from servefleet.kinds.rbln.kind import hardware_from_probe
@@ -158,9 +159,12 @@ def test_host_plan_one_instance_per_npu_group() -> None:
             str(inst.port),
             "--shutdown-timeout",
             "60",
+            *GUARD_ARGS,
         ]
         assert env == {
             **server.env,
+            "PYTHONPATH": "/opt/servefleet/lib/asgi",
+            "SERVEFLEET_OPEN_PATHS": "/v1/ /health /metrics /version",
             "RBLN_VISIBLE_DEVICES": inst.devices,
             "VLLM_CACHE_ROOT": "/var/cache/servefleet/vllm",
             "HOME": "/var/lib/servefleet",
@@ -174,7 +178,8 @@ def test_host_plan_groups_npus_per_server(tmp_path: Path) -> None:
     plan = plan_host(settings(serve_recipe=str(TINY), serve_host="127.0.0.1"), probe())
     assert [i.devices for i in plan.instances] == ["0,1", "2,3"]
     argv, _ = parse_unit(plan.instances[1].text)
-    assert argv[-6:] == ["--port", "8001", "--host", "127.0.0.1", "--shutdown-timeout", "60"]
+    assert argv[-8:] == ["--port", "8001", "--host", "127.0.0.1", "--shutdown-timeout", "60",
+                         *GUARD_ARGS]  # fmt: skip
 
 
 @pytest.mark.parametrize(

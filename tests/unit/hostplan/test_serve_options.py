@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import io
 from typing import Any
@@ -22,7 +23,7 @@ from servefleet.base import flags
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import API_KEY_FILE, UNIT_SHA_VAR
 from servefleet.entry.steps import credentials, ensure
-from servefleet.hostplan.instance_unit import api_key_file
+from servefleet.hostplan.instance_unit import GUARD_ARGS, api_key_file, instance_command
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import watched_paths
 from servefleet.hostplan.types import HostPlan
@@ -87,7 +88,7 @@ def test_every_server_drains_for_serve_shutdown_timeout_and_systemd_waits_longer
     for inst in default.instances:
         assert setting(inst.text, "TimeoutStopSec") == ["90"]
     ns, argv, _ = served(default)
-    assert ns.shutdown_timeout == 60 and argv[-2:] == ["--shutdown-timeout", "60"]
+    assert ns.shutdown_timeout == 60 and argv[-4:-2] == ["--shutdown-timeout", "60"]
     cut = plan(gpu, serve_shutdown_timeout=0)
     ns, _, _ = served(cut)
     assert ns.shutdown_timeout == 0 and setting(cut.instances[0].text, "TimeoutStopSec") == ["30"]
@@ -314,3 +315,37 @@ def test_extra_env_accepted_refused_and_overridden() -> None:
     assert refused(gpu=True, serve_extra_env={"VLLM_RBLN_SAMPLER": "0"}).startswith(
         "serve_extra_env: VLLM_RBLN_SAMPLER is not a variable vLLM 0.30.0 knows"
     )
+
+
+# -- the path guard (#46 item 1) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["rbln", "gpu"])
+def test_every_server_runs_the_path_guard_with_the_open_paths_of_the_data(gpu: bool) -> None:
+    p = plan(gpu, serve_open_paths=["/v1/", "/health", "/ping"])
+    for index in range(len(p.instances)):
+        ns, argv, env = served(p, index)
+        assert ns.middleware == ["servefleet_paths.OpenPaths"] and argv[-2:] == list(GUARD_ARGS)
+        assert env["SERVEFLEET_OPEN_PATHS"] == "/v1/ /health /ping"
+        assert env["PYTHONPATH"] == "/opt/servefleet/lib/asgi"  # root's, the guard's only
+    assert "/opt/servefleet/lib/asgi/servefleet_paths.py" in watched_paths(p.settings)
+
+
+def test_a_headless_rank_serves_no_api_and_runs_no_guard() -> None:
+    p = plan()
+    server = dataclasses.replace(p.spec.servers[0], argv=[*p.spec.servers[0].argv, "--headless"])
+    argv, env = instance_command(p.settings, p.spec, p.release, 0, "0", server=server)
+    assert "--middleware" not in argv and "--port" not in argv
+    assert "SERVEFLEET_OPEN_PATHS" not in env and "PYTHONPATH" not in env
+
+
+def test_the_operators_pythonpath_comes_after_the_guards() -> None:
+    p = plan(serve_extra_env={"PYTHONPATH": "/srv/mine"})
+    _, _, env = served(p)
+    assert env["PYTHONPATH"] == "/opt/servefleet/lib/asgi:/srv/mine"
+
+
+def test_the_open_paths_are_set_by_serve_open_paths_only() -> None:
+    message = refused(serve_extra_env={"SERVEFLEET_OPEN_PATHS": "/"})
+    assert message.startswith("serve_extra_env: SERVEFLEET_OPEN_PATHS is set by the deploy")
+    assert "set serve_open_paths instead" in message

@@ -69,6 +69,13 @@ ROUTER_GUARD_TABLE = "servefleet_router"
 # a serving group's rendezvous: an nftables table on each rank's host lets only the group's hosts
 # reach the ports its ranks listen on for each other (#46 item 7)
 GROUP_GUARD_TABLE = "servefleet_group"
+# The servers' path guard (#46 item 1): vLLM's --middleware, a module of its own in lib/<ASGI>/
+# (on the servers' PYTHONPATH: that directory holds nothing else), answering only the paths of
+# OPEN_PATHS_VAR (serve_open_paths) and 404 to any other before vLLM's app sees it
+ASGI = "asgi"
+PATH_GUARD_MODULE = "servefleet_paths"
+PATH_GUARD = f"{PATH_GUARD_MODULE}.OpenPaths"
+OPEN_PATHS_VAR = "SERVEFLEET_OPEN_PATHS"  # the paths, split by spaces
 UNIT_SHA_VAR = "SERVEFLEET_UNIT"  # in each unit: a hash of the rest of its text (what runs)
 GROUP_SHA_VAR = "SERVEFLEET_GROUP"  # in a serving group's units: the group's hash (every rank's)
 

@@ -1,4 +1,5 @@
-"""serve_root's directories, the host programs (``remote/``) and, only when the host cannot take
+"""serve_root's directories, the host programs (``remote/``), the servers' path guard
+(``remote/asgi/``) and, only when the host cannot take
 uv from its wheel itself (no public index named, ``servefleet.release.uvbin``), the uv binary:
 root-owned, never the serve user's. Every other step runs the programs this one uploads."""
 
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 from pyinfra.operations import files, server
 
 from servefleet.base.remote import REMOTE
-from servefleet.base.remote.layout import LIB, PLANS, RELEASES
+from servefleet.base.remote.layout import ASGI, LIB, PATH_GUARD_MODULE, PLANS, RELEASES
 from servefleet.entry.steps import ensure
 from servefleet.hostplan.probe_input import REMOTE_SCRIPTS
 from servefleet.hostplan.types import HostPlan
@@ -48,6 +49,11 @@ def upload(plan: HostPlan) -> None:
         ensure.upload(plan, f"Upload {script}", data, f"{plan.lib}/{script}")
     elif stale:  # one upload and one command, not one operation a program (a first deploy: 18)
         programs(plan, stale)
+    # the servers' path guard: a directory of its own, on their PYTHONPATH (instance_unit.py)
+    ensure.directory(plan, f"{plan.lib}/{ASGI}")
+    guard = f"{PATH_GUARD_MODULE}.py"
+    ensure.upload(plan, f"Upload {guard} (the servers' path guard)",
+                  (REMOTE / ASGI / guard).read_bytes(), f"{plan.lib}/{ASGI}/{guard}")  # fmt: skip
     uv = plan.release.uv
     found = plan.paths.get(uv or "") or {}
     if plan.release.uv_wheel:  # install_release.py takes it from the wheel, by its sha256

@@ -12,6 +12,7 @@ from host_inputs import GPU_DATA, H200, gpu_probe, gpu_settings
 from systemd_parse import parse_unit
 
 from servefleet.base.errors import DataError
+from servefleet.hostplan.instance_unit import GUARD_ARGS
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.types import Place
 from servefleet.kinds import find, kind_of as platform_for
@@ -36,7 +37,8 @@ def test_the_recipe_resolves_to_one_server_on_the_first_gpus() -> None:
     exec_argv, env = parse_unit(inst.text)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "RBLN_VISIBLE_DEVICES" not in env
     assert exec_argv[0] == f"{plan.release.path}/bin/vllm"
-    assert exec_argv[1:] == [*resolved()[1:], "--port", "8000", "--shutdown-timeout", "60"]
+    assert exec_argv[1:] == [*resolved()[1:], "--port", "8000", "--shutdown-timeout", "60",
+                             *GUARD_ARGS]  # fmt: skip
     state = plan.desired_state()
     assert state["devices_env"] == "CUDA_VISIBLE_DEVICES"
     assert state["prewarm_timeout"] == 1800 and state["instances"][0]["fingerprint"] == "-"

@@ -1,7 +1,9 @@
 """The OpenAI-style HTTP API of the simulated server: /health (the fail-health switch),
 /v1/models, /version, /metrics (:mod:`vllm.serving_metrics`), POST /v1/chat/completions and
 /v1/completions (a fixed, predictable reply, whole or streamed, timed by the timing model:
-:mod:`vllm.generation`), the API key, the engine's queue and the shutdown
+:mod:`vllm.generation`), the unkeyed POST /invocations (either, by the body) and
+/scale_elastic_ep (checked, then a failed scale), ``--middleware`` around all of them
+(:mod:`vllm.middleware`), the API key, the engine's queue and the shutdown
 (:mod:`vllm.lifecycle`). HTTP/1.1; a streamed answer is chunked, as uvicorn sends it. One thread
 per connection (``ThreadingHTTPServer``): requests run concurrently, each waits on events, never
 polls. A SIMULATION for the servefleet lab.
@@ -49,9 +51,13 @@ from .generation import (
 )
 from .kv_transfer import INTERNAL_ERROR, ROLES, Engine, KVTransfer, TransferError, role_of
 from .lifecycle import Flight, Requests
+from .middleware import Stack
 from .serving_metrics import EngineStats
 
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}  # POST
+# vLLM's routes its API key does not guard that run inference or change the engine (POST):
+# SageMaker's /invocations (a chat or a completion, by the body) and the elastic EP scaling
+UNKEYED_POSTS = ("/invocations", "/scale_elastic_ep")
 GET_ROUTES = ("/health", "/v1/models", "/version", "/metrics")  # /metrics last: any method
 # vllm/entrypoints/serve/middleware/authenticate.py: GUARDED_PREFIX
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -115,6 +121,10 @@ class _State:
         self.subject = f"{sys.prefix} {' '.join(self.argv)}"  # what the slowdown switch matches
         self.names: list[str] = [n for n in ns.served_model_name or [] if n] or [ns.model]
         self.keys = api_key_hashes(ns, env)
+        # --middleware, built with the app (a name that does not import fails the start here)
+        self.middleware = Stack(
+            getattr(ns, "middleware", None) or [], getattr(ns, "root_path", None) or ""
+        )
         self.requests = Requests(timing_of(ns, 1.0).max_num_seqs)  # the queue of --max-num-seqs
         self.stats = EngineStats()
         self.roles = dict.fromkeys(ROLES, 0)  # requests ended, by the part they played
@@ -162,6 +172,26 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _passed(self, body: bytes = b"") -> bool:
+            """The request went through --middleware to the routes (else its answer is sent)."""
+            address: Any = self.server.server_address
+            host, port = address[:2]
+            answer = state.middleware.answer(
+                self.command, self.path, list(self.headers.items()), body,
+                self.client_address[:2], (str(host), int(port)),
+            )  # fmt: skip
+            if answer is None:
+                return True
+            code, headers, data = answer
+            self.send_response(code)
+            for name, value in headers:
+                self.send_header(name, value)
+            if not any(name.lower() == "content-length" for name, _ in headers):
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return False
+
         def _authorized(self) -> bool:
             """vLLM's middleware: with keys, a guarded path needs one (else 401 is sent here)."""
             path = self.path.split("?")[0]
@@ -173,7 +203,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             return False
 
         def do_GET(self) -> None:  # noqa: N802
-            if not self._authorized():
+            if not self._passed() or not self._authorized():
                 return
             path = self.path.split("?")[0]
             if path == "/health":
@@ -201,7 +231,7 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(200, {"version": VERSION})
             elif path == "/metrics":
                 self._send(200, _metrics(state).encode(), METRICS_TYPE)
-            elif path in ROUTES:
+            elif path in ROUTES or path in UNKEYED_POSTS:
                 self._send(405, {"detail": "Method Not Allowed"})
             else:
                 self._send(404, {"detail": "Not Found"})
@@ -216,9 +246,18 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 )
                 return
             raw = self.rfile.read(int(length))
-            if not self._authorized():
+            if not self._passed(raw) or not self._authorized():
                 return
-            kind = ROUTES.get(self.path.split("?")[0])
+            path = self.path.split("?")[0]
+            kind = ROUTES.get(path)
+            if path == "/scale_elastic_ep":
+                self._send(*scale_answer(raw))
+                return
+            if path == "/invocations":
+                kind, refusal = invocation_kind(raw)
+                if refusal is not None:
+                    self._send(400, refusal)
+                    return
             if kind is None:
                 if self.path.split("?")[0] in GET_ROUTES[:-1]:  # /metrics: a mount, any method
                     self._send(405, {"detail": "Method Not Allowed"})
@@ -352,6 +391,43 @@ def _make_handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 raise _Cut("client disconnected") from None
 
     return Handler
+
+
+def invocation_kind(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
+    """What SageMaker's /invocations runs for body ``raw``: the first request type it validates
+    as (a chat: ``messages``; a completion: ``prompt``), else vLLM's 400 (no key is asked)."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return None, {"detail": f"JSON decode error: {exc}"}
+    if isinstance(body, dict) and "messages" in body:
+        return "chat", None
+    if isinstance(body, dict) and "prompt" in body:
+        return "completion", None
+    message = (
+        "Cannot find suitable handler for request. Expected one of: "
+        "['ChatCompletionRequest', 'CompletionRequest']"
+    )
+    return None, error_body(message)
+
+
+def scale_answer(raw: bytes) -> tuple[int, dict[str, Any]]:
+    """/scale_elastic_ep as vLLM checks its body (no key is asked); the simulated engine does
+    not scale, so a good request fails as a failed scale does."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return 400, {"detail": "Invalid JSON format"}
+    size = body.get("new_data_parallel_size") if isinstance(body, dict) else None
+    timeout = body.get("drain_timeout", 120) if isinstance(body, dict) else 120
+    if size is None:
+        return 400, {"detail": "new_data_parallel_size is required"}
+    if not isinstance(size, int) or size <= 0:
+        return 400, {"detail": "new_data_parallel_size must be a positive integer"}
+    if not isinstance(timeout, int) or timeout <= 0:
+        return 400, {"detail": "drain_timeout must be a positive integer"}
+    _log("Scale failed: the simulated engine does not scale", "ERROR")
+    return 500, {"detail": "Scale failed"}
 
 
 def _metrics(state: _State) -> str:
