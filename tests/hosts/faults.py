@@ -34,7 +34,8 @@ PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTING = re.compile(r"--> Starting (?:[a-z ,]+ )?operation: (.*)$")
 PORTS = [8000 + i for i in range(4)]
-DRAIN = ["--shutdown-timeout", "60"]  # what the deploy adds after --port (serve_shutdown_timeout)
+# what the deploy adds after --port: serve_shutdown_timeout, and the path guard (#46)
+DRAIN = ["--shutdown-timeout", "60", "--middleware", "servefleet_paths.OpenPaths"]
 
 # The recompiling change the fault tests make, from the default data: every phase runs
 # (driver, release, models, units, pre-warm, restarts).

@@ -11,7 +11,9 @@ with its key. Only these may answer:
   Prometheus scrapes it (``status --prometheus``); ``serve_host`` binds it elsewhere.
 
 The instances (``serve_base_port``...) and vllm-router itself (``serve_router_backend_port``)
-listen on loopback only. The serving group's rendezvous is tried from outside and from its peer
+listen on loopback only. Without a router the instances answer on every address, each behind its
+path guard (``serve_open_paths``): vLLM's unguarded paths 404 there too, with or without the key,
+``/metrics`` (read only) excepted. The serving group's rendezvous is tried from outside and from its peer
 in ``test_multinode.py``. The test prints what answered."""
 
 from __future__ import annotations
@@ -90,6 +92,38 @@ def test_a_host_behind_its_router_answers_outside_only_on_its_proxy_and_sshd(
         assert ask(where, 8080, "POST", chat) == 401
         assert ask(where, 8080, "POST", chat, key) == 200
         assert ask(where, 29000, "GET", "/metrics") == 200  # the router's, read only
+    finally:
+        back = run(lab, *LIMIT, "--data", "serve_router=none", env=keyed(lab, None))
+        assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-4000:]
+
+
+def test_a_host_without_a_router_answers_only_its_open_paths(lab: dict[str, Any]) -> None:
+    key = "sk-lab-" + secrets.token_hex(24)
+    where = address(lab, "lab1")
+    servers = [8000, 8001, 8002, 8003]
+    try:
+        proc = run(lab, *LIMIT, "--data", "serve_router=none", env=keyed(lab, key))
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        found = open_ports(where)
+        print(f"lab1 ({where}) without a router, from the bridge: TCP ports that answer: {found}")
+        assert found == [22, *servers], found
+        status = subprocess.run(
+            [SERVEFLEET, "status", "inventories/lab.py", "--limit", "lab1", "--json"], cwd=REPO,
+            env=keyed(lab, key), capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert status.returncode == 0, status.stdout + status.stderr
+        declared = json.loads(status.stdout)["lab1"]["exposes"]
+        assert [22] + sorted(e["port"] for e in declared if e["outside"]) == found
+        chat = "/v1/chat/completions"
+        for port in servers:
+            shut = {(method, path, bool(k)): ask(where, port, method, path, k)
+                    for path in UNGUARDED[:-1] for method in ("GET", "POST")
+                    for k in (None, key)}  # fmt: skip
+            print(f"the server at {port} answers vLLM's unguarded paths with: {set(shut.values())}")
+            assert set(shut.values()) == {404}, shut
+            assert ask(where, port, "GET", "/metrics") == 200  # an open path, read only
+            assert ask(where, port, "GET", "/health") == 200
+            assert ask(where, port, "POST", chat) == 401
+            assert ask(where, port, "POST", chat, key) == 200
     finally:
         back = run(lab, *LIMIT, "--data", "serve_router=none", env=keyed(lab, None))
         assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-4000:]

@@ -76,7 +76,8 @@ def test_glm_prefill_and_decode_on_two_h200_hosts_behind_a_fleet_router(
         argv, env = recorded(lab, host)
         want = site[role]["argv"]
         assert argv[0].endswith("/bin/vllm") and argv[1:] == [
-            *want[1:], "--port", "8000", "--shutdown-timeout", "60"
+            *want[1:], "--port", "8000", "--shutdown-timeout", "60",
+            "--middleware", "servefleet_paths.OpenPaths",
         ], (argv, want)  # fmt: skip
         for name, value in site[role]["env"].items():
             assert env[name] == bound.get(value, value), (name, env.get(name))

@@ -193,7 +193,8 @@ def test_lab_up_models_adds_models_the_store_serves(lab: dict[str, Any], tmp_pat
         (tmp_path / "c.json").write_text(json.dumps(card))
         want = resolved_card(tmp_path / "c.json")
         rec = json.loads(on_host(state, "lab2", "cat /run/rbln-sim/vllm-8000.json").stdout)
-        assert rec["argv"][1:] == want + ["--port", "8000", "--shutdown-timeout", "60"]
+        assert rec["argv"][1:] == want + ["--port", "8000", "--shutdown-timeout", "60",
+                                          "--middleware", "servefleet_paths.OpenPaths"]  # fmt: skip
         assert rec["env"]["RBLN_VISIBLE_DEVICES"] == "0,1,2,3"
         units = on_host(state, "lab2", "ls /etc/systemd/system | grep servefleet-vllm").stdout
         assert units.split() == ["servefleet-vllm-0.service"]

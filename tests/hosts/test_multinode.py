@@ -28,6 +28,7 @@ MODEL = "deepseek-ai/DeepSeek-V3.2"
 UNIT = "servefleet-vllm-0.service"
 HOSTS = ("lab1", "lab2")
 DRAIN = ["--shutdown-timeout", "60"]  # what the deploy adds (serve_shutdown_timeout)
+GUARD = ["--middleware", "servefleet_paths.OpenPaths"]  # and on a rank that serves (#46)
 
 
 def data(strategy: str) -> list[str]:
@@ -103,8 +104,9 @@ def check_serving(lab: dict[str, Any], strategy: str) -> None:
     for host, rank in zip(HOSTS, ranks(strategy), strict=True):
         _, argv, env = process(lab, host)
         want = [head if w == "$HEAD_IP" else w for w in rank["argv"]]
-        port = [] if "--headless" in want else ["--port", "8000"]
-        assert argv[0].endswith("/bin/vllm") and argv[1:] == [*want[1:], *port, *DRAIN], (
+        headless = "--headless" in want
+        port, guard = ([], []) if headless else (["--port", "8000"], GUARD)
+        assert argv[0].endswith("/bin/vllm") and argv[1:] == [*want[1:], *port, *DRAIN, *guard], (
             host, argv, want)  # fmt: skip
         for name, value in rank["env"].items():
             assert env[name] == (nic(lab, host) if value == "$IFACE_NAME" else value), name
