@@ -123,6 +123,8 @@ def assert_records(state: dict[str, Any], spec: dict[str, Any]) -> None:
             assert f'Environment="SERVEFLEET_UNIT={env.pop("SERVEFLEET_UNIT")}"' in unit
             assert env == {
                 **server["env"],
+                "PYTHONPATH": "/opt/servefleet/lib/asgi",  # the path guard's, root's (#46)
+                "SERVEFLEET_OPEN_PATHS": "/v1/ /health /metrics /version",
                 "RBLN_VISIBLE_DEVICES": str(i),
                 "VLLM_CACHE_ROOT": "/var/cache/servefleet/vllm",
                 "HOME": "/var/lib/servefleet",
