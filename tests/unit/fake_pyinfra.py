@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,36 @@ class FakePyinfra:
             if not limits or any(fnmatch.fnmatch(host, p) or p == "cr13" for p in limits):
                 request.write(host, summary)
         return self.code, self.output
+
+
+# every fleet command, with what it needs to run over an inventory ("{}")
+FLEET_COMMANDS = {
+    "plan": ["plan", "{}"],
+    "status": ["status", "{}"],
+    "rollout": ["rollout", "{}", "--yes"],
+    "rollback": ["rollback", "{}"],
+    "lock": ["lock", "{}"],
+    "monitoring": ["monitoring", "{}"],
+    "wheelhouse": ["wheelhouse", "wh", "--inventory", "{}"],
+}
+
+
+class Batches:
+    """Stands in for subprocess.run: pyinfra's deploy and rollback runs, every host ok but the
+    hosts of ``fail`` (each with one servefleet line on stderr)."""
+
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.fail = fail or set()
+        self.runs: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        self.runs.append(list(cmd))
+        hosts = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--limit"]
+        failed = sorted(h for h in hosts if h in self.fail)
+        out = json.dumps({"results": {"failed_hosts": failed}})
+        err = "".join(f"    [{h}] servefleet: {h}: the gate failed: instance 0 answered 500\n"
+                      for h in failed)  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 1 if failed else 0, out, err)
 
 
 @pytest.fixture

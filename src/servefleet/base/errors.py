@@ -15,6 +15,18 @@ class DataError(ServefleetError):
     """Invalid deploy data (group_data / --data), named by its key."""
 
 
+class DataProblems(DataError):
+    """Every problem of a fleet's data at once, one line each (the CLI prints each line on its
+    own; ``str()`` joins them with ``; ``).
+
+    + lines: one line per problem
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = [" ".join(str(line).split()) for line in lines]
+        super().__init__("; ".join(self.lines))
+
+
 class ProbeError(ServefleetError):
     """A host's probe output that a kind cannot read (an odd ``rbln-smi`` or ``amd-smi``)."""
 

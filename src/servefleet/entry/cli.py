@@ -42,7 +42,10 @@ class _Group(click.Group):
         except Unreachable as exc:
             _fail(str(exc), Exit.UNREACHABLE)
         except ServefleetError as exc:
-            _fail(str(exc), Exit.USAGE)
+            *first, last = getattr(exc, "lines", None) or [str(exc)]
+            for line in first:  # every problem of the data, each on its own line
+                click.echo(f"servefleet: error: {line}", err=True)
+            _fail(last, Exit.USAGE)
         except OSError as exc:  # what the system refused, not caught where it happened
             _fail(*_os_error(exc))
         except click.Abort:

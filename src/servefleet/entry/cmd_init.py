@@ -32,18 +32,23 @@ def init(directory: str) -> None:
 
 @click.command("monitoring")
 @click.argument("inventory", shell_complete=common.complete_inventory)
-@click.option(
-    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
-)
+@common.fleet_options
 @click.option(
     "--out",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write the rules to this file (atomically) instead of stdout.",
 )
-def monitoring_cmd(inventory: str, data: tuple[str, ...], out: Path | None) -> None:
+def monitoring_cmd(
+    inventory: str,
+    limits: tuple[str, ...],
+    data: tuple[str, ...],
+    selection: tuple[str, ...],
+    out: Path | None,
+) -> None:
     """The monitoring kit's Prometheus rules (recording rules and alerts) with the thresholds of
-    the inventory's data (monitoring_thresholds, one value for every host). Reads the data only:
-    no host is contacted, no index credentials are needed.
+    the inventory's data (monitoring_thresholds, one value for every host). Reads the data only,
+    checked whole as every fleet command checks it: no host is contacted, no index credentials
+    are needed.
 
     Example:
 
@@ -51,15 +56,16 @@ def monitoring_cmd(inventory: str, data: tuple[str, ...], out: Path | None) -> N
     """
     from servefleet.base.errors import ServefleetError
     from servefleet.base.files import write_atomic
-    from servefleet.fleet.inventory import data_overrides, read_inventory
+    from servefleet.fleet.inventory import command_overrides, read_inventory
     from servefleet.fleet.monitoring.kit import fleet_thresholds, rules
     from servefleet.settings.across import NO_INDEX
 
     if out and not out.parent.is_dir():
         raise click.BadParameter(f"{out}: its directory {out.parent} does not exist",
                                  param_hint="'--out'")  # fmt: skip
-    fleet = read_inventory(inventory, data_overrides(data))
-    text = rules(fleet_thresholds(fleet.settings(environ={**os.environ, NO_INDEX: "1"})))
+    fleet = read_inventory(inventory, command_overrides(data, selection))
+    names = fleet.select(limits) if limits else None
+    text = rules(fleet_thresholds(fleet.settings(names, environ={**os.environ, NO_INDEX: "1"})))
     if out is None:
         click.echo(text, nl=False)
         return

@@ -18,13 +18,7 @@ from servefleet.entry import common
 @click.argument("inventory", shell_complete=common.complete_inventory)
 @click.option("--check", is_flag=True, help="Only compare the lock with the data (offline).")
 @click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
-@click.option(
-    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
-)
-@click.option(
-    "--selection", "selection", multiple=True, metavar="AXIS=VALUE",
-    help="Lock this selection on every host (over the data's serve_selection).",
-)  # fmt: skip
+@common.fleet_options
 @click.option(
     "--json", "as_json", is_flag=True,
     help="On stdout: the lock directory, each stack's release and packages, the models, the "
@@ -35,14 +29,16 @@ from servefleet.entry import common
     help="Pin the controller's uv for the hosts (default: keep the uv the lock pins).",
 )  # fmt: skip
 def lock_cmd(
-    inventory: str, check: bool, lock_dir: str | None, data: tuple[str, ...],
-    selection: tuple[str, ...], as_json: bool, move_uv: bool,
+    inventory: str, check: bool, lock_dir: str | None, limits: tuple[str, ...],
+    data: tuple[str, ...], selection: tuple[str, ...], as_json: bool, move_uv: bool,
 ) -> None:  # fmt: skip
     """Resolve every stack the inventory's data selects (every package with its version, index
     and file sha256s; the driver runfile; the models' revisions) into the lock directory.
     With --check, exit 1 naming what no longer matches the data. The hosts keep the uv the
     lock pins: the controller's uv re-locks only when it resolves each unchanged stack the
-    same, and --move-uv pins the controller's uv instead.
+    same, and --move-uv pins the controller's uv instead. --limit, --data and --selection pick
+    the hosts and set their data as the same options of plan and rollout do: lock what you will
+    roll out.
 
     Example:
 
@@ -53,11 +49,7 @@ def lock_cmd(
 
     # --check reads only the lock and the data: no index, so no index credentials
     environ = {**os.environ, NO_INDEX: "1"} if check else None
-    overrides = _overrides(data)
-    if selection:
-        chosen = _overrides(selection, "--selection", parse=False)
-        overrides["serve_selection"] = {**(overrides.get("serve_selection") or {}), **chosen}
-    fl = fleet_lock(inventory, overrides, lock_dir, environ)
+    fl = fleet_lock(inventory, _overrides(data, selection), lock_dir, environ, limits)
     if not check:
         make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo, move_uv)
         if as_json:
@@ -97,12 +89,12 @@ def lock_summary(lock_dir: str | Path) -> dict[str, Any]:
             "models": lock.models, "files": lock.files}  # fmt: skip
 
 
-def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True) -> dict[str, Any]:
-    """``KEY=VALUE`` options as a dict: ``--data`` values as pyinfra reads them (``parse``),
-    ``--selection`` values as strings."""
-    from servefleet.fleet.inventory import data_overrides
+def _overrides(data: tuple[str, ...], selection: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The command's ``--data`` and ``--selection`` as data over every host
+    (:func:`servefleet.fleet.inventory.command_overrides`)."""
+    from servefleet.fleet.inventory import command_overrides
 
-    return data_overrides(data, option, parse)
+    return command_overrides(data, selection)
 
 
 @click.command("wheelhouse")
@@ -114,9 +106,7 @@ def _overrides(data: tuple[str, ...], option: str = "--data", parse: bool = True
     shell_complete=common.complete_inventory,
 )
 @click.option("--lock-dir", default=None, help="The lock directory (default: the data's sdk_lock).")
-@click.option(
-    "--data", "data", multiple=True, metavar="KEY=VALUE", help="Data over all (as pyinfra)."
-)
+@common.fleet_options
 @click.option(
     "--json", "as_json", is_flag=True,
     help="On stdout: the files downloaded, already there and failed, the bytes, the models "
@@ -126,14 +116,17 @@ def wheelhouse_cmd(
     directory: str,
     inventory: str | None,
     lock_dir: str | None,
+    limits: tuple[str, ...],
     data: tuple[str, ...],
+    selection: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Download every file of a lock into DIRECTORY: each stack's wheels and sdists, the driver
     runfiles, the model archives, each checked against the lock's sha256 (a file that differs
     is named with both hashes and not kept; exit 1). Files already there with the right sha256
     are not downloaded again; on a terminal a progress bar counts the files as they arrive.
-    Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY.
+    Deploy from it with sdk_source=wheelhouse, sdk_wheelhouse=DIRECTORY. --limit, --data and
+    --selection apply to --inventory's hosts, as in every fleet command.
 
     Credentials come from the variables the data's creds_*_env name (the defaults' without
     --inventory) and go only to the origins that data names: the index's to its pip_indexes
@@ -149,10 +142,12 @@ def wheelhouse_cmd(
     from servefleet.release.wheelhouse import credentials, fill, lock_files
     from servefleet.settings.table import DEFAULTS, default_settings
 
+    if (limits or data or selection) and not inventory:
+        raise click.UsageError("--limit, --data and --selection: give --inventory too")
     if inventory:
         from servefleet.fleet.lockfleet import lock_settings
 
-        where, s = lock_settings(inventory, _overrides(data), lock_dir)
+        where, s = lock_settings(inventory, _overrides(data, selection), lock_dir, limits)
     elif lock_dir:
         where = Path(lock_dir)
 

@@ -1,5 +1,6 @@
-"""What the commands share: their ``--json`` output, whether stderr shows progress, and shell
-completion (click's) of inventory files, recipe names and ``--limit`` hosts and groups."""
+"""What the commands share: their ``--json`` output, whether stderr shows progress, the options
+every fleet command takes alike (``--limit``, ``--data``, ``--selection``), and shell completion
+(click's) of inventory files, recipe names and ``--limit`` hosts and groups."""
 
 from __future__ import annotations
 
@@ -20,6 +21,30 @@ def echo_json(data: Any, sort_keys: bool = True) -> None:
 def shows_progress() -> bool:
     """Whether a progress bar is drawn: stderr is a terminal (a log gets the lines only)."""
     return sys.stderr.isatty()
+
+
+def fleet_options(command: Any) -> Any:
+    """The options every fleet command (plan, status, rollout, rollback, lock, monitoring,
+    wheelhouse) takes alike, as options of the command: ``--limit PATTERN``, ``--data
+    KEY=VALUE`` and ``--selection AXIS=VALUE`` (each repeatable), passed as ``limits``,
+    ``data`` and ``selection``."""
+    limit = click.option(
+        "--limit", "limits", multiple=True, metavar="PATTERN",
+        help="Only these hosts: a group name, else a glob of host names (repeatable, as "
+        "pyinfra's --limit; a --limit after -- counts too).",
+        shell_complete=complete_limit,
+    )  # fmt: skip
+    data = click.option(
+        "--data", "data", multiple=True, metavar="KEY=VALUE",
+        help="Data over every host, read as pyinfra reads --data (repeatable; e.g. "
+        "serve_target=Throughput).",
+    )  # fmt: skip
+    selection = click.option(
+        "--selection", "selection", multiple=True, metavar="AXIS=VALUE",
+        help="This selection on every host, in place of the data's serve_selection (repeatable; "
+        "e.g. lmcache=cpu).",
+    )  # fmt: skip
+    return limit(data(selection(command)))
 
 
 # ---------------------------------------------------------------------------------------------

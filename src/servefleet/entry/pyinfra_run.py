@@ -46,14 +46,23 @@ def pyinfra_bin() -> str:
     return str(Path(sys.executable).parent / "pyinfra")
 
 
-def fleet_args(inventory: str, limits: tuple[str, ...], pyinfra_args: tuple[str, ...]) -> Any:
-    """The command's hosts, read with pyinfra's loader (:class:`servefleet.fleet.inventory.FleetArgs`);
-    a pattern that matches no host is said on stderr, as pyinfra says it."""
+def fleet_args(
+    inventory: str,
+    limits: tuple[str, ...],
+    pyinfra_args: tuple[str, ...],
+    data: tuple[str, ...] = (),
+    selection: tuple[str, ...] = (),
+) -> Any:
+    """The command's hosts, read with pyinfra's loader (:class:`servefleet.fleet.inventory.FleetArgs`),
+    with the command's ``--data`` and ``--selection``; arguments after ``--`` that pyinfra would
+    refuse are one line (exit 2) before any host is contacted; a pattern that matches no host is
+    said on stderr, as pyinfra says it."""
     from servefleet.fleet.inventory import FleetArgs
 
     return FleetArgs.read(
-        inventory, limits, pyinfra_args, warn=lambda m: click.echo(f"servefleet: {m}", err=True)
-    )
+        inventory, limits, pyinfra_args, warn=lambda m: click.echo(f"servefleet: {m}", err=True),
+        data=data, selection=selection,
+    )  # fmt: skip
 
 
 def run_pyinfra(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:

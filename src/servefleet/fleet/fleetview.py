@@ -53,9 +53,11 @@ class ReportRequest:
 
     @staticmethod
     def environ_of(kind: str) -> dict[str, str]:
-        """What a report of ``kind`` sets for its settings: ``status`` reaches no index, so it
-        needs no index credentials (monitoring and CI need not hold them)."""
-        return {NO_INDEX: "1"} if kind == "status" else {}
+        """What a report of ``kind`` sets for its settings: it changes nothing, so it needs no
+        index credentials (monitoring and CI need not hold them). ``status`` reaches no index;
+        ``plan`` compares a serving unlocked release with the indexes only when the credentials
+        are set."""
+        return {NO_INDEX: "1"} if kind in ("status", "plan") else {}
 
     def write(self, host: str, summary: Mapping[str, Any]) -> None:
         """Write one host's summary (a file named by a hash of the host's name: a name such as

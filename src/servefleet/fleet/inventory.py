@@ -16,6 +16,7 @@ deploys' data check runs them too).
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import os
 import re
@@ -200,6 +201,30 @@ def data_overrides(
     return out
 
 
+def command_overrides(
+    data: Sequence[str], selection: Sequence[str] = (), selected: Any = None
+) -> dict[str, Any]:
+    """A fleet command's ``--data KEY=VALUE`` (read as pyinfra reads ``--data``) and
+    ``--selection AXIS=VALUE`` (strings) as data over everything: the selection is
+    ``serve_selection`` on every host, in place of the data's, with the axes of a
+    ``--data serve_selection=...`` it does not name.
+
+    + data, selection: the options' values
+    + selected: a ``serve_selection`` given after ``--`` (pyinfra's ``--data``)
+    """
+    out = data_overrides(data)
+    if selection:
+        chosen = data_overrides(selection, "--selection", parse=False)
+        base = out.get("serve_selection", selected) or {}
+        if not isinstance(base, dict):
+            raise ServefleetError(
+                f"--data serve_selection={base!r}: not a mapping, so --selection cannot add to "
+                'it; allowed: a JSON object ({"lmcache": "cpu"}) or --selection alone'
+            )
+        out["serve_selection"] = {**base, **chosen}
+    return out
+
+
 @dataclass(frozen=True)
 class PyinfraOptions:
     """What pyinfra's own command line parser reads from arguments passed on to pyinfra (after
@@ -220,14 +245,26 @@ class PyinfraOptions:
     @classmethod
     def parse(cls, args: Sequence[str]) -> PyinfraOptions:
         """+ args: arguments for pyinfra (options only: no inventory, no operations)"""
+        import click
+
         cli = pyinfra_cli().cli.cli
-        try:
-            ctx = cli.make_context(
-                "pyinfra", [*args, "INVENTORY", "DEPLOY"], resilient_parsing=True
-            )
+        given = [*args, "INVENTORY", "DEPLOY"]
+        try:  # as pyinfra's own parse would: an option it does not know, a value missing
+            cli.make_parser(click.Context(cli, info_name="pyinfra")).parse_args(list(given))
+            ctx = cli.make_context("pyinfra", list(given), resilient_parsing=True)
+        except click.UsageError as e:
+            raise ServefleetError(
+                f"pyinfra arguments {' '.join(args)}: {e.format_message()} (allowed after --: "
+                "pyinfra's options, see pyinfra --help)"
+            ) from None
         except Exception as e:  # noqa: BLE001 (click's own parse errors: one line)
             raise ServefleetError(f"pyinfra arguments {' '.join(args)}: {e}") from None
         params = ctx.params
+        if params.get("inventory") != "INVENTORY":  # a word that is no option's value
+            raise ServefleetError(
+                f"pyinfra arguments {' '.join(args)}: {params.get('inventory')!r} is not an "
+                "option (allowed after --: pyinfra's options, see pyinfra --help)"
+            )
         data = data_overrides(params.get("data") or ())
         data.update({k: params[k] for k in _SSH_OPTIONS if params.get(k)})
         return cls(
@@ -289,20 +326,41 @@ class Fleet:
         return next(h for h in self.hosts if h.name == name)
 
     def settings(
-        self, names: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+        self,
+        names: Sequence[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        recipe: bool = True,
     ) -> dict[str, Settings]:
-        """Each host's data validated as the deploys validate it, before any pyinfra run: bad
-        data is one line naming the host and the key, and no host is contacted.
+        """Each host's data validated as the deploys validate it, checked whole before any
+        pyinfra run: every key, and the recipe resolved with its selection and strategy as the
+        deploy's plan resolves it. Every problem is one line naming the host (and how many more
+        hosts share it), all of them at once (:class:`DataProblems`); no host is contacted.
 
         + names: these hosts (default: all)
         + environ: where credentials are read from (default: this process's environment)
+        + recipe: also resolve the recipe (``rollback`` needs none: its hosts' kept states)
         """
+        from servefleet.base.errors import DataProblems, RecipeError
+        from servefleet.hostplan.extras import resolve_for
+
         out = {}
+        problems: dict[str, list[str]] = {}  # the problem -> the hosts that have it
         for host in self.hosts if names is None else [self.host(n) for n in names]:
             try:
-                out[host.name] = settings_from(host.data.get, environ, keys=host.data.keys())
+                s = settings_from(host.data.get, environ, keys=host.data.keys())
+                if recipe:
+                    try:
+                        resolve_for(s)
+                    except RecipeError as e:
+                        raise RecipeError(f"serve_recipe/serve_selection: {e}") from None
             except ServefleetError as e:
-                raise DataError(f"{host.name}: {e}") from None
+                problems.setdefault(" ".join(str(e).split()), []).append(host.name)
+                continue
+            out[host.name] = s
+        if problems:
+            raise DataProblems(
+                [f"{hosts[0]}: {why}{_also(hosts[1:])}" for why, hosts in problems.items()]
+            )
         return out
 
     def matching(self, pattern: str) -> list[str]:
@@ -339,6 +397,15 @@ class Fleet:
         for line in unmatched if warn is not None else ():
             warn(line)
         return picked
+
+
+def _also(rest: Sequence[str], shown: int = 2) -> str:
+    """The other hosts that share a problem, after it: `` (also h2, h3)``, or `` (also h2, h3
+    and 37 more hosts)``; nothing for none."""
+    if not rest:
+        return ""
+    more = f" and {len(rest) - shown} more hosts" if len(rest) > shown + 1 else ""
+    return f" (also {', '.join(rest[:shown] if more else rest)}{more})"
 
 
 def limit_pattern(host: str) -> str:
@@ -409,23 +476,45 @@ class FleetArgs:
     pyinfra: tuple[str, ...]
     options: PyinfraOptions
 
+    data: tuple[str, ...] = ()
+
     @classmethod
     def read(
-        cls, inventory: str, limit: Sequence[str], pyinfra_args: Sequence[str], warn: Any = None
+        cls,
+        inventory: str,
+        limit: Sequence[str],
+        pyinfra_args: Sequence[str],
+        warn: Any = None,
+        data: Sequence[str] = (),
+        selection: Sequence[str] = (),
     ) -> FleetArgs:
         """+ inventory: as pyinfra takes it
         + limit: the command's ``--limit`` patterns
         + pyinfra_args: arguments passed on to pyinfra (after ``--``)
-        + warn: called with a line for a pattern that matches no host"""
+        + warn: called with a line for a pattern that matches no host
+        + data: the command's ``--data KEY=VALUE`` (over the data after ``--``)
+        + selection: the command's ``--selection AXIS=VALUE`` (:func:`command_overrides`)"""
         options = PyinfraOptions.parse(pyinfra_args)
-        fleet = read_inventory(inventory, options.data, options.group_data)
+        ours = command_overrides(data, selection, options.data.get("serve_selection"))
+        fleet = read_inventory(inventory, {**options.data, **ours}, options.group_data)
         hosts = fleet.select((*limit, *options.limit), options.exclude, warn)
-        return cls(fleet, hosts, tuple(limit), tuple(pyinfra_args), options)
+        passed = [a for item in data for a in ("--data", item)]
+        if "serve_selection" in ours and selection:
+            passed += ["--data", "serve_selection=" + json.dumps(ours["serve_selection"])]
+        return cls(fleet, hosts, tuple(limit), tuple(pyinfra_args), options, tuple(passed))
 
-    def settings(self, environ: Mapping[str, str] | None = None) -> dict[str, Settings]:
-        """Each of its hosts' data validated (:meth:`Fleet.settings`)."""
-        return self.fleet.settings(self.hosts, environ)
+    def settings(
+        self, environ: Mapping[str, str] | None = None, recipe: bool = True
+    ) -> dict[str, Settings]:
+        """Each of its hosts' data checked whole (:meth:`Fleet.settings`)."""
+        return self.fleet.settings(self.hosts, environ, recipe)
 
     def limit_args(self) -> list[str]:
         """The command's ``--limit`` options, for a pyinfra run over its hosts."""
         return [a for pattern in self.limit for a in ("--limit", pattern)]
+
+    def passed_on(self) -> list[str]:
+        """What a pyinfra run over its hosts gets: the command's ``--limit``, the arguments after
+        ``--``, then the command's ``--data`` and ``--selection`` as ``--data`` (the last
+        ``--data`` of a key wins, as in pyinfra)."""
+        return [*self.limit_args(), *self.pyinfra, *self.data]

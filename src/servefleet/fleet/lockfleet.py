@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,9 +43,14 @@ class FleetLock:
 
 
 def _hosts(
-    inventory: str, overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    inventory: str,
+    overrides: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    limit: Sequence[str] = (),
 ) -> list[tuple[str, Settings]]:
-    return list(read_inventory(inventory, overrides).settings(environ=environ).items())
+    fleet = read_inventory(inventory, overrides)
+    names = fleet.select(limit) if limit else None
+    return list(fleet.settings(names, environ=environ).items())
 
 
 def alternatives(settings: Settings, spec: ServeSpec) -> list[Stack]:
@@ -74,6 +79,7 @@ def fleet_lock(
     overrides: Mapping[str, Any],
     lock_dir: str | None = None,
     environ: Mapping[str, str] | None = None,
+    limit: Sequence[str] = (),
 ) -> FleetLock:
     """Gather what the inventory's hosts need locked.
 
@@ -81,6 +87,7 @@ def fleet_lock(
     + overrides: data over everything (as ``pyinfra --data``)
     + lock_dir: where the lock lives (default: the hosts' ``sdk_lock``)
     + environ: where credentials are read from (default: this process's environment)
+    + limit: only these hosts (``--limit`` patterns; none: every host)
     """
     from servefleet.hostplan.extras import resolve_for
     from servefleet.kinds import kind_named
@@ -92,7 +99,7 @@ def fleet_lock(
     sources: dict[str, Settings] = {}
     files: dict[str, tuple[str, dict[str, str]]] = {}  # argv -> (a host shipping it, its entry)
     dirs = set()
-    for name, settings in _hosts(inventory, overrides, environ):
+    for name, settings in _hosts(inventory, overrides, environ, limit):
         dirs.add(settings.sdk_lock)
         unlocked = without_lock(settings)
         try:
@@ -139,7 +146,10 @@ def _lock_dir(dirs: set[str | None], lock_dir: str | None) -> Path:
 
 
 def lock_settings(
-    inventory: str, overrides: Mapping[str, Any], lock_dir: str | None = None
+    inventory: str,
+    overrides: Mapping[str, Any],
+    lock_dir: str | None = None,
+    limit: Sequence[str] = (),
 ) -> tuple[Path, Settings]:
     """The lock directory the inventory's data names (as ``servefleet lock`` finds it), and the
     settings of its first host (the controller's credentials, read from the variables its data
@@ -148,8 +158,9 @@ def lock_settings(
     + inventory: a pyinfra inventory file
     + overrides: data over everything (as ``pyinfra --data``)
     + lock_dir: the lock directory, over the data's ``sdk_lock``
+    + limit: only these hosts (``--limit`` patterns; none: every host)
     """
-    hosts = _hosts(inventory, overrides)
+    hosts = _hosts(inventory, overrides, limit=limit)
     return _lock_dir({s.sdk_lock for _, s in hosts}, lock_dir), hosts[0][1]
 
 

@@ -58,23 +58,62 @@ def units(hosts: Sequence[str], group_of: Mapping[str, str | None]) -> list[list
     return out
 
 
+Step = tuple[float, bool]  # a batch's size: (hosts, False) or (percent of all the hosts, True)
+BATCH_SIZES = (
+    "N (hosts), P% (of all the hosts), or a comma list of them that grows, the last repeated "
+    "(1,5,20%)"
+)
+_STEP = re.compile(r"(?:(\d+)|(\d+(?:\.\d+)?)%)")
+
+
+def batch_sizes(text: str) -> list[Step]:
+    """``--batch-size``: N hosts, P% of all the hosts, or a comma list of them whose last one
+    repeats (``1,5,20%``, as Ansible's ``serial: [1, 5, "20%"]``). ValueError says what is wrong
+    and what is allowed, in one line.
+
+    + text: the option's value
+    """
+    out: list[Step] = []
+    for word in str(text).split(","):
+        m = _STEP.fullmatch(word.strip())
+        if m and m.group(1) is not None and int(m.group(1)) >= 1:
+            out.append((int(m.group(1)), False))
+        elif m and m.group(2) is not None and 0 < float(m.group(2)) <= 100:
+            out.append((float(m.group(2)), True))
+        else:
+            raise ValueError(f"{word.strip()!r} is not a batch size; allowed: {BATCH_SIZES}")
+    return out
+
+
 def batches(
     hosts: list[str],
     canary: int,
-    size: int | None,
+    size: int | Sequence[Step] | None,
     percent: float | None,
     group_of: Mapping[str, str | None] | None = None,
 ) -> list[list[str]]:
     """The canary alone, then the rest in batches of ``size`` (or ``percent`` of all), counted
     in units: a serving group is one (a batch never splits it, a canary is a whole group).
 
+    + size: hosts a batch, or the steps of :func:`batch_sizes` (a batch each, the last repeated
+      until every host has had its batch; a percentage is of all the hosts, rounded up)
     + group_of: host -> its serving group, or None (default: no groups)
     """
     every = units(hosts, group_of or {})
     first, rest = every[:canary], every[canary:]
-    step = size or (max(1, math.ceil(len(every) * percent / 100)) if percent else len(rest) or 1)
+    if isinstance(size, int):
+        steps: list[Step] = [(size, False)]
+    elif size:
+        steps = list(size)
+    else:
+        steps = [(percent, True)] if percent else [(len(rest) or 1, False)]
     out = [first] if first else []
-    out += [rest[i : i + step] for i in range(0, len(rest), step)]
+    at = 0
+    while at < len(rest):
+        value, share = steps[min(len(out) - bool(first), len(steps) - 1)]
+        step = max(1, math.ceil(len(every) * value / 100)) if share else int(value)
+        out.append(rest[at : at + step])
+        at += step
     return [[h for unit in batch for h in unit] for batch in out]
 
 
@@ -98,6 +137,7 @@ class Rollout:
     echo: Callable[[str], None]
     group_of: Mapping[str, str | None] = field(default_factory=dict)  # host -> serving group
     results: dict[str, HostResult] = field(default_factory=dict)
+    stopped: str = ""  # why the rollout stopped or halted, in one line ("": it did not)
     # the canary analysis (canary hosts that passed, hosts not yet upgraded, their statuses)
     analyse: Callable[[list[str], list[str], dict[str, Any]], Outcome] | None = None
 
@@ -134,7 +174,16 @@ class Rollout:
         found = self.report("status", hosts)
         return {h: (found.get(h) or {}).get("release") for h in hosts}
 
-    def run(self, plan: list[list[str]], max_failures: int) -> bool:
+    def run(
+        self, plan: list[list[str]], max_failures: int | None = 0, fail_percent: float | None = None
+    ) -> bool:
+        """Every batch of ``plan`` in turn; False when it stopped (:attr:`stopped` says why).
+
+        + max_failures: failed hosts tolerated over all batches so far (a serving group counts
+          once); None: no such limit
+        + fail_percent: failed hosts tolerated as a percentage of the hosts run so far (as
+          pyinfra's ``--fail-percent``, Ansible's ``max_fail_percentage``); None: no such limit
+        """
         hosts = [h for batch in plan for h in batch]
         # one status of every host at the start: its release, and whether the change's compile
         # is warm there (a host cold at the start pre-warms in its batch: compiles, or copies)
@@ -143,7 +192,8 @@ class Rollout:
         for host in hosts:
             self.results[host] = HostResult(release_before=(start.get(host) or {}).get("release"))
         failures: list[str] = []
-        halted = False
+        run_so_far = 0  # hosts run so far, a serving group counted once
+        halted = over = False
         for n, batch in enumerate(plan, 1):
             t0 = time.monotonic()
             self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
@@ -162,12 +212,21 @@ class Rollout:
                 failed = (failed - set(lost)) | still
             # a serving group counts once, however many of its hosts failed
             failures += sorted({self.group_of.get(h) or h for h in failed})
+            run_so_far += len({self.group_of.get(h) or h for h in batch})
             took = time.monotonic() - t0
             verdict = f"{len(batch) - len(failed)} ok, {len(failed)} failed"
             self.echo(f"batch {n}/{len(plan)}: {verdict} ({took:.0f} s)")
-            if len(failures) > max_failures:
-                what = "failed host(s) or group(s)" if self.group_of else "failed host(s)"
-                self.echo(f"stopping: {len(failures)} {what}, --max-failures {max_failures}")
+            limits = _over(len(failures), run_so_far, max_failures, fail_percent)
+            if limits:
+                over = True
+                groups = any(self.group_of.values())
+                what = "failed host(s) or group(s)" if groups else "failed host(s)"
+                self.echo(f"stopping: {len(failures)} {what}, {limits}")
+                first = next(h for h in [*batch, *hosts] if h in failed or h in failures)
+                why = self.results[first].why if first in self.results else ""
+                self.stopped = (f"stopped after batch {n}/{len(plan)}: {len(failures)} {what} "
+                                f"({', '.join(failures)}), more than {limits} allows"
+                                + (f"; {first}: {why}" if why else ""))  # fmt: skip
                 self.settle(sorted(failed))
                 break
             if n == 1 and self.analyse is not None:
@@ -177,7 +236,7 @@ class Rollout:
         reached = [h for h, r in self.results.items() if r.result != "not reached"]
         for host, release in self.releases(reached).items():
             self.results[host].release_after = release
-        return len(failures) <= max_failures and not halted
+        return not over and not halted
 
     def analysed(
         self,
@@ -210,6 +269,7 @@ class Rollout:
             self.echo("analysis passed: the rollout goes on")
             return True
         self.echo(outcome.why)
+        self.stopped = f"halted after the canary batch: {outcome.why}"
         changed = [h for h in ok if h not in statuses or _runs(start.get(h)) != _runs(statuses[h])]
         back: set[str] = set()
         err = ""
@@ -255,6 +315,16 @@ class Rollout:
             self.pyinfra(unhealthy, restore)
             for host in unhealthy:
                 self.results[host].rolled_back = True
+
+
+def _over(failures: int, run: int, max_failures: int | None, fail_percent: float | None) -> str:
+    """The limits ``failures`` of ``run`` hosts exceed, in words ("": none)."""
+    out = []
+    if max_failures is not None and failures > max_failures:
+        out.append(f"--max-failures {max_failures}")
+    if fail_percent is not None and run and 100 * failures / run > fail_percent:
+        out.append(f"--fail-percent {fail_percent:g} ({100 * failures / run:.0f}% of {run} run)")
+    return " and ".join(out)
 
 
 def _runs(status: Mapping[str, Any] | None) -> tuple[Any, ...]:

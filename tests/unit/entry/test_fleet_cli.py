@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fake_pyinfra import OUTPUT, FakePyinfra, healthy, whole_reads
+from fake_pyinfra import FLEET_COMMANDS, OUTPUT, Batches, FakePyinfra, healthy, whole_reads
 from host_inputs import converged_probe, settings
 
 from servefleet.entry import cli, cmd_fleet, pyinfra_run
@@ -146,18 +146,6 @@ def test_limit_is_an_option_and_still_works_after_double_dash(
     assert "h2" not in result.stdout + result.stderr
 
 
-class Batches:
-    """Stands in for subprocess.run: pyinfra's deploy and rollback runs (every host ok)."""
-
-    def __init__(self) -> None:
-        self.runs: list[list[str]] = []
-
-    def __call__(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        self.runs.append(list(cmd))
-        out = json.dumps({"results": {"failed_hosts": []}})
-        return subprocess.CompletedProcess(cmd, 0, out, "")
-
-
 def test_rollout_and_rollback_take_the_same_limit(
     fleet: Path, fake: FakePyinfra, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,7 +176,8 @@ def test_a_limit_that_matches_no_host_is_one_line_and_runs_nothing(
 ) -> None:
     runs = Batches()
     monkeypatch.setattr(subprocess, "run", runs)
-    result = invoke(command, "inv.py", "--yes", "--limit", "nowhere")
+    yes = ["--yes"] if command == "rollout" else []
+    result = invoke(command, "inv.py", *yes, "--limit", "nowhere")
     assert result.exit_code == 2
     assert result.stderr == "servefleet: error: --limit nowhere matches no host of the inventory\n"
     assert fake.runs == [] and runs.runs == []
@@ -222,7 +211,8 @@ def test_bad_data_is_one_line_before_any_pyinfra_run(
 ) -> None:
     runs = Batches()
     monkeypatch.setattr(subprocess, "run", runs)
-    result = invoke(command, "inv.py", "--yes", "--", "--data", "serve_base_port=0")
+    yes = ["--yes"] if command == "rollout" else []
+    result = invoke(command, "inv.py", *yes, "--", "--data", "serve_base_port=0")
     assert result.exit_code == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("servefleet: error: h1: serve_base_port")
@@ -231,10 +221,10 @@ def test_bad_data_is_one_line_before_any_pyinfra_run(
 
 def test_pyinfra_refusing_its_arguments_is_one_line(fleet: Path, fake: FakePyinfra) -> None:
     fake.summaries = {}
-    fake.output, fake.code = "Usage: pyinfra ...\nError: No such option: --bogus\n", 2
-    result = invoke("status", "inv.py", "--", "--bogus")
+    fake.output, fake.code = "Usage: pyinfra ...\nError: No such option: --sudoo\n", 2
+    result = invoke("status", "inv.py", "--", "--sudo", "--sudo-user=x")
     assert result.exit_code == 2
-    assert result.stderr == "servefleet: error: pyinfra: Error: No such option: --bogus\n"
+    assert result.stderr == "servefleet: error: pyinfra: Error: No such option: --sudoo\n"
 
 
 def test_rollout_reads_pyinfra_inventory_forms(
@@ -254,15 +244,6 @@ def test_rollout_reads_pyinfra_inventory_forms(
     assert fake.runs[0][-2] == "h1,h9"  # its status at the start, over the same inventory
 
 
-FLEET_COMMANDS = {
-    "plan": ["plan", "{}"],
-    "status": ["status", "{}"],
-    "rollout": ["rollout", "{}", "--yes"],
-    "rollback": ["rollback", "{}"],
-    "lock": ["lock", "{}"],
-    "monitoring": ["monitoring", "{}"],
-    "wheelhouse": ["wheelhouse", "wh", "--inventory", "{}"],
-}
 ALLOWED_FORMS = (
     "allowed: a pyinfra Python inventory file (inventories/prod.py), a host list h1,h2 "
     "(no name empty), @connector names or a module.attribute"

@@ -118,8 +118,9 @@ def test_an_equal_canary_promotes_and_the_terminal_shows_the_table(
         (["--canary", "3", "--analysis"], "--analysis: the canary is every host, so no host is "
          "left to compare it with; allowed: a --canary that leaves hosts out"),
         (["--canary", "1", "--analysis-report", "."], "--analysis-report: give --analysis too"),
-        (["--canary", "1", "--analysis", "--analysis-report", "nowhere"],
-         "Invalid value for '--analysis-report': nowhere: not a directory"),
+        (["--canary", "1", "--analysis", "--analysis-report", "inv.py"],
+         "Invalid value for '--analysis-report': inv.py: exists and is not a directory; "
+         "allowed: a directory, or a path to make one"),
     ],
 )  # fmt: skip
 def test_what_the_analysis_cannot_do_is_refused_before_any_run(
@@ -137,5 +138,6 @@ def test_bad_analysis_data_is_one_line(fleet: Path, fake: FakePyinfra) -> None:
     done = invoke("rollout", "inv.py", "--yes", "--canary", "1", "--analysis", "--", "--data",
                   'rollout_analysis={"concurrency": 0}')  # fmt: skip
     assert done.exit_code == 2 and done.stderr == (
-        "servefleet: error: h1: rollout_analysis.concurrency: 0 is out of range; allowed: 1-256\n"
+        "servefleet: error: h1: rollout_analysis.concurrency: 0 is out of range; allowed: 1-256 "
+        "(also h2, h3)\n"
     )

@@ -356,7 +356,7 @@ def test_the_lock_records_a_driver_runfile_only_for_a_kind_that_installs_one(
     fleets = {"gpu": [("gpu1", gpu)], "mixed": [("npu1", rbln), ("gpu1", gpu)]}
     for fleet, hosts in fleets.items():
         monkeypatch.setattr(
-            lockfleet, "_hosts", lambda inventory, overrides, environ=None, h=hosts: h
+            lockfleet, "_hosts", lambda inventory, overrides, environ=None, limit=(), h=hosts: h
         )
         expected = {} if fleet == "gpu" else {"3.5.1": {"url": url.format(version="3.5.1"),
                                                         "sha256": ""}}  # fmt: skip
