@@ -20,16 +20,21 @@ class Exit(IntEnum):
 
 MEANING: dict[Exit, str] = {
     Exit.OK: "Done. `status`: every host was reached, runs what its data asks for and answers "
-    "healthy. `plan`: every host was planned. `rollout`: at most `--max-failures` hosts failed "
-    "(with `--analysis`: and the canary passed every measure).",
+    "healthy. `plan`: every host was planned. `rollout`: no more hosts failed than "
+    "`--max-failures` and `--fail-percent` allow (with `--analysis`: and the canary passed every "
+    "measure).",
     Exit.FAILED: "Something on a host or in a file is not as it should be, and is named on stderr, "
     "one line each: `status` names every host that is unreachable, drifts or is unhealthy; `plan` "
-    "every host it could not plan; `rollout` stopped (more failed hosts than `--max-failures`, "
-    "or its canary analysis failed a measure); "
+    "every host it could not plan (`--diff`: the hosts it could not plan, instead of a diff); "
+    "`rollout` stopped (more failed hosts than `--max-failures` or `--fail-percent` allow, or its "
+    "canary analysis failed a measure: `servefleet: rollout stopped ...` or `... halted ...` "
+    "says why); "
     "`lock --check` what no longer matches the data; `wheelhouse` a file that failed; `lab chat` "
     "a host that did not answer. Also: declined at a prompt (`Aborted!`).",
-    Exit.USAGE: "Bad input, refused before any host changed: a usage error, bad data, recipe, "
-    "selection or inventory, a pattern that matches no host, pyinfra refusing its arguments, "
+    Exit.USAGE: "Bad input, refused before any host is contacted: a usage error (an option the "
+    "command does not have), bad data, recipe, strategy, selection or inventory (every problem "
+    "of the data one line, each host that shares it named), a pattern that matches no host, "
+    "arguments after `--` that pyinfra would refuse, "
     "`rollout` without `--yes` when stdin is not a terminal, a path the system refuses (`init` "
     "on a file, a directory that cannot be made or written). One line: "
     "`servefleet: error: ...` (`servefleet lab: ...` for the lab).",

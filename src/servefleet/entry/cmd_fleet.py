@@ -364,6 +364,7 @@ def rollout_cmd(
 
     Example:
 
+    \b
         servefleet rollout inventories/prod.py --canary 1 --batch-size 1,5,20% --data serve_target=Throughput
     """
     from servefleet.fleet.analysis.canary import Analysis
