@@ -287,3 +287,25 @@ def test_plan_diff_over_hosts_it_could_not_reach_says_so(
     assert "no unit diffs: none of the 3 host(s) could be planned (see stderr)" in result.stdout
     assert [line.split(":")[1] for line in result.stderr.splitlines()] == [" h1", " h2", " h3"]
     assert json.loads(invoke("plan", "inv.py", "--json").stdout)["h1"]["unreachable"]
+
+
+def test_wheelhouse_takes_the_host_options_with_an_inventory_only(
+    runs: tuple[FakePyinfra, Batches],
+) -> None:
+    result = invoke("wheelhouse", "wh", "--lock-dir", "locks", "--selection", "lmcache=cpu")
+    assert (result.exit_code, result.stderr) == (
+        2, "servefleet: error: --limit, --data and --selection: give --inventory too\n"
+    )  # fmt: skip
+    assert not Path("wh").exists()
+
+
+def test_a_selection_over_a_serve_selection_that_is_no_mapping_is_one_line(
+    runs: tuple[FakePyinfra, Batches],
+) -> None:
+    result = invoke("plan", "inv.py", "--data", "serve_selection=cpu", "--selection", "lmcache=cpu")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "servefleet: error: --data serve_selection='cpu': not a mapping, so --selection cannot "
+        'add to it; allowed: a JSON object ({"lmcache": "cpu"}) or --selection alone\n'
+    )
+    assert nothing_ran(runs)
