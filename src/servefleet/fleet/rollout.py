@@ -224,9 +224,11 @@ class Rollout:
                 self.echo(f"stopping: {len(failures)} {what}, {limits}")
                 first = next(h for h in [*batch, *hosts] if h in failed or h in failures)
                 why = self.results[first].why if first in self.results else ""
+                if why and not why.startswith(f"{first}: "):  # the deploy's lines name the host
+                    why = f"{first}: {why}"
                 self.stopped = (f"stopped after batch {n}/{len(plan)}: {len(failures)} {what} "
                                 f"({', '.join(failures)}), more than {limits} allows"
-                                + (f"; {first}: {why}" if why else ""))  # fmt: skip
+                                + (f"; {why}" if why else ""))  # fmt: skip
                 self.settle(sorted(failed))
                 break
             if n == 1 and self.analyse is not None:

@@ -202,7 +202,7 @@ def test_a_stopped_rollout_says_why_on_stderr(
     assert result.exit_code == 1
     assert result.stderr == (
         "servefleet: rollout stopped after batch 1/2: 1 failed host(s) (h1), more than "
-        "--max-failures 0 allows; h1: h1: the gate failed: instance 0 answered 500\n"
+        "--max-failures 0 allows; h1: the gate failed: instance 0 answered 500\n"
     )
     assert len(deploys.runs) == 1  # the second batch never ran
 
