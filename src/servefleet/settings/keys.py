@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -108,6 +109,7 @@ def _kind_defaults(recipe: Any) -> Mapping[str, Any]:
         return {}
 
 
+@functools.lru_cache(maxsize=4096)
 def _misspelt(key: str, known: tuple[str, ...]) -> bool:
     """A key without our prefixes that is one slip from one of ours (``sevre_target``): pyinfra's
     own keys (``ssh_user``, ``_sudo``) are nowhere near one."""
@@ -171,4 +173,5 @@ def validated(
         if key in across.ACROSS:
             across.ACROSS[key](values, environ)
     across.trees_apart(values, defaults)
+    across.keys_read_here(have, values["serve_recipe"])
     return values

@@ -7,7 +7,9 @@ the other hosts go on."""
 
 from __future__ import annotations
 
+import os
 import secrets
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
@@ -17,6 +19,7 @@ from servefleet.entry.steps import connection, driver
 from servefleet.entry.steps.errors import fail_host, one_line, unexpected
 from servefleet.entry.steps.facts import HostProbe
 from servefleet.entry.steps.fleet import run_plan
+from servefleet.entry.steps.lib import per_run
 from servefleet.entry.steps.operations import Stdin
 from servefleet.entry.steps.wheelhouse import with_wheelhouse
 from servefleet.entry.steps.wheels import with_built_wheels
@@ -27,16 +30,33 @@ from servefleet.hostplan.probe_input import probe_args
 from servefleet.hostplan.types import HostPlan
 from servefleet.release.plan import with_locked_models
 from servefleet.router import step as router
-from servefleet.settings.table import Settings, settings_from
+from servefleet.settings.table import KEYS, Settings, settings_from
+
+_KEYS = frozenset(KEYS)
+
+
+class _Validated(dict[Any, Settings]):
+    """A run's hosts with the same data share the Settings it validates to (gone with the run)."""
 
 
 def host_settings() -> Settings:
     """This host's validated data, its name and port too; PyinfraError (one line, nothing
-    changes) when it is bad."""
+    changes) when it is bad. Hosts whose data keys are the same and whose values of servefleet's
+    keys are equal get the one Settings their data and this environment (the credentials'
+    variables) validate to, validated once a run: the checks read nothing else that differs by
+    host."""
     with one_line(recipe=False):
         check_host_name(host.name)
-        check_ssh_data(host.data.dict())
-        settings = settings_from(host.data.get, keys=host.data.dict().keys())
+        data = host.data.dict()
+        check_ssh_data(data)
+        names = frozenset(k for k in data if isinstance(k, str))
+        values = tuple((k, repr(data[k])) for k in sorted(names & _KEYS))
+        same = (names, values, frozenset(os.environ.items()))  # credentials come from there
+        validated = per_run(host.state, _Validated, lambda _: _Validated())
+        settings = validated.get(same)
+        if settings is None:
+            settings = settings_from(host.data.get, keys=data.keys())
+            validated[same] = settings
     return settings
 
 
