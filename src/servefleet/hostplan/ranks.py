@@ -12,9 +12,10 @@ import ipaddress
 from typing import Any
 
 from servefleet.base.errors import DataError
-from servefleet.base.remote.layout import GROUP_GUARD_TABLE, NFT
+from servefleet.base.remote.layout import GROUP_GUARD_TABLE
 from servefleet.hostplan.types import GroupPlace
 from servefleet.kinds.roles import HOST_ALLOWED, IFACE_ALLOWED, bind_group, is_host
+from servefleet.render.nftables import drop_table, load_table
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
 
@@ -112,12 +113,9 @@ def guard_commands(group: GroupPlace, ports: tuple[int, ...]) -> tuple[list[str]
             (v6 if ipaddress.ip_address(address).version == 6 else v4).append(address)
         except ValueError:
             v4.append(address)  # a host name: nft resolves it
-    t = f"inet {GROUP_GUARD_TABLE}"
     dport = "tcp dport { " + ", ".join(str(p) for p in ports) + " }"
     rules = ["iif lo accept"]
     rules += [f"{dport} ip saddr {{ {', '.join(v4)} }} accept"] if v4 else []
     rules += [f"{dport} ip6 saddr {{ {', '.join(v6)} }} accept"] if v6 else []
     rules += [f"{dport} reject with tcp reset"]
-    chain = "chain input { type filter hook input priority 0; policy accept; " + "; ".join(rules)
-    load = [NFT, f"add table {t}; delete table {t}; table {t} {{ {chain}; }}; }}"]
-    return load, [NFT, f"add table {t}; delete table {t}"]
+    return load_table(GROUP_GUARD_TABLE, "input", rules), drop_table(GROUP_GUARD_TABLE)

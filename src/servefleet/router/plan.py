@@ -28,7 +28,6 @@ from typing import Any
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import (
-    NFT,
     NGINX,
     PROXY_ADMIN_LOADED,
     PROXY_CONF,
@@ -42,6 +41,7 @@ from servefleet.base.remote.layout import (
     UNIT_SHA_VAR,
 )
 from servefleet.release.plan import ROUTER_PACKAGE, ReleasePlan, plan_router_release
+from servefleet.render.nftables import load_table
 from servefleet.router.render import render_proxy_conf, render_proxy_unit, render_router_unit
 from servefleet.settings.check_words import API_KEY, API_KEY_ALLOWED
 from servefleet.settings.table import Settings
@@ -213,13 +213,11 @@ def guard_command(settings: Settings) -> list[str]:
 
     + settings: validated data (``serve_router_backend_port``, ``serve_router_user``)
     """
-    t = f"inet {ROUTER_GUARD_TABLE}"
     rule = (
         f"oif lo tcp dport {int(settings.serve_router_backend_port)} tcp flags & (syn | ack) == syn"
         f' meta skuid != {{ 0, "{settings.serve_router_user}" }} reject with tcp reset'
     )
-    chain = f"chain output {{ type filter hook output priority 0; policy accept; {rule}; }}"
-    return [NFT, f"add table {t}; delete table {t}; table {t} {{ {chain}; }}"]
+    return load_table(ROUTER_GUARD_TABLE, "output", [rule])
 
 
 def render_router(
