@@ -39,7 +39,7 @@ fi
 # an editable install's modules are not compiled by pip (a wheel's are): compiled here, or every
 # process recompiles the ones it imports where no bytecode is written (PYTHONDONTWRITEBYTECODE)
 .venv/bin/python -m compileall -q -x '/lab/simulator/' src >/dev/null
-# the real-wheel tier (tests/realvllm): the real vLLM 0.30.0 and vllm-rbln 0.12.0 wheels without
-# a GPU, in venvs outside the repo keyed by their pins (built once, about 2 minutes)
-.venv/bin/python tests/realvllm/build.py
+# the real-wheel tier (tests/realvllm: the real vLLM and vllm-rbln wheels without a GPU, about
+# 2 minutes and 2 GB, once) is the tests' alone: pytest builds it when a run needs it
+# (tests/conftest.py), so the main job does not wait for it
 echo "setup.sh: ready (.venv/bin/servefleet, .venv/bin/pyinfra)" >&2

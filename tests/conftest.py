@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,42 @@ import pytest
 gevent.monkey.patch_all = lambda *args, **kwargs: None  # type: ignore[assignment]
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# What needs the real-wheel tier (tests/realvllm/build.py): a run over any of these builds it once
+# before the first test, on the controlling process (never in setup.sh: the main job needs none)
+REAL_TIER_USERS = (
+    REPO / "tests" / "realvllm",
+    REPO / "tests" / "unit" / "fleet" / "lab" / "simulator" / "test_sim_multinode.py",
+)
+
+
+def needs_real_tier(args: list[str], here: Path) -> bool:
+    """Whether a run over ``args`` (pytest's, relative to ``here``) reaches a test of the tier."""
+    for arg in args or ["."]:
+        path = (here / arg.split("::", 1)[0]).resolve()
+        for user in REAL_TIER_USERS:
+            if user == path or path in user.parents or user in path.parents:
+                return True
+    return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build the real-wheel tier before the first test when the run needs it and it is not built
+    (xdist's workers find it built: only the controlling process builds)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not needs_real_tier(
+        config.args, config.invocation_params.dir
+    ):
+        return
+    build = REPO / "tests" / "realvllm" / "build.py"
+    if subprocess.run([sys.executable, str(build), "--print"], capture_output=True).returncode == 0:
+        return
+    print("\nrealvllm: building the real-wheel tier (once, about 2 minutes)", file=sys.stderr)
+    proc = subprocess.run([sys.executable, str(build)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        pytest.exit("realvllm: the real-wheel tier could not be built: " + " | ".join(tail), 1)
 
 
 def lab_unavailable_reason() -> str | None:

@@ -50,7 +50,9 @@ def generate() -> dict[str, Any]:
     import build
 
     if not build.is_built():
-        raise SystemExit(f"the real vLLM venvs are not built ({build.built()}): run ./setup.sh")
+        raise SystemExit(
+            f"the real vLLM venvs are not built ({build.built()}): run tests/realvllm/build.py"
+        )
     out: dict[str, Any] = {"vllm": "0.30.0", "vllm_rbln": "0.12.0"}
     procs = {  # both at once: each import of vLLM's CLI takes seconds
         platform: subprocess.Popen(

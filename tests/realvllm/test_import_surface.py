@@ -95,7 +95,8 @@ def simulated() -> dict[str, dict[str, Any]]:
 def _real(platform: str, wanted: dict[str, list[str]]) -> dict[str, Any]:
     if not build.is_built():
         pytest.fail(
-            f"the real-wheel tier is not built ({build.built()}): run ./setup.sh", pytrace=False
+            f"the real-wheel tier is not built ({build.built()}): run tests/realvllm/build.py",
+            pytrace=False,
         )
     proc = subprocess.run(
         [build.python(platform), str(HERE / "surface_probe.py")],
@@ -199,7 +200,8 @@ def test_what_the_preflight_takes_is_in_the_real_wheel(platform: str) -> None:
 def test_the_simulated_registries_are_the_real_ones() -> None:
     if not build.is_built():
         pytest.fail(
-            f"the real-wheel tier is not built ({build.built()}): run ./setup.sh", pytrace=False
+            f"the real-wheel tier is not built ({build.built()}): run tests/realvllm/build.py",
+            pytrace=False,
         )
     proc = subprocess.run(
         [sys.executable, str(HERE / "gen_registries.py"), "--check"],

@@ -29,7 +29,8 @@ SEED_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
 def python(platform: str) -> str:
     if not build.is_built():
         pytest.fail(
-            f"the real-wheel venvs are not built ({build.built()}): run ./setup.sh", pytrace=False
+            f"the real-wheel venvs are not built ({build.built()}): run tests/realvllm/build.py",
+            pytrace=False,
         )
     return str(build.python(platform))
 

@@ -227,7 +227,9 @@ def strings(source: str) -> list[str]:
 
 def real_vllm() -> Path:
     if not realvllm.is_built():
-        pytest.skip(f"the real-wheel tier is not built ({realvllm.built()}): run ./setup.sh")
+        pytest.skip(
+            f"the real-wheel tier is not built ({realvllm.built()}): run tests/realvllm/build.py"
+        )
     return next((realvllm.built() / "upstream" / "lib").glob("python3*/site-packages/vllm"))
 
 
