@@ -173,5 +173,4 @@ def validated(
         if key in across.ACROSS:
             across.ACROSS[key](values, environ)
     across.trees_apart(values, defaults)
-    across.keys_read_here(have, values["serve_recipe"])
     return values
