@@ -38,7 +38,7 @@ def needs_real_tier(args: list[str], here: Path) -> bool:
     for arg in args or ["."]:
         path = (here / arg.split("::", 1)[0]).resolve()
         for user in REAL_TIER_USERS:
-            if user == path or path in user.parents or user in path.parents:
+            if user.exists() and (user == path or path in user.parents or user in path.parents):
                 return True
     return False
 

@@ -88,6 +88,7 @@ def _register() -> None:
     for command in (
         cmd_recipes.recipes_group,
         cmd_recipes.keys_cmd,
+        cmd_recipes.docs_cmd,
         cmd_resolve.resolve_cmd,
         cmd_fleet.rollback_cmd,
         cmd_fleet.plan_cmd,

@@ -1,5 +1,6 @@
 """The commands that show what is shipped: ``recipes list``, ``recipes show`` (a recipe's
-axes, as text or JSON) and ``keys`` (the data keys, from the key table)."""
+axes, as text or JSON), ``keys`` (the data keys, from the key table) and ``docs`` (the
+documentation, shipped in the wheel)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import Any
 
 import click
 
-from servefleet.base.errors import RecipeError, ServefleetError
+from servefleet.base.errors import DataError, RecipeError, ServefleetError
+from servefleet.base.shipped import FILES
 from servefleet.entry import common
+
+DOCS_DIR = FILES / "docs"  # the repository's docs/, in the wheel (a link in the source tree)
 
 # ---------------------------------------------------------------------------------------------
 # recipes
@@ -156,3 +160,40 @@ def keys_cmd(names: tuple[str, ...], as_json: bool) -> None:
     else:
         width = max(map(len, docs))
         click.echo("\n".join(f"{k.ljust(width)}  {d.meaning}" for k, d in docs.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# docs
+
+
+def doc_topics() -> dict[str, str]:
+    """Each shipped document's topic (its file name without ``.md``) -> its title."""
+    out = {}
+    for path in sorted(DOCS_DIR.glob("*.md")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        out[path.stem] = next((x.lstrip("# ").strip() for x in lines if x.startswith("#")), "")
+    return out
+
+
+@click.command("docs")
+@click.argument("topic", required=False)
+@click.option("--path", "as_path", is_flag=True, help="Print where the document is instead.")
+def docs_cmd(topic: str | None, as_path: bool) -> None:
+    """The documentation of this servefleet, as shipped in its wheel: without TOPIC, the
+    topics; with one, its text (Markdown).
+
+    \b
+      servefleet docs                 # the topics
+      servefleet docs real-fleet      # running a real fleet, step by step
+      servefleet docs data --path     # where data.md is
+    """
+    topics = doc_topics()
+    if topic is None:
+        width = max(map(len, topics), default=0)
+        click.echo("\n".join(f"{name:<{width}}  {title}" for name, title in topics.items()))
+        return
+    name = topic.removesuffix(".md")
+    if name not in topics:
+        raise DataError(f"{topic}: not a topic of servefleet docs; allowed: {', '.join(topics)}")
+    path = DOCS_DIR / f"{name}.md"
+    click.echo(str(path) if as_path else path.read_text(encoding="utf-8"), nl=as_path)
