@@ -189,6 +189,14 @@ class Rollout:
         # is warm there (a host cold at the start pre-warms in its batch: compiles, or copies)
         start = self.report("status", hosts)
         cold = {h for h in hosts if (start.get(h) or {}).get("warm") is False}
+        # a host the opening status could not reach is failed in its batch without a run (each
+        # would wait out its connection timeouts again: 11-20 s for two dead hosts), as Ansible
+        # fails an unreachable host; it counts against the limits like any failed host
+        dead = {
+            h: str(start[h]["unreachable"])
+            for h in hosts
+            if (start.get(h) or {}).get("unreachable")
+        }
         for host in hosts:
             self.results[host] = HostResult(release_before=(start.get(host) or {}).get("release"))
         failures: list[str] = []
@@ -197,10 +205,18 @@ class Rollout:
         for n, batch in enumerate(plan, 1):
             t0 = time.monotonic()
             self.echo(f"batch {n}/{len(plan)}: {', '.join(batch)}")
-            compiling = [h for h in batch if h in cold]
-            _, results, err = self.pyinfra(batch, self.deploy, compiling)
-            failed = set(batch) if results is None else set(results["failed_hosts"]) & set(batch)
-            self.judge(batch, failed, err)
+            live = [h for h in batch if h not in dead]
+            compiling = [h for h in live if h in cold]
+            failed: set[str] = set()
+            if live:
+                _, results, err = self.pyinfra(live, self.deploy, compiling)
+                failed = set(live) if results is None else set(results["failed_hosts"]) & set(live)
+                self.judge(live, failed, err)
+            for host in batch:
+                if host in dead:
+                    self.results[host].result = "failed"
+                    self.results[host].why = f"unreachable at the start (not run): {dead[host]}"
+                    failed.add(host)
             lost = sorted(h for h in failed if self.results[h].why.startswith(LOST))
             if lost:
                 self.echo(f"batch {n}/{len(plan)}: {LOST} on {', '.join(lost)}: once more")
@@ -229,13 +245,15 @@ class Rollout:
                 self.stopped = (f"stopped after batch {n}/{len(plan)}: {len(failures)} {what} "
                                 f"({', '.join(failures)}), more than {limits} allows"
                                 + (f"; {why}" if why else ""))  # fmt: skip
-                self.settle(sorted(failed))
+                self.settle(sorted(failed - set(dead)))
                 break
             if n == 1 and self.analyse is not None:
                 if not self.analysed(batch, failed, plan[1:], start):
                     halted = True
                     break
-        reached = [h for h, r in self.results.items() if r.result != "not reached"]
+        reached = [
+            h for h, r in self.results.items() if r.result != "not reached" and h not in dead
+        ]
         for host, release in self.releases(reached).items():
             self.results[host].release_after = release
         return not over and not halted

@@ -227,3 +227,38 @@ def test_an_error_that_stopped_the_whole_run_is_each_hosts_why() -> None:
     assert failure(out, "lab3") == (False, "not run: lab1: serve_group 'g1': serve_hardware on "
                                     "lab2 is 'h100', on lab1 'h200'; allowed: the same")  # fmt: skip
     assert failure("", "lab3") == (False, "failed")
+
+
+class _DeadAtStart(_Fleet):
+    """A fleet whose opening status cannot reach the hosts of ``dead``."""
+
+    def __init__(self, dead: set[str], **kw: Any) -> None:
+        self.dead = dead
+        super().__init__(**kw)
+
+    def _report(self, kind: str, hosts: list[str]) -> dict[str, Any]:
+        out = super()._report(kind, hosts)
+        for h in set(hosts) & self.dead:
+            out[h] = {"unreachable": "timed out", "instances": [{"health": "unreachable"}]}
+        return out
+
+
+def test_a_host_unreachable_at_the_start_fails_in_its_batch_without_a_run() -> None:
+    """#50: the opening status found h2 and h4 unreachable: no pyinfra run waits on them again
+    (a batch of them alone runs nothing), each counts as a failed host, and neither is asked
+    for its release at the end nor settled."""
+    r = _DeadAtStart({"h2", "h4"}, fail=set(), cold=set())
+    assert not r.run([["h1", "h2"], ["h3"], ["h4"]], max_failures=1)
+    assert [hosts for hosts, _, _ in r.runs] == [["h1"], ["h3"]]
+    assert r.results["h2"].result == "failed" and r.results["h4"].result == "failed"
+    assert r.results["h2"].why == "unreachable at the start (not run): timed out"
+    assert r.results["h3"].result == "ok" and r.results["h1"].result == "ok"
+    assert "stopped after batch 3/3: 2 failed host(s) (h2, h4)" in r.stopped
+    assert all("h2" not in hosts and "h4" not in hosts for kind, hosts in r.reports[1:])
+
+
+def test_with_room_for_them_the_rest_of_the_fleet_rolls_on() -> None:
+    r = _DeadAtStart({"h2"}, fail=set(), cold=set())
+    assert r.run([["h1", "h2"], ["h3"]], max_failures=None)  # no limit: not stopped
+    assert [hosts for hosts, _, _ in r.runs] == [["h1"], ["h3"]]
+    assert [x.result for x in r.results.values()] == ["ok", "failed", "ok"]
