@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import difflib
 import json
 import os
@@ -50,7 +49,9 @@ OUT = Path.home() / ".cache" / "servefleet" / "ast-mutation"
 # module key -> (path under src/servefleet, the unit tests that run for it, -k expression or
 # ""). The tests are those that call the module in-process, with the slow ones (10 s and more
 # a test on this machine) left out by -k, so that one mutant takes seconds.
-_FLEET_FAST = "not serve_iface and not headless_rank and not placeholders_bound and not multi_node_selection"
+_FLEET_FAST = (
+    "not serve_iface and not headless_rank and not placeholders_bound and not multi_node_selection"
+)
 MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "lock": (
         "release/lock.py",

@@ -21,6 +21,13 @@ mutmut 3.8.1 is a dev extra (pyproject.toml): the project's ``.venv`` holds it. 
     .venv/bin/python bench/mutation.py --mirror --modules hostplan --rerun OUT --out OUT2 \
         --tests tests/unit/hostplan --tests tests/unit/kinds/vllm/test_platform_gpu.py
 
+- ``--ast``: the shapes of real bugs mutmut's operators do not make (issue #52: a statement
+  dropped, two adjacent statements swapped, an element of a literal dropped, an ``and``/``or``
+  operand dropped, a ``sorted`` added or removed), by ``bench/ast_mutation.py`` (its own module
+  keys and per-module tests; ``--budget`` seconds per module)::
+
+    nice -n 19 .venv/bin/python bench/mutation.py --ast --modules lock,groups --budget 540
+
 The host programs (``remote/*.py``) are imported by the unit tests as top-level modules
 (``import trusted``, next to each other as on a host); the copy's root ``conftest.py`` maps each
 such name to its ``servefleet.base.remote`` module, so mutmut's trampolines recognise them. When a test
@@ -40,6 +47,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ast_mutation  # noqa: E402  (bench/ is no package)
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path.home() / ".cache" / "servefleet"
@@ -397,7 +407,14 @@ def main() -> int:
                         "a wider --tests: what the rest of the unit suite kills)")  # fmt: skip
     parser.add_argument("--out", default=str(CACHE / "mutation-mirror"),
                         help="with --mirror: where each module's results and survivors go")  # fmt: skip
+    parser.add_argument("--ast", action="store_true",
+                        help="bench/ast_mutation.py's operators instead of mutmut's")  # fmt: skip
+    ast_mutation.add_options(parser, modules=False)
     args = parser.parse_args()
+    if args.ast:
+        if args.modules == ",".join(CORE):
+            args.modules = ",".join(ast_mutation.MODULES)
+        return ast_mutation.run(args)
     if args.report:
         print(json.dumps(results(), indent=1, sort_keys=True))
         return 0
