@@ -51,7 +51,9 @@ def lock_cmd(
     environ = {**os.environ, NO_INDEX: "1"} if check else None
     fl = fleet_lock(inventory, _overrides(data, selection), lock_dir, environ, limits)
     if not check:
-        make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo, move_uv)
+        progress = (lambda m: click.echo(m, err=True)) if common.shows_progress() else None
+        make_lock(fl, (lambda m: click.echo(m, err=True)) if as_json else click.echo, move_uv,
+                  progress)  # fmt: skip
         if as_json:
             common.echo_json(lock_summary(fl.lock_dir))
         return

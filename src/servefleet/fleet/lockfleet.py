@@ -8,10 +8,13 @@ file ``serve_files`` ships.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,7 +260,37 @@ def uv_moved(pinned: str, previous: Lock, st: Stack, text: str) -> str | None:
     )
 
 
-def make_lock(fl: FleetLock, echo: Callable[[str], None] = print, move_uv: bool = False) -> None:
+TICK = 15  # seconds between the progress lines of a step that lasts
+
+
+@contextlib.contextmanager
+def _telling(progress: Callable[[str], None] | None, what: str) -> Iterator[None]:
+    """Say ``what`` starts, then every :data:`TICK` s how long it has taken, until it ends."""
+    if progress is None:
+        yield
+        return
+    progress(f"{what} ...")
+    done, t0 = threading.Event(), time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(TICK):
+            progress(f"{what}: {time.monotonic() - t0:.0f} s")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
+def make_lock(
+    fl: FleetLock,
+    echo: Callable[[str], None] = print,
+    move_uv: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> None:
     """Resolve every stack, check its owners, and write the lock directory. The hosts' uv stays
     the one the lock pins (the controller's uv re-locks only when it resolves each unchanged
     stack the same); ``move_uv`` pins the controller's uv instead.
@@ -265,12 +298,15 @@ def make_lock(fl: FleetLock, echo: Callable[[str], None] = print, move_uv: bool 
     + fl: what the inventory needs
     + echo: where progress lines go
     + move_uv: pin the controller's uv for the hosts (an explicit step)
+    + progress: where a line goes before each long step (each stack's resolve, which waits on
+      its indexes; the models' files), and every :data:`TICK` seconds while it lasts; None: none
     """
     previous = _previous(fl.lock_dir)
     pinned = previous.uv["version"] if previous and previous.uv and not move_uv else None
     locked = {}
     for st, s in sorted(fl.stacks.items(), key=lambda kv: kv[0].name):
-        text = resolve(st, s.index_user, s.index_password)
+        with _telling(progress, f"stack {st.name}: resolving with uv against its indexes"):
+            text = resolve(st, s.index_user, s.index_password)
         check_owners(st, text, s.index_user, s.index_password)
         if previous is not None and pinned is not None and pinned != uv_version():
             why = uv_moved(pinned, previous, st, text)
@@ -278,7 +314,8 @@ def make_lock(fl: FleetLock, echo: Callable[[str], None] = print, move_uv: bool 
                 raise LockError(why)
         locked[st] = text
         echo(f"stack {st.name}: {len(packages(text))} packages, release {release_id(text)}")
-    models = locked_models(fl)
+    with _telling(progress, "models: reading their files' sizes and hashes"):
+        models = locked_models(fl)
     for model, entry in models.items():
         if not entry["revision"]:
             echo(f"model {model}: not pinned (set models_revisions, or use a model store)")
