@@ -86,6 +86,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
             "tests/unit/hostplan/test_plan_reads_the_probe.py",
             "tests/unit/hostplan/test_plan_branches.py",
             "tests/unit/hostplan/test_content_drift.py",
+            "tests/unit/hostplan/test_plan_converged_fields.py",
         ),
         "not probe_reads_the_stand_ins and not probe_mixed and not probe_device_count"
         " and not probe_counts_a_model",
@@ -279,6 +280,8 @@ def run_module(key: str, root: Path, budget: float, out: Path) -> dict[str, obje
             shutil.rmtree(cache, ignore_errors=True)
             verdict, _ = _pytest(root, tests, k, max(3 * base, base + 30))
             checked += 1
+            print(f"{key}: {checked}/{len(found)} {m.op} line {m.line}: {verdict}", file=sys.stderr,
+                  flush=True)  # fmt: skip
             c = counts[m.op]
             c["mutants"] += 1
             if verdict == "survived":
