@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,6 +136,19 @@ def check_rendezvous_guard(lab: dict[str, Any]) -> None:
           f"{peer.returncode == 0}; from the bridge: {outside}")  # fmt: skip
     assert peer.returncode == 0, peer.stderr
     assert outside == {29500: False, 29501: False, 29550: False}
+    # a collective's listener (NCCL's bootstrap, Gloo: an ephemeral port) likewise
+    on_host(lab, "lab1", "timeout 60 python3 -c \"import socket,time; s=socket.create_server("
+            "('0.0.0.0', 40123)); time.sleep(60)\" >/dev/null 2>&1 &")  # fmt: skip
+    deadline = time.monotonic() + 30
+    peer = on_host(lab, "lab2", "python3 -c \"import socket; socket.create_connection(("
+                   f"'{head}', 40123), timeout=5).close()\"", check=False)  # fmt: skip
+    while peer.returncode != 0 and time.monotonic() < deadline:  # the listener is starting
+        time.sleep(0.2)
+        peer = on_host(lab, "lab2", "python3 -c \"import socket; socket.create_connection(("
+                       f"'{head}', 40123), timeout=5).close()\"", check=False)  # fmt: skip
+    assert peer.returncode == 0, peer.stderr
+    assert not connects_from_here(head, 40123)
+    on_host(lab, "lab1", "pkill -f 'create_server..0.0.0.0., 40123' || true", check=False)
     assert answers(lab, "lab1")
 
 

@@ -91,13 +91,19 @@ def place_rank(
     return bound, server, refusal
 
 
+# Linux's default net.ipv4.ip_local_port_range: where NCCL's bootstrap and Gloo's listeners (port
+# 0) land on a rank's host; a host with another range is guarded on this one only
+EPHEMERAL = (32768, 60999)
+
+
 def guard_commands(group: GroupPlace, ports: tuple[int, ...]) -> tuple[list[str], list[str]]:
     """The commands a rank's unit runs as root before it starts and after it stops: one nftables
     transaction that (re)makes :data:`GROUP_GUARD_TABLE`, whose rules reset a connection to the
-    group's rendezvous ``ports`` from any address but the group's hosts' (and loopback), and one
-    that removes it. torch's TCPStore and vLLM's DP coordinator listen on every interface with no
-    check of who connects (#46 item 7). A host name is resolved by nft when the unit starts, as
-    an IPv4 address.
+    group's rendezvous ``ports`` from any address but the group's hosts' (and loopback), and a new
+    connection to the host's ephemeral ports (:data:`EPHEMERAL`, where NCCL's and Gloo's
+    listeners are) likewise, and one that removes it. torch's TCPStore, vLLM's DP coordinator
+    and the collectives' listeners take any connection on every interface (#46 item 7). A host
+    name is resolved by nft when the unit starts, as an IPv4 address.
 
     + group: the host's rank in the group (its members' addresses)
     + ports: the ports its ranks listen on for each other (``kinds.roles.rendezvous_ports``)
@@ -113,9 +119,13 @@ def guard_commands(group: GroupPlace, ports: tuple[int, ...]) -> tuple[list[str]
             (v6 if ipaddress.ip_address(address).version == 6 else v4).append(address)
         except ValueError:
             v4.append(address)  # a host name: nft resolves it
-    dport = "tcp dport { " + ", ".join(str(p) for p in ports) + " }"
+    low, high = EPHEMERAL
     rules = ["iif lo accept"]
-    rules += [f"{dport} ip saddr {{ {', '.join(v4)} }} accept"] if v4 else []
-    rules += [f"{dport} ip6 saddr {{ {', '.join(v6)} }} accept"] if v6 else []
-    rules += [f"{dport} reject with tcp reset"]
+    # the rendezvous ports, then the ephemeral ones NCCL's and Gloo's listeners take: a new
+    # connection from outside the group is reset; replies to the host's own connections pass
+    for dport, state in (("tcp dport { " + ", ".join(str(p) for p in ports) + " }", ""),
+                         (f"tcp dport {low}-{high}", " ct state new")):  # fmt: skip
+        rules += [f"{dport} ip saddr {{ {', '.join(v4)} }} accept"] if v4 else []
+        rules += [f"{dport} ip6 saddr {{ {', '.join(v6)} }} accept"] if v6 else []
+        rules += [f"{dport}{state} reject with tcp reset"]
     return load_table(GROUP_GUARD_TABLE, "input", rules), drop_table(GROUP_GUARD_TABLE)

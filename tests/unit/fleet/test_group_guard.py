@@ -40,6 +40,8 @@ def test_each_ranks_unit_loads_a_guard_of_the_groups_addresses_and_its_ports() -
         pre, post = _guard_lines(plan.instances[0].text)
         assert pre.startswith(f'ExecStartPre=+"{NFT}" ') and GROUP_GUARD_TABLE in pre
         assert "tcp dport { 29500, 29501, 29550 } ip saddr { 10.0.0.1, 10.0.0.2 } accept" in pre
+        assert "tcp dport 32768-60999 ip saddr { 10.0.0.1, 10.0.0.2 } accept" in pre
+        assert "tcp dport 32768-60999 ct state new reject with tcp reset" in pre
         assert pre.rstrip('"').endswith("reject with tcp reset; }; }")
         assert post == f'ExecStopPost=-+"{NFT}" "add table inet {GROUP_GUARD_TABLE}; ' + (
             f'delete table inet {GROUP_GUARD_TABLE}"'
@@ -103,20 +105,21 @@ def rank_netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def _connects(source: str) -> bool:
+def _connects(source: str, port: int = 29501) -> bool:
     with socket.socket() as s:
         s.settimeout(5)
         s.bind((source, 0))
         try:
-            s.connect(("10.254.46.1", 29501))
+            s.connect(("10.254.46.1", port))
         except ConnectionRefusedError:
             return False
         return True
 
 
-LISTEN = (
-    "import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-    "s.bind(('0.0.0.0',29501));s.listen(8);print('up',flush=True);sys.stdin.read()"
+LISTEN = (  # the rendezvous (29501) and a collective's listener on an ephemeral port (40123)
+    "import socket,sys\nfor p in (29501,40123):\n s=socket.socket();"
+    "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',p));s.listen(8);"
+    "globals()[f's{p}']=s\nprint('up',flush=True);sys.stdin.read()"
 )
 
 
@@ -128,9 +131,18 @@ def test_the_guard_resets_a_stranger_and_lets_the_groups_hosts_in(rank_netns: st
     try:
         assert listener.stdout is not None and listener.stdout.readline() == "up\n"
         assert _connects("10.254.46.3")  # without the guard a stranger gets in (the finding)
+        assert _connects("10.254.46.3", 40123)  # NCCL's, Gloo's listeners too
         subprocess.run(["ip", "netns", "exec", rank_netns, *load], check=True)
-        assert _connects("10.254.46.2")  # a host of the group
+        assert _connects("10.254.46.2") and _connects("10.254.46.2", 40123)  # the group's host
         assert not _connects("10.254.46.3")  # anyone else: reset
+        assert not _connects("10.254.46.3", 40123)
+        # the rank's own connections out still get their replies (ct state established)
+        away = socket.create_server(("10.254.46.3", 40999))
+        self_out = subprocess.run(["ip", "netns", "exec", rank_netns, "python3", "-c",
+                              "import socket;socket.create_connection(('10.254.46.3', 40999),"
+                              "timeout=5).close()"], capture_output=True, text=True)  # fmt: skip
+        away.close()
+        assert self_out.returncode == 0, self_out.stderr
         subprocess.run(["ip", "netns", "exec", rank_netns, *drop], check=True)
         assert _connects("10.254.46.3")  # the rank stopped: the table is gone
         listed = subprocess.run(["ip", "netns", "exec", rank_netns, NFT, "list", "tables"],
