@@ -10,7 +10,7 @@ Operators (each mutant is one application of one):
 - ``swap``: two adjacent statements of a function body (or two blocks: an ``if``/``for``/
   ``with``/``try`` is one statement) swapped
 - ``elt``: one element of a tuple, list or set literal left out (two or more elements; not an
-  assignment's target)
+  assignment's target, nor in an annotation)
 - ``bool``: one operand of an ``and``/``or`` left out
 - ``sorted``: a ``sorted(x)`` made ``x``; a ``for`` loop's or a comprehension's iterable ``y``
   made ``sorted(y)``
@@ -141,6 +141,9 @@ def _sites(tree: ast.AST, op: str) -> list[tuple[int, object]]:
                     out.append((stmt.lineno, (id(body), i)))
     elif op == "elt":
         stores = {id(n) for n in ast.walk(tree) if isinstance(getattr(n, "ctx", None), ast.Store)}
+        # annotations are never evaluated here (``from __future__ import annotations``)
+        notes = [getattr(n, a, None) for n in ast.walk(tree) for a in ("annotation", "returns")]
+        stores |= {id(x) for note in notes if note is not None for x in ast.walk(note)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Tuple | ast.List | ast.Set) and len(node.elts) >= 2:
                 if id(node) in stores:
