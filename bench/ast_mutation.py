@@ -55,7 +55,11 @@ _FLEET_FAST = (
 MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "lock": (
         "release/lock.py",
-        ("tests/unit/release/test_lock_check_fields.py", "tests/unit/release/test_lock.py"),
+        (
+            "tests/unit/release/test_lock_check_fields.py",
+            "tests/unit/release/test_lock_load_refusals.py",
+            "tests/unit/release/test_lock.py",
+        ),
         "not pip_installs and not driver_runfile_only and not serve_files_file_and_refuses"
         " and not selection_names_the_stack",
     ),
@@ -87,9 +91,13 @@ MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
             "tests/unit/hostplan/test_plan_branches.py",
             "tests/unit/hostplan/test_content_drift.py",
             "tests/unit/hostplan/test_plan_converged_fields.py",
+            "tests/unit/hostplan/test_plan_type_rules.py",
+            "tests/unit/hostplan/test_deploy_plan.py",
+            "tests/unit/hostplan/test_pd_placement.py",
+            "tests/unit/router/test_router_plan.py",
         ),
         "not probe_reads_the_stand_ins and not probe_mixed and not probe_device_count"
-        " and not probe_counts_a_model",
+        " and not probe_counts_a_model and not release_id_follows_pins",
     ),
     "rollout": ("fleet/rollout.py", ("tests/unit/fleet",), "rollout"),
     "rbln.resolve": ("kinds/rbln/resolve.py", ("tests/unit/kinds/rbln",), "resolve"),
