@@ -67,6 +67,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "fleet/groups.py",
         (
             "tests/unit/fleet/test_group_rank_order.py",
+            "tests/unit/fleet/test_group_same_data.py",
             "tests/unit/fleet/test_serving_groups.py",
             "tests/unit/entry/steps/test_group_failed_rank.py",
         ),
@@ -75,6 +76,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "fleetplan": (
         "fleet/fleetplan.py",
         (
+            "tests/unit/fleet/test_fleet_plan_run_rules.py",
             "tests/unit/fleet/test_fleet_plan.py",
             "tests/unit/fleet/test_group_rank_order.py",
             "tests/unit/fleet/test_serving_groups.py",
