@@ -14,7 +14,9 @@ SRC = Path(servefleet.__file__).resolve().parent
 # layer is a package of the same name (``servefleet/<layer>/``; ``spec`` is one module), so a
 # module's layer is its package: a new module cannot sit outside one. PLACED would name a package
 # that keeps a name of its own inside a layer.
-LAYERS = ["entry", "fleet", "hostplan", "release", "render", "settings", "kinds", "spec", "base"]
+LAYERS = [
+    "entry", "fleet", "hostplan", "release", "render", "settings", "kinds", "platforms", "spec", "base",
+]  # fmt: skip
 PLACED: dict[str, str] = {}  # none left: every package sits in its layer's
 ROOT = {"servefleet", "servefleet.__main__"}  # the package's own face: entry
 # A component is a package of its own name (``servefleet/<component>/``) that keeps one part of

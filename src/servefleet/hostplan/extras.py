@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from servefleet.base.flags import merge, table
-from servefleet.kinds import Kind, deploy_env, kind_of
+from servefleet.kinds import Kind, deploy_env, kind_of, platforms_of
 from servefleet.kinds.roles import DECODE, PREFILL
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
@@ -34,9 +34,9 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
     + settings: validated data
     + sku: the host's device model, once known (RBLN: the NPU SKU)
     """
-    platform = kind_of(settings.serve_recipe)
+    family = kind_of(settings.serve_recipe)
     try:
-        st = platform.path_of(settings.serve_recipe).stat()
+        st = family.path_of(settings.serve_recipe).stat()
         stamp: tuple[int, ...] = (st.st_ino, st.st_size, st.st_mtime_ns)
     except (OSError, ValueError):
         stamp = ()
@@ -45,7 +45,7 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
         if key in _RESOLVED:
             _RESOLVED.move_to_end(key)
             return _RESOLVED[key]
-    spec = with_extras(settings, platform.resolve_data(settings, sku), platform)
+    spec = with_extras(settings, family.resolve_data(settings, sku), family)
     with _LOCK:
         _RESOLVED[key] = spec
         while len(_RESOLVED) > _KEPT:
@@ -53,9 +53,10 @@ def resolve_for(settings: Settings, sku: str | None = None) -> ServeSpec:
     return spec
 
 
-def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpec:
+def with_extras(settings: Settings, spec: ServeSpec, family: Kind) -> ServeSpec:
     """``serve_extra_args`` / ``serve_extra_env`` appended to each serving server's argv and env,
-    checked against the flag table of the hosts' platform (a flag or variable the recipe sets
+    checked against the flag table of the hosts' platform (the first of the recipe family's:
+    the spec is resolved before a host's probe; NVIDIA and AMD share upstream's) (a flag or variable the recipe sets
     is refused unless ``serve_override_args`` names it; then the extra replaces it).
 
     The compile fingerprint then covers the extras too: a change of them counts as a recompile
@@ -69,7 +70,7 @@ def with_extras(settings: Settings, spec: ServeSpec, platform: Kind) -> ServeSpe
 
     def extended(server: Server) -> Server:
         argv, env = merge(server.argv, server.env, s.serve_extra_args, s.serve_extra_env,
-                          s.serve_override_args, table(platform.flag_table),
+                          s.serve_override_args, table(platforms_of(family)[0].flag_table),
                           deploy_env())  # fmt: skip
         return dataclasses.replace(server, argv=argv, env=env)
 

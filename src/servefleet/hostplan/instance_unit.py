@@ -22,7 +22,8 @@ from servefleet.base.remote.layout import (
     UNIT_SHA_VAR,
 )
 from servefleet.hostplan.serve_files import shipped_paths
-from servefleet.kinds import kind_named
+from servefleet.kinds import kind_named, platforms_of
+from servefleet.platforms.base import Platform
 from servefleet.release.plan import ReleasePlan
 from servefleet.render.systemd import environment_line
 from servefleet.render.units import render_unit
@@ -40,13 +41,18 @@ def api_key_file(key: str) -> str:
     return f"{API_KEY_VAR}={key}\n"
 
 
+def _served_on(spec: ServeSpec) -> Platform:
+    """The first platform that serves the spec's family (a unit rendered with no host)."""
+    return platforms_of(kind_named(spec.kind))[0]
+
+
 def instance_command(
     settings: Settings,
     spec: ServeSpec,
     release: ReleasePlan,
     index: int,
     devices: str,
-    devices_env: str | None = None,
+    platform: Platform | None = None,
     server: Server | None = None,
     group_sha: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
@@ -71,7 +77,7 @@ def instance_command(
         env["PYTHONPATH"] = ":".join(filter(None, [guard_dir, env.get("PYTHONPATH")]))
         env[OPEN_PATHS_VAR] = " ".join(settings.serve_open_paths)
     env.update(
-        {devices_env or kind_named(spec.kind).devices_env: devices},
+        {(platform or _served_on(spec)).devices_env: devices},
         VLLM_CACHE_ROOT=settings.serve_cache_root,
         HOME=settings.serve_home,
         HF_HOME=settings.models_hf_home,
@@ -84,16 +90,16 @@ def instance_command(
 
 def render_instance(
     settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
-    devices_env: str | None = None, server: Server | None = None,
+    platform: Platform | None = None, server: Server | None = None,
 ) -> tuple[str, str]:  # fmt: skip
     """The unit file of one instance and its SERVEFLEET_UNIT sha (:func:`instance_unit`'s)."""
-    text, sha, _, _ = instance_unit(settings, spec, release, index, devices, devices_env, server)
+    text, sha, _, _ = instance_unit(settings, spec, release, index, devices, platform, server)
     return text, sha
 
 
 def instance_unit(
     settings: Settings, spec: ServeSpec, release: ReleasePlan, index: int, devices: str,
-    devices_env: str | None = None, server: Server | None = None,
+    platform: Platform | None = None, server: Server | None = None,
     group: tuple[str, str] | None = None, guard: tuple[list[str], list[str]] | None = None,
 ) -> tuple[str, str, list[str], dict[str, str]]:  # fmt: skip
     """The unit file of one instance, its SERVEFLEET_UNIT sha, and the command line and
@@ -105,14 +111,15 @@ def instance_unit(
     + release: the release the instance runs from
     + index: the instance (port ``serve_base_port + index``)
     + devices: its devices (``0,1``)
-    + devices_env: the variable that gives them (default: the spec's platform's)
+    + platform: the host's platform, whose variable gives them (default: the first that
+      serves the spec's family, as ``servefleet resolve --format unit`` shows it)
     + server: the spec's server it runs (default: the first)
     + group: a rank of a serving group: (the group's name, its hash)
     + guard: a rank's rendezvous guard: the commands its unit runs as root before it starts and
       after it stops (``ranks.guard_commands``), or None
     """
     name, group_sha = group or (None, None)
-    exec_argv, env = instance_command(settings, spec, release, index, devices, devices_env, server,
+    exec_argv, env = instance_command(settings, spec, release, index, devices, platform, server,
                                       group_sha)  # fmt: skip
     rank = None
     if group is not None:
@@ -130,7 +137,7 @@ def instance_unit(
         port=port,
         devices=devices,
         user=settings.serve_user,
-        device_word=kind_named(spec.kind).device_word,
+        device_word=(platform or _served_on(spec)).device_word,
         # systemd waits this long for the stop before SIGKILL: the drain and 30 s more
         stop_timeout=settings.serve_shutdown_timeout + 30,
         environment_file=API_KEY_FILE if settings.api_key else None,

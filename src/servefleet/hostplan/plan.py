@@ -17,13 +17,14 @@ from servefleet.hostplan.instance_unit import HEADLESS, instance_unit
 from servefleet.hostplan.placement import place_pd
 from servefleet.hostplan.ranks import guard_commands, no_group, place_rank
 from servefleet.hostplan.types import NOLOGIN, HostPlan, Instance, Place
-from servefleet.kinds import Hardware, kind_of
+from servefleet.kinds import Hardware, kind_of, platform_of
 from servefleet.kinds.roles import is_pd, rendezvous_ports
 from servefleet.release.glibc import glibc_refusal, host_glibc
 from servefleet.release.lock import load_lock
 from servefleet.release.plan import plan_release, plan_router_release, unlocked
 from servefleet.release.wheelhouse import Copy, host_copies
 from servefleet.router.plan import host_router, plan_router, worker_url
+from servefleet.settings.across import unread_key
 from servefleet.settings.checks import MAX_PORT
 from servefleet.settings.table import Settings
 from servefleet.spec import Server, ServeSpec
@@ -56,9 +57,12 @@ def plan_host(
     + secret_key: the key the probe was given for the secrets' digests (``probe_args(keyed)``)
     """
     builder, router_host, address = place.builder, place.router_host, place.address
-    platform = kind_of(settings.serve_recipe)
+    family = kind_of(settings.serve_recipe)  # the recipe's; the platform is the hardware's
     spec = spec or resolve_for(settings)
-    hardware = platform.hardware(probe)
+    platform, hardware = platform_of(family, probe)
+    unread = unread_key(settings.given, family, [platform])
+    if unread:  # before any change: a key of another platform than the one the probe found
+        raise DataError(unread)
     refusal = None
     if builder:
         if not platform.compiles:
@@ -72,7 +76,7 @@ def plan_host(
             "compile only", (sku,) * npus, tuple(range(npus)), settings.driver_version
         )
     elif not router_host:
-        refusal = platform.refusal(settings, spec, hardware)
+        refusal = family.refusal(settings, spec, hardware)
         if refusal is None:
             try:
                 spec = resolve_for(settings, hardware.sku)
@@ -110,7 +114,6 @@ def plan_host(
     groups = [] if router_host else platform.groups(settings, spec, hardware)
     fleet = settings.router_fleet
     routed = settings.router_per_host or (fleet and bool(place.fleet_routers))
-    devices_env = platform.devices_env_for(hardware)
     placed: list[tuple[Server | None, str]] = [(None, "main")] * len(groups)
     group = place.group
     if spec.nodes > 1 and group is None and not router_host:
@@ -137,7 +140,7 @@ def plan_host(
         port = settings.serve_base_port + i
         server, role = placed[i]
         guard = guard_commands(group, rendezvous_ports(server.argv)) if group and server else None
-        text, sha, argv, env = instance_unit(settings, spec, release, i, devices, devices_env,
+        text, sha, argv, env = instance_unit(settings, spec, release, i, devices, platform,
                                              server, (group.name, group.sha) if group else None,
                                              guard)  # fmt: skip
         unit = unit_name(i)
@@ -182,6 +185,7 @@ def plan_host(
         settings=settings,
         spec=spec,
         hardware=hardware,
+        platform=platform,
         refusal=refusal,
         driver_needed=driver_needed,
         release=release,

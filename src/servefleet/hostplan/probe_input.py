@@ -30,7 +30,8 @@ from servefleet.base.remote.layout import (
     STATE,
     UNIT_DIR,
 )
-from servefleet.kinds import kind_of
+from servefleet.kinds import kind_of, platforms_of
+from servefleet.platforms import probe_commands
 from servefleet.release.glibc import levels
 from servefleet.release.plan import (
     host_uv_path,
@@ -104,7 +105,9 @@ def probe_args(
             "hf_home": settings.models_hf_home,
             "cache_root": settings.serve_cache_root,
             "user": settings.serve_user,
-            "accelerators": [list(c) for c in kind_of(settings.serve_recipe).probe_commands],
+            "accelerators": [
+                list(c) for c in probe_commands(platforms_of(kind_of(settings.serve_recipe)))
+            ],
             "models": models,
             "paths": watched_paths(settings, *ids),
             "releases": ids,  # checked against what their markers recorded (#36)

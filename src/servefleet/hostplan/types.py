@@ -17,8 +17,9 @@ from typing import Any
 from servefleet.base.remote.layout import API_KEY_FILE, LIB, SECRETS_DIR, STATE
 from servefleet.base.version import VERSION
 from servefleet.hostplan.instance_unit import api_key_file, served_name
-from servefleet.kinds import Hardware, Kind, kind_named
+from servefleet.kinds import Hardware
 from servefleet.kinds.roles import DECODE, is_pd
+from servefleet.platforms.base import Platform
 from servefleet.release.plan import ReleasePlan
 from servefleet.release.wheelhouse import Copy
 from servefleet.router.plan import RouterPlan
@@ -111,6 +112,7 @@ class HostPlan:
     settings: Settings
     spec: ServeSpec
     hardware: Hardware
+    platform: Platform  # the host's hardware platform, as its probe showed it
     refusal: str | None  # why this host must not be touched (wrong SKU, no NPU), or None
     driver_needed: bool
     release: ReleasePlan
@@ -175,11 +177,6 @@ class HostPlan:
     def from_wheelhouse(self, kind: str, name: str) -> Copy | None:
         """The host's wheelhouse copy of what a step needs (the driver version, a model id)."""
         return next((c for c in self.wheelhouse if (c.kind, c.name) == (kind, name)), None)
-
-    @property
-    def platform(self) -> Kind:
-        """What differs by hardware, for this host's recipe."""
-        return kind_named(self.spec.kind)
 
     def digest(self, path: str, data: bytes) -> str:
         """The digest the probe reports for ``path`` holding ``data``: a secret's is its HMAC
@@ -263,7 +260,7 @@ class HostPlan:
             "models": list(self.spec.requirements.models),  # what a compile-only build reads
             "host": s.instance_host,  # where the gate asks: where the servers listen
             "cache_root": s.serve_cache_root,
-            "devices_env": self.platform.devices_env_for(self.hardware),
+            "devices_env": self.platform.devices_env,
             "health_timeout": s.serve_health_timeout,
             "prewarm_timeout": self.platform.first_start_timeout(s),
             "instances": [
@@ -274,7 +271,15 @@ class HostPlan:
             "router": self.router.to_json() if self.router else None,
             "routers": list(self.routers),
             "servefleet": VERSION,  # who converged it (status shows it)
+            **self.compile_only_json(),
         } | ({"group": self.group_json()} if self.group else {})
+
+    def compile_only_json(self) -> dict[str, Any]:
+        """What ``remote/prewarm.py build`` adds to the first instance's unit for a compile-only
+        start, as its platform says it (``Platform.compile_only_env``: name and value, in order,
+        ``{sku}`` for the device model): none for a platform that does not compile."""
+        env = self.platform.compile_only_env if self.platform.compiles else {}
+        return {"compile_only": [[k, v] for k, v in env.items()]} if env else {}
 
     def group_json(self) -> dict[str, Any]:
         """Its serving group as the host's programs read it (the group's name, hash and hosts,

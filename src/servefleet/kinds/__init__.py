@@ -1,18 +1,20 @@
-"""The registry of kinds: one package per recipe family and the hardware that serves it.
+"""The registry of kinds: one package per recipe family (the hardware that serves its recipes
+is a platform's, :mod:`servefleet.platforms`).
 
 + :mod:`~servefleet.kinds.rbln`: RBLN recipe cards (bare JSON or the published page text),
   named ``rbln/<name>`` (``<recipes>/rbln/<name>.json``), served on RBLN NPU hosts
 + :mod:`~servefleet.kinds.vllm`: vLLM's recipes, YAML named ``vllm/<org>/<name>``
   (``<recipes>/vllm/models/<org>/<name>.yaml``) or the recipes site's JSON form by path, served
-  on GPU hosts
+  on GPU hosts (NVIDIA, AMD)
 
 The registry: :func:`detect` (the kind of a file, from its content), :func:`find` (a path or a
 qualified name -> its kind and file), :func:`list_recipes` (every qualified name),
 :func:`kind_named` (a spec's kind) and :func:`kind_of` (the kind of the recipe data names).
 :func:`register` adds a kind from outside this package (a platform of its own, a test's), and
 :func:`unregister` takes it out again; :func:`default_kind` is the one whose defaults a host
-takes when its data names no recipe; :func:`deploy_env` the variables the kinds' units set
-themselves.
+takes when its data names no recipe; :func:`deploy_env` the variables the platforms' units set
+themselves; :func:`platform_of` a host's platform and devices, from its recipe and its probe;
+:func:`family_keys` the data keys each family reads of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from servefleet import platforms
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import RECIPES_DIR
 from servefleet.kinds.base import Hardware, Kind, Wants
@@ -27,6 +30,7 @@ from servefleet.kinds.loader import read_recipe_text
 from servefleet.kinds.rbln.card import Card, load_card
 from servefleet.kinds.rbln.kind import KIND as RBLN
 from servefleet.kinds.vllm.kind import KIND as VLLM
+from servefleet.platforms.base import Platform
 
 # In the order files are tried: a card first, then the registered kinds, then a vLLM recipe
 # (YAML or the site's JSON: the last, it takes any file its loader can read). The first is the
@@ -50,6 +54,9 @@ __all__ = [
     "load_rbln",
     "default_kind",
     "deploy_env",
+    "family_keys",
+    "platform_of",
+    "platforms_of",
     "register",
     "unregister",
 ]
@@ -91,10 +98,36 @@ def default_kind() -> Kind:
 
 
 def deploy_env() -> dict[str, str]:
-    """The variables a registered kind's units set themselves (``Kind.deploy_env``) -> what
-    decides them: a host's ``serve_extra_env`` sets none of them, whatever its platform, as
-    before the kinds named them."""
-    return {name: what for kind in KINDS for name, what in kind.deploy_env.items()}
+    """The variables a registered platform's units set themselves (``Platform.deploy_env``) ->
+    what decides them: a host's ``serve_extra_env`` sets none of them, whatever its platform."""
+    return platforms.deploy_env()
+
+
+def platforms_of(kind: Kind) -> list[Platform]:
+    """The platforms that serve a family's recipes, in the order the probe tries them.
+
+    + kind: the recipe family
+    """
+    return platforms.serving(kind.kind, kind.platforms)
+
+
+def platform_of(kind: Kind, probe: dict[str, object]) -> tuple[Platform, Hardware]:
+    """A host's platform and its devices: among those that serve the family's recipes, the one
+    whose devices the host's probe shows (:func:`servefleet.platforms.detect`).
+
+    + kind: the family of the host's recipe
+    + probe: the output of the probe on the host
+    """
+    return platforms.detect(platforms_of(kind), probe)
+
+
+def family_keys() -> dict[str, list[Kind]]:
+    """Every data key a registered family reads of its own -> the families that read it."""
+    out: dict[str, list[Kind]] = {}
+    for kind in KINDS:
+        for key in sorted(kind.keys):
+            out.setdefault(key, []).append(kind)
+    return out
 
 
 def detect(path: Path) -> Kind:
@@ -185,7 +218,7 @@ def load_rbln(name_or_path: str, recipes_dir: Path | None = None) -> Card:
     + name_or_path: ``rbln/<name>`` or a file path
     + recipes_dir: the recipes directory (default: the shipped recipes)
     """
-    kind, path = find_recipe(name_or_path, recipes_dir)
-    if kind != "rbln":
-        raise RecipeError(f"{name_or_path}: not an RBLN recipe card (it is a {kind} recipe)")
+    kind, path = find(name_or_path, recipes_dir)
+    if kind is not RBLN:
+        raise RecipeError(f"{name_or_path}: not an RBLN recipe card (it is a {kind.kind} recipe)")
     return load_card(path, name=name_or_path)

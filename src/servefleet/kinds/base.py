@@ -1,17 +1,15 @@
-"""The Kind interface: everything that differs by recipe family and hardware, behind one seam.
+"""The Kind interface: what differs by recipe family, behind one seam.
 
-A kind (:mod:`servefleet.kinds.rbln`: RBLN cards on NPU hosts; :mod:`servefleet.kinds.vllm`:
-vLLM's recipes on GPU hosts) owns its recipes (recognising, naming, showing and resolving them)
-and its hosts: how its devices are found in the host probe and checked against the recipe,
-whether and how a driver is installed, the top package of a release and the pins it needs, the
-device-selection variable of the units (and the other variables they set themselves), how
-servers are grouped on devices, and how long a first start may take (RBLN compiles; GPU servers
-load). The host plan, units, health gate, releases, rollback and rollouts are shared and ask the
-spec's kind. A new platform is one package here
-plus data: its defaults (data key -> value, shipped in its package), the ``servefleet resolve``
-options it takes (:class:`ResolveOption`), the commands the host probe runs for its devices and
-how to read their output, and its driver change (:class:`DriverPlan`, which the driver step
-turns into operations), registered with :func:`servefleet.kinds.register`.
+A kind (:mod:`servefleet.kinds.rbln`: RBLN cards; :mod:`servefleet.kinds.vllm`: vLLM's recipes)
+owns its recipes: recognising, naming, showing and resolving them, the ``servefleet resolve``
+options it takes (:class:`ResolveOption`), its data keys and their defaults (shipped in its
+package), how the devices a host has are checked against a recipe, and the extras a selection
+needs of the release's top package. What differs by the hardware that serves them (the probe's
+device commands, the devices variable, the driver, the pins and top package, the flag table,
+compile and pre-warm, the first start's timeout) is the platform's
+(:mod:`servefleet.platforms`): a kind names the platforms its recipes are served on
+(:attr:`Kind.platforms`), and a host's platform is decided from its probe. A new recipe family is
+one package here plus data, registered with :func:`servefleet.kinds.register`.
 
 A kind reads the deploy's settings through :class:`Wants` (the attributes it uses), so it never
 imports the settings layer above it. Pure: no pyinfra import.
@@ -23,11 +21,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from servefleet import platforms
 from servefleet.base.errors import RecipeError
 from servefleet.base.remote import layout
 from servefleet.base.shipped import RECIPES_DIR
+from servefleet.platforms.base import Hardware, Wants
 from servefleet.spec import ServeSpec
 
 # A Hugging Face model id as every recipe names one and the host's fetcher takes it: ORG/NAME of
@@ -91,56 +91,6 @@ def draft_model(config: Any, paths: bool = False) -> str | None:
     return str(draft)
 
 
-class Wants(Protocol):
-    """What a kind reads of a host's validated settings (:class:`servefleet.settings.table.Settings`).
-
-    + serve_*: the selection; sdk_pins: name -> version; the timeouts and instance count
-    + driver_*: the driver a host needs and where its installer comes from; serve_root
-    """
-
-    @property
-    def serve_recipe(self) -> str: ...
-    @property
-    def serve_strategy(self) -> str | None: ...
-    @property
-    def serve_target(self) -> str: ...
-    @property
-    def serve_selection(self) -> dict[str, str]: ...
-    @property
-    def serve_recommended(self) -> bool: ...
-    @property
-    def serve_hardware(self) -> str | None: ...
-    @property
-    def serve_variant(self) -> str | None: ...
-    @property
-    def serve_features(self) -> dict[str, str]: ...
-    @property
-    def serve_instances(self) -> int | None: ...
-    @property
-    def serve_nodes(self) -> int | None: ...
-    @property
-    def serve_prewarm_timeout(self) -> int: ...
-    @property
-    def serve_load_timeout(self) -> int: ...
-    @property
-    def driver_version(self) -> str: ...
-    @property
-    def driver_runfile_url(self) -> str | None: ...
-    @property
-    def driver_sha256(self) -> dict[str, str]: ...
-    @property
-    def driver_installer_args(self) -> tuple[str, ...]: ...
-    @property
-    def driver_apt_packages(self) -> tuple[str, ...]: ...
-    @property
-    def driver_apt_repo(self) -> dict[str, str] | None: ...
-    @property
-    def serve_root(self) -> str: ...
-    @property
-    def sdk_pins(self) -> dict[str, str]: ...
-    def owner_of(self, package: str) -> Any: ...
-
-
 @dataclass(frozen=True)
 class ResolveOption:
     """One option of ``servefleet resolve`` that a kind takes (the CLI builds its click option
@@ -164,75 +114,8 @@ class ResolveOption:
     is_flag: bool = False
 
 
-@dataclass(frozen=True)
-class DriverFile:
-    """The installer a driver change runs: fetched (or taken from the wheelhouse) and checked
-    against its sha256 before anything runs it.
-
-    + what: how the operations name it (``runfile``)
-    + url: where it is fetched from
-    + sha256: what it must be
-    + dest: where the host keeps it
-    """
-
-    what: str
-    url: str
-    sha256: str
-    dest: str
-
-
-@dataclass(frozen=True)
-class DriverPlan:
-    """A host's driver change, as its kind plans it (pure data): the driver step
-    (:mod:`servefleet.entry.steps.driver`) turns it into operations, in this order: the apt
-    source and the packages it needs, its installer fetched and checked, this host's servers
-    stopped, the install run (a failure shows the tail of its log and brings those servers
-    back), the version checked, and the servers of the last good state back through the health
-    gate.
-
-    + version: the driver version it installs
-    + install: the install command (argv)
-    + log: the file the install's output goes to
-    + check: the command whose JSON output names the installed version (argv), and the key it
-      names it under
-    + apt_packages: the packages it needs, None for no apt step
-    + apt_repo: an apt source for them (``{"src": ..., "key": ...}``), or None
-    + installer: the file it runs, or None when there is nothing to fetch
-    """
-
-    version: str
-    install: tuple[str, ...]
-    log: str
-    check: tuple[tuple[str, ...], str]
-    apt_packages: tuple[str, ...] | None = None
-    apt_repo: Mapping[str, str] | None = None
-    installer: DriverFile | None = None
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """A host's accelerators, as its platform read them from the probe.
-
-    + source: what told (``rbln-smi``, ``lspci``, ``nvidia-smi``, ``amd-smi``, ``compile only``)
-    + skus: one model name per device (``RBLN-CR13``, ``NVIDIA H200``)
-    + devices: device indexes (the values of the devices variable)
-    + driver_version: the driver's version, None when there is no driver
-    + memory_mib: each device's memory (GPUs), empty when not known
-    """
-
-    source: str
-    skus: tuple[str, ...]
-    devices: tuple[int, ...]
-    driver_version: str | None
-    memory_mib: tuple[int, ...] = ()
-
-    @property
-    def sku(self) -> str | None:
-        return self.skus[0] if len(set(self.skus)) == 1 else None
-
-
 class Kind:
-    """The interface each kind implements (one instance, ``KIND``).
+    """The interface each recipe family implements (one instance, ``KIND``).
 
     Recipes:
     + kind: the first part of its qualified names (``rbln/...``, ``vllm/...``) and the spec's kind
@@ -241,33 +124,33 @@ class Kind:
     + options: the ``servefleet resolve`` options it takes (:class:`ResolveOption`)
 
     Hosts:
-    + name: the name of its hosts' platform (``rbln``, ``gpu``; a release's stack name)
-    + defaults: data key -> this kind's default, shipped in its package (``defaults.py``): over
-      the key table's platform-neutral ones, for a host whose data does not set the key (the
-      first kind's are every host's when its data names no recipe)
-    + flag_table: the ``vllm serve`` flag table its servers parse with
-      (:func:`servefleet.base.flags.table`)
+    + platforms: the hardware platforms that serve its recipes (``servefleet.platforms``), in
+      the order the probe tries them: a host's is the one whose devices its probe shows, and
+      the first is the one ``servefleet resolve`` renders a unit for
+    + defaults: data key -> this family's default, shipped in its package (``defaults.py``):
+      over the key table's platform-neutral ones, for a host whose data does not set the key
+      (the first kind's are every host's when its data names no recipe); they hold its
+      platforms' defaults too (their pins and indexes, the RBLN driver's)
+    + keys: the data keys it reads of its own (its selection's), refused on a host of another
+      family
     """
 
     kind = ""
     label = ""
     title = ""
     options: tuple[ResolveOption, ...] = ()
-    name = ""
+    platforms: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = {}
-    flag_table = "upstream"
-    # what the host probe runs to find the devices: (name, argv, "json" or "lines", unless),
-    # each output under its name for :meth:`hardware`; skipped when ``unless`` found something
-    probe_commands: tuple[tuple[str, tuple[str, ...], str, str | None], ...] = ()
-    devices_env = ""  # the unit variable that gives a server its devices
-    # the variables its units set themselves (its devices, a compile-only start) -> what decides
-    # them: never a variable of serve_extra_env (:func:`servefleet.kinds.deploy_env`)
-    deploy_env: Mapping[str, str] = {}
-    device_word = "devices"  # how units and messages name them
-    # "runfile" (servefleet installs it: :meth:`driver_plan`) or "check" (it must be there);
-    # the lock records a driver_runfile_url of a kind that has one
-    driver_step = ""
-    compiles = False  # first starts compile a cache worth pre-warming (fingerprint)
+    keys: frozenset[str] = frozenset()
+
+    @property
+    def driver_step(self) -> str:
+        """``runfile`` when one of its platforms installs its driver (the lock then records a
+        ``driver_runfile_url``), else ``check``: what ``fleet/lockfleet.py`` still asks of
+        the recipe's kind."""
+        served_on = platforms.serving(self.kind, self.platforms)
+        runfile = any(p.driver_step == "runfile" for p in served_on)
+        return "runfile" if runfile else "check"
 
     # -- recipes
 
@@ -310,39 +193,14 @@ class Kind:
 
     # -- hosts
 
-    def devices_env_for(self, hardware: Hardware) -> str:
-        """The unit variable that gives a server its devices on this host."""
-        return self.devices_env
-
     def resolve_data(self, settings: Wants, sku: str | None = None) -> ServeSpec:
         """The serving spec the data selects (for the host's device model, once known)."""
         raise NotImplementedError
 
-    def hardware(self, probe: dict[str, Any]) -> Hardware:
-        """The host's devices, from the probe's output."""
-        raise NotImplementedError
-
     def refusal(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> str | None:
-        """Why this host must not serve the spec (one line), or None."""
+        """Why this host must not serve the spec (one line), or None: its devices (as its
+        platform read them) against what the recipe needs."""
         raise NotImplementedError
-
-    def driver_needed(self, settings: Wants, hardware: Hardware) -> bool:
-        """Whether this host's driver must change (servefleet installs it)."""
-        return False
-
-    def driver_problem(self, settings: Wants) -> str | None:
-        """What the data lacks to install the driver (one line naming the key), or None;
-        asked before any change, of a host whose driver is needed."""
-        return None
-
-    def driver_plan(self, settings: Wants, kernel: str) -> DriverPlan | None:
-        """The driver change of a host whose driver is needed, or None: this kind installs
-        none (its driver must be there).
-
-        + settings: the host's validated data
-        + kernel: the host's kernel release (``uname -r``)
-        """
-        return None
 
     def release_extras(self, spec: ServeSpec) -> list[str]:
         """The extras of the release's top package the selection needs (each brings the
@@ -356,28 +214,3 @@ class Kind:
         + options: the keywords of :attr:`options` and their values
         + data: every data key, the defaults
         """
-
-    def required_pins(self) -> tuple[str, ...]:
-        """Distributions the data must pin for this platform."""
-        raise NotImplementedError
-
-    def top_requirement(self, settings: Wants, spec: ServeSpec) -> tuple[str, str]:
-        """The release's top requirement (``vllm-rbln[kv-connectors]==0.12.0``) and its name."""
-        raise NotImplementedError
-
-    def imports(self, spec: ServeSpec) -> list[str]:
-        """Modules that must import in the release before it counts as installed."""
-        return list(spec.requirements.imports)
-
-    def groups(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> list[str]:
-        """The devices of each server on the host (``0,1``), one entry per instance."""
-        per = spec.servers[0].npus
-        devices = hardware.devices
-        groups = [devices[i : i + per] for i in range(0, len(devices) - per + 1, per)]
-        if settings.serve_instances is not None:
-            groups = groups[: settings.serve_instances]
-        return [",".join(str(d) for d in g) for g in groups]
-
-    def first_start_timeout(self, settings: Wants) -> int:
-        """Seconds a start that compiles or loads from scratch may take to pass the gate."""
-        raise NotImplementedError

@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from servefleet.base.errors import DataError, ServefleetError
 from servefleet.base.remote.layout import RELEASE_MARKER as MARKER, RELEASES
-from servefleet.kinds import kind_named
+from servefleet.kinds import kind_named, platforms_of
 from servefleet.release.glibc import choose, owners
 from servefleet.release.lock import Lock, file_differences, load_lock
 from servefleet.release.pylock import files_of, packages
@@ -332,8 +332,10 @@ def plan_release(
       it takes (:func:`servefleet.release.glibc.choose`; None: no host known, the highest glibc's)
     """
     req = spec.requirements
-    platform = kind_named(spec.kind)
-    extras = platform.release_extras(spec)  # of the top package (RBLN: vllm-rbln's)
+    family = kind_named(spec.kind)
+    # the family's platforms install one release: its first's (NVIDIA and AMD: upstream vllm)
+    platform = platforms_of(family)[0]
+    extras = family.release_extras(spec)  # of the top package (RBLN: vllm-rbln's)
     skipped = {
         pkg
         for extra, pkgs in settings.sdk_extra_packages.items()
@@ -348,7 +350,7 @@ def plan_release(
         if name not in skipped and chosen[name] == index
     ]
     owned = {d.name for d in downloads} | skipped
-    first, top_name = platform.top_requirement(settings, spec)
+    first, top_name = platform.top_requirement(settings, extras)
     top = [first] if top_name not in owned else []
     for package in (canonical_name(p) for p in req.packages):
         if package not in settings.sdk_pins:
@@ -373,7 +375,7 @@ def plan_release(
         "imports": platform.imports(spec),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
-    name = [platform.name, *extras, *map(canonical_name, req.packages)]
+    name = [platform.stack, *extras, *map(canonical_name, req.packages)]
     several = [p for p, found in owners(settings.pip_indexes).items() if len(found) > 1]
     if several:  # one stack for each choice of owners: named by the highest glibc it chose
         need = max((chosen[p].glibc or "0" for p in several), key=Version)

@@ -7,13 +7,15 @@ root, and the serve user's trees apart from root's. Pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from servefleet import platforms
 from servefleet.base import flags
 from servefleet.base.errors import DataError, RecipeError
 from servefleet.base.remote.layout import RUNFILE_DIR, SECRETS_DIR
-from servefleet.kinds import deploy_env, kind_of
+from servefleet.kinds import Kind, deploy_env, family_keys, kind_of, platforms_of
+from servefleet.platforms.base import Platform
 from servefleet.settings.check_paths import serve_file
 from servefleet.settings.check_words import API_KEY, API_KEY_ALLOWED
 
@@ -22,9 +24,12 @@ def kind_pinned(pins: dict[str, str], recipe: Any) -> None:
     """The recipe's kind needs its packages pinned (RBLN: rebel-compiler and vllm-rbln; GPU:
     vllm). A recipe that is not a name of one is left to serve_recipe's own check."""
     try:
-        required = kind_of(recipe).required_pins() if isinstance(recipe, str) else ()
+        family = kind_of(recipe) if isinstance(recipe, str) else None
     except RecipeError:
         return
+    required: tuple[str, ...] = ()
+    for platform in platforms_of(family) if family else ():
+        required += tuple(p for p in platform.required_pins() if p not in required)
     for name in required:
         if name not in pins:
             raise DataError(
@@ -101,7 +106,7 @@ def _extras_known(values: dict[str, Any], environ: Mapping[str, str]) -> None:
     """serve_extra_args, serve_extra_env and serve_override_args against the flag table of the
     recipe's platform (whether the recipe sets them already is known once it is resolved)."""
     try:
-        table = flags.table(kind_of(values["serve_recipe"]).flag_table)
+        table = flags.table(platforms_of(kind_of(values["serve_recipe"]))[0].flag_table)
     except RecipeError:  # serve_recipe's own error, where the recipe is resolved
         return
     flags.extra_units("serve_extra_args", values["serve_extra_args"], table)
@@ -189,3 +194,57 @@ ACROSS: dict[str, Callable[[dict[str, Any], Mapping[str, str]], None]] = {
     "creds_api_key_env": _api_key,
     "serve_override_args": _extras_known,
 }
+
+
+# Keys a platform reads that a mixed fleet names once for every host (its group_data/all.py:
+# where the RBLN driver's runfiles and their apt source are, as the lab's group data does):
+# accepted on any host, read only where a platform installs a runfile
+FLEET_WIDE = frozenset({"driver_runfile_url", "driver_sha256", "driver_apt_repo"})
+
+
+def unread_key(given: Iterable[str], family: Kind, hosts: list[Platform]) -> str | None:
+    """The first key the data sets (not a default) that a recipe family or a platform reads of
+    its own but no seam of this host does, as one line naming the key, who reads it and what
+    this host is; None when there is none.
+
+    + given: the keys the host's data sets
+    + family: the family of the host's recipe
+    + hosts: the platforms the host may be (before its probe: every platform of its family;
+      after: the one its probe showed)
+    """
+    by_family, by_platform = family_keys(), platforms.keys_read()
+    for key in sorted(k for k in given if isinstance(k, str) and k not in FLEET_WIDE):
+        readers = by_family.get(key, [])
+        if readers and family not in readers:
+            names = " or ".join(k.kind for k in readers)
+            return (
+                f"{key}: read by the {names} recipe family only; this host's recipe family is "
+                f"{family.kind}; allowed: unset on this host, or a serve_recipe of the {names} "
+                "family"
+            )
+        served = by_platform.get(key, [])
+        if served and not any(p in served for p in hosts):
+            names = " or ".join(p.name for p in served)
+            this = " or ".join(p.name for p in hosts)
+            return (
+                f"{key}: read by the {names} platform only; this host's platform is {this}; "
+                "allowed: unset on this host"
+            )
+    return None
+
+
+def keys_read_here(given: Iterable[str] | None, recipe: Any) -> None:
+    """Every key the data sets is read by the family of its recipe or one of that family's
+    platforms (:func:`unread_key`); DataError names the first that is not. A recipe that is not
+    a name of one is left to serve_recipe's own check.
+
+    + given: the keys the host's data sets (None: not known, nothing checked)
+    + recipe: serve_recipe
+    """
+    try:
+        family = kind_of(recipe) if isinstance(recipe, str) and given is not None else None
+    except RecipeError:
+        return
+    problem = unread_key(given or (), family, platforms_of(family)) if family else None
+    if problem:
+        raise DataError(problem)

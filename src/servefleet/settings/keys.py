@@ -33,6 +33,7 @@ __all__ = [
     "defaults_of",
     "docs_of",
     "key",
+    "changed",
     "keys_of",
     "validated",
 ]
@@ -163,7 +164,8 @@ def validated(
         return copy.deepcopy(kind_defaults.get(key, defaults[key]))
 
     values: dict[str, Any] = {}
-    for key, check in _checks(table, net.trusted_of(read("pip_trusted_hosts"))).items():
+    checks = _checks(table, net.trusted_of(read("pip_trusted_hosts")))
+    for key, check in checks.items():
         try:
             values[key] = check(read(key))
         except c.Refused as e:
@@ -173,4 +175,31 @@ def validated(
         if key in across.ACROSS:
             across.ACROSS[key](values, environ)
     across.trees_apart(values, defaults)
+    if have is not None:  # a key set to other than its default: read by a seam of this host
+        across.keys_read_here(changed(table, defaults, values, have), values["serve_recipe"])
     return values
+
+
+def changed(
+    table: type[Any], defaults: Mapping[str, Any], values: Mapping[str, Any], have: Iterable[str]
+) -> frozenset[str]:
+    """The keys of ``have`` the data sets to other than their default (its recipe's kind's,
+    else ``defaults``'), as checked values: what a seam of the host must read.
+
+    + table: the key table
+    + defaults: every key's default when the data names no recipe
+    + values: the host's checked values (:func:`validated`)
+    + have: every data key the host has
+    """
+    checks = _checks(table, net.trusted_of(list(values["pip_trusted_hosts"])))
+    kind_defaults = _kind_defaults(values["serve_recipe"])
+    out = set()
+    for key in have:
+        if key in checks:
+            default = copy.deepcopy(kind_defaults.get(key, defaults[key]))
+            try:
+                if values[key] != checks[key](default):
+                    out.add(key)
+            except c.Refused:  # pragma: no cover - every default passes its check
+                out.add(key)
+    return frozenset(out)

@@ -48,6 +48,7 @@ from servefleet.settings.keys import (
     KIND,
     PREFIXES,
     Trusted,
+    changed,
     defaults_of,
     docs_of,
     key,
@@ -501,6 +502,9 @@ class Settings:
     hf_token: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     router_admin_key: str | None = field(default=None, repr=False)
+    # the keys the host's data sets (not its defaults): a platform decided by the probe checks
+    # them again (:func:`servefleet.settings.across.unread_key`)
+    given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def owner_of(self, package: str) -> Index | None:
         """The index that owns ``package``, or None for the public index."""
@@ -560,6 +564,7 @@ def settings_from(
       as inside the deploys (None: ``get`` answers for every key)
     """
     environ = os.environ if environ is None else environ
+    keys = None if keys is None else list(keys)
     values = validated(Settings, DEFAULTS, get, environ, keys)
 
     def secret(key: str) -> str | None:
@@ -572,6 +577,7 @@ def settings_from(
         hf_token=secret("creds_hf_token_env"),
         api_key=secret("creds_api_key_env"),
         router_admin_key=secret("creds_router_admin_key_env"),
+        given=frozenset() if keys is None else changed(Settings, DEFAULTS, values, keys),
     )
 
 

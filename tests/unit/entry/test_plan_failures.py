@@ -33,7 +33,7 @@ from servefleet.fleet.fleetview import (
 )
 from servefleet.fleet.statusview import status_problems, status_table
 from servefleet.hostplan.plan import plan_host
-from servefleet.kinds.rbln.kind import KIND as RBLN
+from servefleet.platforms.rbln import PLATFORM as RBLN
 from servefleet.settings.table import load_defaults, settings_from
 
 DEPLOYS = REPO / "deploys"
@@ -71,14 +71,14 @@ ODD_SMI = "rbln-smi -j: unexpected output"
 def controller(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key, value in CREDS.items():
         monkeypatch.setenv(key, value)
-    real = RBLN.hardware
+    real = RBLN.read
 
     def parser_with_a_bug(probe: dict[str, Any]) -> Any:
         if probe.get("kernel") == "parser-bug":  # odd output reaching a bug in a parser
             return probe["smi"]["devices"][None]  # TypeError, as a real slip would raise
         return real(probe)
 
-    monkeypatch.setattr(RBLN, "hardware", parser_with_a_bug)
+    monkeypatch.setattr(RBLN, "read", parser_with_a_bug)
     yield
 
 
@@ -134,9 +134,9 @@ def test_a_host_whose_plan_fails_fails_alone_in_one_line() -> None:
     )
     bug = failure_line(state, "bug")
     assert bug.startswith(
-        "servefleet: @fake/bug: unexpected TypeError at servefleet/hostplan/plan.py:"
+        "servefleet: @fake/bug: unexpected TypeError at servefleet/platforms/__init__.py:"
     ), bug
-    assert "in plan_host (a bug in servefleet; please report it): " in bug
+    assert "in detect (a bug in servefleet; please report it): " in bug
     assert "Traceback" not in bug
 
 
@@ -170,7 +170,9 @@ def test_plan_and_status_report_a_failed_host_per_host(
     assert refusals["@fake/good"] is None
     assert refusals["@fake/odd-smi"].startswith(ODD_SMI)
     assert refusals["@fake/garbled"].startswith("host probe: unexpected output")
-    assert refusals["@fake/bug"].startswith("unexpected TypeError at servefleet/hostplan/plan.py:")
+    assert refusals["@fake/bug"].startswith(
+        "unexpected TypeError at servefleet/platforms/__init__.py:"
+    )
     if kind == "plan":
         text = plan_table(fleet_plan(found))
         for host in ("odd-smi", "garbled", "bug"):

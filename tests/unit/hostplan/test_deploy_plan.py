@@ -19,7 +19,7 @@ from servefleet.hostplan.extras import resolve_for
 from servefleet.hostplan.instance_unit import GUARD_ARGS
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.probe_input import watched_paths
-from servefleet.kinds.rbln.kind import hardware_from_probe
+from servefleet.platforms.rbln import hardware_from_probe
 from servefleet.release.plan import plan_release
 from servefleet.settings.table import load_defaults, settings_from
 

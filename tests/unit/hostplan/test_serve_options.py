@@ -57,7 +57,7 @@ def served(p: HostPlan, index: int = 0) -> tuple[argparse.Namespace, list[str], 
     serve of the host's platform (exit 2 on anything the real parser refuses)."""
     argv, env = parse_unit(p.instances[index].text)
     assert argv[1] == "serve"
-    platform = "upstream" if p.platform.name == "gpu" else "rbln"
+    platform = p.platform.flag_table
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:

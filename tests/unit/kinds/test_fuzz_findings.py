@@ -21,12 +21,13 @@ from click.testing import CliRunner
 from servefleet.base.errors import RecipeError, ServefleetError
 from servefleet.base.shipped import FILES
 from servefleet.entry.cli import main
-from servefleet.kinds import find
+from servefleet.kinds import find, platforms_of
 from servefleet.kinds.loader import load_json, load_yaml
 from servefleet.kinds.rbln.card_checks import card_from_dict
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import describe_vllm, load_vllm_recipe, resolve_vllm
 from servefleet.kinds.vllm.kind import KIND as VLLM
+from servefleet.platforms import detect
 
 CARD = json.loads((FILES / "recipes" / "rbln" / "gpt-oss-120b.json").read_text())
 VLLM_ROOT = FILES / "recipes" / "vllm"
@@ -209,7 +210,7 @@ def test_a_local_model_directory_is_still_a_model(vllm_recipe: Any) -> None:
 
 def test_amd_smi_output_nested_too_deep_reads_no_gpu() -> None:
     # json.loads raised RecursionError out of the probe parser
-    hw = VLLM.hardware({"gpus": [], "amd": ["[" * 100000 + "]" * 100000]})
+    hw = detect(platforms_of(VLLM), {"gpus": [], "amd": ["[" * 100000 + "]" * 100000]})[1]
     assert hw.devices == ()
 
 

@@ -1,8 +1,9 @@
-"""#33: the platform seam. Everything that differs by platform sits behind the kind's interface
-(``servefleet.kinds.base.Kind``), so a platform is one kind package plus data: a test-only kind
-(``tests/testkind``, a platform no file under ``src/`` names) is registered here, and resolves
-(through ``servefleet resolve`` with its own option), plans, renders and runs its own driver
-step through the real ``pyinfra`` CLI on the ``@local`` connector, with its own defaults."""
+"""#33, #47: the recipe family seam and the platform seam. A test-only family and its platform
+(``tests/testkind``: ``Testkind`` behind ``servefleet.kinds.base.Kind``, ``Testbox`` behind
+``servefleet.platforms.base.Platform``; no file under ``src/`` names them) are registered here,
+and resolve (through ``servefleet resolve`` with the family's option), plan, render and run the
+platform's own driver step through the real ``pyinfra`` CLI on the ``@local`` connector, with
+the family's own defaults."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from servefleet.settings.table import DEFAULTS, KIND, Settings, settings_from
 
 TESTS = REPO / "tests"
 sys.path.insert(0, str(TESTS))
-from testkind import RECIPE, Testkind  # noqa: E402  (tests/ is not a package)
+from testkind import RECIPE, Testbox, Testkind, register_both, unregister_both  # noqa: E402
 
 PYINFRA = Path(sys.executable).parent / "pyinfra"
 
@@ -47,12 +48,23 @@ def state(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def kind(state: Path) -> Iterator[Testkind]:
-    """The test kind, registered for the test only."""
-    made = Testkind(str(state))
-    register(made)
+def both(state: Path) -> Iterator[tuple[Testkind, Testbox]]:
+    """The test family and its platform, registered for the test only."""
+    made = register_both(str(state))
     yield made
-    unregister(made)
+    unregister_both(*made)
+
+
+@pytest.fixture
+def kind(both: tuple[Testkind, Testbox]) -> Testkind:
+    """The test family (registered with its platform)."""
+    return both[0]
+
+
+@pytest.fixture
+def platform(both: tuple[Testkind, Testbox]) -> Testbox:
+    """The test platform (registered with its family)."""
+    return both[1]
 
 
 def data_of(tmp_path: Path) -> dict[str, Any]:
@@ -126,8 +138,8 @@ def test_register_refuses_a_taken_name_or_option_and_keeps_the_built_in_kinds(
     kind: Testkind, state: Path
 ) -> None:
     with pytest.raises(RecipeError, match="kind 'testkind' cannot be registered: the name is"):
-        register(Testkind(str(state)))
-    other = Testkind(str(state))
+        register(Testkind())
+    other = Testkind()
     other.kind = "otherkind"
     with pytest.raises(RecipeError, match="option --lanes is testkind's"):
         register(other)
@@ -137,24 +149,25 @@ def test_register_refuses_a_taken_name_or_option_and_keeps_the_built_in_kinds(
 
 
 def test_its_probe_commands_run_in_the_host_probe_and_it_reads_their_output(
-    kind: Testkind, state: Path, tmp_path: Path
+    kind: Testkind, platform: Testbox, state: Path, tmp_path: Path
 ) -> None:
-    """The probe input carries the kind's device commands; the host program runs them as it
-    runs RBLN's and the GPUs' (``remote/probe.py``'s ``accelerators``), and the kind reads what
-    they printed."""
+    """The probe input carries the platform's device commands; the host program runs them as it
+    runs RBLN's and the GPUs' (``remote/probe.py``'s ``accelerators``), and the platform reads
+    what they printed."""
     args = json.loads(
         probe_args(settings_of(tmp_path), kind.resolve_data(settings_of(tmp_path)), False)
     )
     commands = args["accelerators"]
     assert commands == [
-        [n, list(argv), form, unless] for n, argv, form, unless in kind.probe_commands
+        [n, list(argv), form, unless] for n, argv, form, unless in platform.probe_commands
     ]
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import probe; out = {}; "
             "probe.accelerators(out, json.loads(sys.argv[2])); print(json.dumps(out))")  # fmt: skip
     run = [sys.executable, "-c", code, str(REMOTE), json.dumps(commands)]
     out = json.loads(subprocess.run(run, capture_output=True, text=True, check=True).stdout)
     assert out == {"boxes": ["0 TB-1", "1 TB-1"], "box_driver": None}
-    hardware = kind.hardware(out)
+    hardware = platform.read(out)
+    assert hardware is not None
     assert (hardware.skus, hardware.devices, hardware.driver_version) == (
         ("TB-1",) * 2,
         (0, 1),
@@ -162,7 +175,7 @@ def test_its_probe_commands_run_in_the_host_probe_and_it_reads_their_output(
     )
     (state / "driver.json").write_text('{"version": "1.0"}')
     out = json.loads(subprocess.run(run, capture_output=True, text=True, check=True).stdout)
-    assert kind.hardware(out).driver_version == "1.0"
+    assert (read := platform.read(out)) is not None and read.driver_version == "1.0"
 
 
 def test_it_plans_and_renders_from_its_own_defaults(kind: Testkind, tmp_path: Path) -> None:
@@ -197,9 +210,8 @@ def _deploy(
     (tmp_path / "deploy.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(TESTS)!r})\n"
-        "from testkind import Testkind\n"
-        "from servefleet.kinds import register\n"
-        f"register(Testkind({str(state)!r}, writes={writes!r}))\n"
+        "from testkind import register_both\n"
+        f"register_both({str(state)!r}, writes={writes!r})\n"
         "from servefleet.entry.deploys import driver, host_plan\n"
         "driver(plan=host_plan())\n"
     )

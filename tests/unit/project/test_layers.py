@@ -121,6 +121,38 @@ def test_host_programs_import_no_controller_module() -> None:
             assert all(t.startswith("servefleet.base.remote") for t in targets), (module, targets)
 
 
+# The built-in hardware platforms' names (``servefleet.platforms``): only that package compares a
+# string to one. Everywhere else a platform is an object asked through its interface, so a new
+# platform is one module there plus data (#47). ``rbln`` is also the RBLN recipe family's name:
+# a family is compared as the object it is, never by that string either.
+PLATFORM_NAMES = {"rbln", "gpu", "nvidia", "amd"}
+# the lab's simulator stands in for the hardware and its vendor's software on a lab host (the
+# fake vllm-rbln): it is not the product, and #47 moves it out of the package
+NOT_THE_PRODUCT = ("fleet/lab/simulator/",)
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string constants a comparison operand is, or holds (a tuple, list or set of them)."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_no_module_outside_the_platforms_compares_a_string_to_a_platform_name() -> None:
+    found = []
+    for module, path in sorted(modules().items()):
+        rel = path.relative_to(SRC).as_posix()
+        if module.startswith("servefleet.platforms") or rel.startswith(NOT_THE_PRODUCT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
+            if isinstance(node, ast.MatchValue):
+                operands = [node.value]
+            named = [s for n in operands for s in _strings(n) if s.lower() in PLATFORM_NAMES]
+            line = getattr(node, "lineno", 0)
+            found += [f"{rel}:{line}: compares {s!r}" for s in named]
+    assert found == []
+
+
 def tree_of(layer: str) -> list[str]:
     """What sits in a layer, as docs/design.md's table names it: the layer package's modules and
     packages (``release/lock.py``, ``kinds/rbln/``), the packages PLACED in it (``steps/``) and

@@ -312,6 +312,9 @@ def test_plan_marks_only_the_seed_as_recompiling() -> None:
     }
 
 
+COMPILE_ONLY = [["VLLM_RBLN_COMPILE_ONLY", "1"], ["RBLN_FORCE_NPU_NAME", "{sku}"]]
+
+
 def test_the_compile_only_build_runs_as_its_own_user_unreachable_into_its_own_cache() -> None:
     """#31 finding 5: the build a fleet copies is the first instance's unit with compile-only
     mode, as servefleet-build (not the serve user), HOME and VLLM_CACHE_ROOT its own tree, in a
@@ -323,9 +326,8 @@ def test_the_compile_only_build_runs_as_its_own_user_unreachable_into_its_own_ca
         "EnvironmentFile=/etc/servefleet/secrets/vllm-api-key.env\n"
         'ExecStart="/opt/servefleet/releases/r/bin/vllm" "serve" "m"\nRestart=on-failure\n'
     )
-    unit = prewarm.build_unit(
-        {"instances": [{"text": text}]}, "RBLN-CR13", Path("/opt/b/c"), Path("/opt/b/hub")
-    )
+    state = {"instances": [{"text": text}], "compile_only": COMPILE_ONLY}  # the platform's (#47)
+    unit = prewarm.build_unit(state, "RBLN-CR13", Path("/opt/b/c"), Path("/opt/b/hub"))
     lines = unit.splitlines()
     assert "User=servefleet-build" in lines and "Group=servefleet-build" in lines
     assert (

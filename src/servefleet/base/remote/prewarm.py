@@ -14,8 +14,9 @@ file again, then moves the directories in and writes the warm marker last: an in
 corrupt copy leaves the host cold, so it compiles for itself. Exit 3 means "no usable copy"
 (one line on stderr says why); the caller then lets the host compile.
 
-``build`` runs the first instance's unit as ``servefleet-prewarm.service`` with
-``VLLM_RBLN_COMPILE_ONLY=1`` and ``RBLN_FORCE_NPU_NAME`` (rbln.md §3.6: no NPU needed), waits
+``build`` runs the first instance's unit as ``servefleet-prewarm.service`` with the compile-only
+variables its platform names in the state (``compile_only``; RBLN: ``VLLM_RBLN_COMPILE_ONLY=1``
+and ``RBLN_FORCE_NPU_NAME``, rbln.md §3.6: no NPU needed), waits
 until it answers through the health gate (the bundle is saved before serving starts), records
 the warm marker, then stops and removes the unit.
 """
@@ -309,8 +310,9 @@ def place(cache: int, inc: int, fingerprint: str, rel: str, uid: int, gid: int) 
 
 
 def build_unit(state: dict[str, Any], npu_name: str, build_root: Path, hub: Path) -> str:
-    """The first instance's unit as a compile-only build: ``VLLM_RBLN_COMPILE_ONLY=1`` for
-    ``npu_name`` (no NPU needed), as :data:`BUILD_USER`, into ``build_root``, reading the models
+    """The first instance's unit as a compile-only build: the variables the state's
+    ``compile_only`` names (the controller's platform's, ``{sku}`` as ``npu_name``; RBLN:
+    ``VLLM_RBLN_COMPILE_ONLY=1``, no NPU needed), as :data:`BUILD_USER`, into ``build_root``, reading the models
     from root's checked copy ``hub`` (:func:`stage_hub`), never the serve user's hub, in a
     network namespace of its own (nothing can reach it: it takes no request), never restarted."""
     lines = state["instances"][0]["text"].splitlines()
@@ -329,8 +331,9 @@ def build_unit(state: dict[str, Any], npu_name: str, build_root: Path, hub: Path
         elif key == "EnvironmentFile":  # the servers' API key: a build takes no request
             continue
         elif key == "ExecStart":
-            out += ['Environment="VLLM_RBLN_COMPILE_ONLY=1"',
-                    f'Environment="RBLN_FORCE_NPU_NAME={npu_name}"', "PrivateNetwork=yes"]  # fmt: skip
+            compile_only = [(str(k), str(v).replace("{sku}", npu_name))
+                            for k, v in state["compile_only"]]  # fmt: skip
+            out += [f'Environment="{k}={v}"' for k, v in compile_only] + ["PrivateNetwork=yes"]
         out.append(line)
     return "\n".join(out) + "\n"
 

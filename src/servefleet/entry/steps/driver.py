@@ -1,10 +1,10 @@
-"""The driver, when the host's kind says it must change (``Kind.driver_needed``): the kind plans
-the change (``Kind.driver_plan``, a :class:`~servefleet.kinds.base.DriverPlan`; RBLN: its
-runfile) and this step turns it into operations: the apt source and packages it needs, its
+"""The driver, when the host's platform says it must change (``Platform.driver_needed``): the
+platform plans the change (``Platform.driver_plan``, a
+:class:`~servefleet.platforms.base.DriverPlan`; RBLN: its runfile) and this step turns it into operations: the apt source and packages it needs, its
 installer (fetched, or from the wheelhouse, and checked against its sha256), this host's servers
 stopped, the install run, the version checked, and the servers of the host's last good state
 back through the health gate. A failed install shows the tail of its log and brings those
-servers back too. A kind that plans no change (its driver must be there) adds nothing."""
+servers back too. A platform that plans no change (its driver must be there) adds nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from servefleet.base.errors import ServefleetError
 from servefleet.base.remote.layout import UNIT_GLOB
 from servefleet.entry.steps.lib import command
 from servefleet.hostplan.types import HostPlan
-from servefleet.kinds.base import DriverPlan
+from servefleet.platforms.base import DriverPlan
 
 
 def check_data(plan: HostPlan) -> None:

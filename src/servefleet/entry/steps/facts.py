@@ -89,8 +89,9 @@ def _of_paths(found: Any) -> bool:
 class HostProbe(FactBase):
     """
     Returns what servefleet needs to know of a host, read in one round trip: kernel release,
-    the device commands its kind declares (``Kind.probe_commands``: ``rbln-smi -j``, or ``lspci
-    -n`` lines before a driver, on RBLN; ``nvidia-smi``/``amd-smi`` on GPUs), complete releases, the ``current``
+    the device commands its recipe family's platforms declare (``Platform.probe_commands``:
+    ``rbln-smi -j``, or ``lspci -n`` lines before a driver, on RBLN; ``nvidia-smi``, then
+    ``amd-smi`` when it lists none, on GPUs), complete releases, the ``current``
     release, the last good state's release, our units (active, enabled, the unit sha each main
     process runs, the file's sha256), warm compile fingerprints, complete models, the serve user.
     """

@@ -1,24 +1,21 @@
-"""vLLM's recipes on GPU hosts.
+"""vLLM's recipes, served on GPU hosts (the ``nvidia`` and ``amd`` platforms,
+:mod:`servefleet.platforms`).
 
 Recipes: vllm-project/recipes' YAML (``models/<org>/<name>.yaml``), named ``vllm/<org>/<name>``
 (under ``<recipes>/vllm/``, or a recipes directory laid out as the upstream collection),
 or the recipes site's JSON form of a model (the YAML's keys plus ``recommended_command``), by its
-path. Hosts (NVIDIA, AMD): devices from ``nvidia-smi`` (or ``amd-smi``);
-servefleet installs no GPU driver, it only checks that the driver and the right GPUs are
-there; a release is upstream ``vllm`` at its pin; servers get ``CUDA_VISIBLE_DEVICES`` (AMD:
-``HIP_VISIBLE_DEVICES``); there is no compile pre-warm, a first start loads the model within
-``serve_load_timeout``."""
+path. A host serves a recipe when its GPUs are the selected hardware profile's, with the
+memory its variant needs, and its data can install what the recipe installs. Its own keys: the
+selection's (``serve_hardware``, ``serve_variant``, ``serve_features``)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servefleet.base.errors import ProbeError
 from servefleet.kinds.base import Hardware, Kind, Wants
 from servefleet.kinds.roles import deployable
 from servefleet.kinds.vllm import defaults as vllm_defaults
@@ -40,69 +37,6 @@ def with_nixl(spec: ServeSpec) -> ServeSpec:
     return replace(spec, requirements=replace(req, packages=[*req.packages, NIXL]))
 
 
-# What the probe runs (its output lands under "gpus"): one CSV line per GPU
-NVIDIA_QUERY = (
-    "nvidia-smi",
-    "--query-gpu=index,name,memory.total,driver_version",
-    "--format=csv,noheader,nounits",
-)
-AMD_QUERY = ("amd-smi", "static", "--asic", "--vram", "--driver", "--json")
-
-
-def _number(text: str) -> bool:
-    return text.isdigit() and len(text) < 10
-
-
-def _nvidia(lines: list[str]) -> Hardware | None:
-    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
-        return None
-    rows = [[f.strip() for f in line.split(",")] for line in lines if line.strip()]
-    if not rows or any(len(r) != 4 or not _number(r[0]) or not _number(r[2]) for r in rows):
-        return None
-    return Hardware(
-        source="nvidia-smi",
-        skus=tuple(r[1] for r in rows),
-        devices=tuple(int(r[0]) for r in rows),
-        driver_version=rows[0][3],
-        memory_mib=tuple(int(r[2]) for r in rows),
-    )
-
-
-def _amd(text: str) -> Hardware | None:
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-        return None
-    gpus = (
-        data
-        if isinstance(data, list)
-        else data.get("gpu_data", [])
-        if isinstance(data, dict)
-        else []
-    )
-    names, devices, memory, driver = [], [], [], None
-    for i, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
-        asic, vram, drv = (_section(gpu, k) for k in ("asic", "vram", "driver"))
-        size = vram.get("size") or {}
-        value = size.get("value") if isinstance(size, dict) else size
-        index = gpu.get("gpu", i)
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 1024:
-            raise ProbeError(f"amd-smi: unexpected gpu index {str(index)[:40]!r}; allowed: 0-1023")
-        names.append(str(asic.get("market_name") or "AMD GPU"))
-        devices.append(index)
-        memory.append(int(str(value)) if str(value).isdigit() and len(str(value)) < 10 else 0)
-        driver = driver or str(drv.get("version") or "") or None
-    if not devices:
-        return None
-    return Hardware("amd-smi", tuple(names), tuple(devices), driver, tuple(memory))
-
-
-def _section(gpu: dict[str, Any], key: str) -> dict[str, Any]:
-    """A section of one GPU in amd-smi's JSON; amd-smi prints ``"N/A"`` for one it cannot read."""
-    value = gpu.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def _profile_name(
     spec: ServeSpec, profiles: dict[str, dict[str, Any]]
 ) -> tuple[str, dict[str, Any]]:
@@ -115,20 +49,9 @@ class Vllm(Kind):
     label = "a vLLM recipe"
     title = "vLLM"
     options = OPTIONS
-    name = "gpu"
-    probe_commands = (
-        ("gpus", NVIDIA_QUERY, "lines", None),
-        ("amd", AMD_QUERY, "lines", "gpus"),  # AMD hosts: when nvidia-smi lists none
-    )
+    platforms = ("nvidia", "amd")  # AMD hosts: when nvidia-smi lists no GPU
     defaults = vllm_defaults.DEFAULTS
-    device_word = "GPUs"
-    devices_env = "CUDA_VISIBLE_DEVICES"
-    deploy_env = {  # AMD hosts: HIP_VISIBLE_DEVICES (devices_env_for)
-        "CUDA_VISIBLE_DEVICES": "the host's device groups",
-        "HIP_VISIBLE_DEVICES": "the host's device groups",
-    }
-    driver_step = "check"
-    compiles = False
+    keys = frozenset({"serve_hardware", "serve_variant", "serve_features"})
 
     # -- recipes
 
@@ -200,17 +123,6 @@ class Vllm(Kind):
         spec = deployable(spec, f"serve_strategy of one host: {', '.join(usable) or 'none'}")
         return with_nixl(spec)
 
-    def hardware(self, probe: dict[str, Any]) -> Hardware:
-        amd = probe.get("amd") or []
-        amd_text = (
-            "\n".join(amd) if isinstance(amd, list) and all(isinstance(x, str) for x in amd) else ""
-        )
-        found = _nvidia(probe.get("gpus") or []) or _amd(amd_text)
-        return found or Hardware("nvidia-smi", (), (), None)
-
-    def devices_env_for(self, hardware: Hardware) -> str:
-        return "HIP_VISIBLE_DEVICES" if hardware.source == "amd-smi" else "CUDA_VISIBLE_DEVICES"
-
     def refusal(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> str | None:
         recipe = self._recipe(settings)
         gpu, profile = _profile_name(spec, recipe.profiles)
@@ -244,24 +156,6 @@ class Vllm(Kind):
         if minimum and _older(pinned, minimum):
             return f"sdk_pins: vllm=={pinned} is older than the recipe's min_vllm_version {minimum}"
         return None
-
-    def required_pins(self) -> tuple[str, ...]:
-        return ("vllm",)
-
-    def top_requirement(self, settings: Wants, spec: ServeSpec) -> tuple[str, str]:
-        return f"vllm=={settings.sdk_pins['vllm']}", "vllm"
-
-    def imports(self, spec: ServeSpec) -> list[str]:
-        return ["vllm", *spec.requirements.imports]
-
-    def groups(self, settings: Wants, spec: ServeSpec, hardware: Hardware) -> list[str]:
-        groups = super().groups(settings, spec, hardware)
-        return groups[
-            : settings.serve_instances or 1
-        ]  # one server per host unless the data splits it
-
-    def first_start_timeout(self, settings: Wants) -> int:
-        return settings.serve_load_timeout
 
 
 def torch_backend(data: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from servefleet.entry.steps.facts import (
     PreflightRefusal,
     WheelhouseFiles,
 )
-from servefleet.kinds.rbln.kind import KIND as RBLN
+from servefleet.platforms.rbln import PLATFORM as RBLN
 
 
 def run_fact(command: str, env: dict[str, str] | None = None, stdin: str = "") -> list[str]:

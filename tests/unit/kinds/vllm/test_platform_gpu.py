@@ -15,8 +15,9 @@ from servefleet.base.errors import DataError
 from servefleet.hostplan.instance_unit import GUARD_ARGS
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.types import Place
-from servefleet.kinds import find, kind_of as platform_for
-from servefleet.kinds.vllm.kind import _nvidia, torch_backend
+from servefleet.kinds import find, kind_of as platform_for, platforms_of
+from servefleet.kinds.vllm.kind import torch_backend
+from servefleet.platforms.nvidia import read_csv as _nvidia
 from servefleet.settings.table import load_defaults, settings_from
 
 RECIPE = GPU_DATA["serve_recipe"]
@@ -31,7 +32,7 @@ def resolved(*features: str) -> list[str]:
 
 def test_the_recipe_resolves_to_one_server_on_the_first_gpus() -> None:
     plan = plan_host(gpu_settings(), gpu_probe())
-    assert plan.refusal is None and plan.platform.name == "gpu"
+    assert plan.refusal is None and plan.platform.name == "nvidia"
     assert not plan.driver_needed and plan.warm and plan.spec.compile_fingerprint is None
     [inst] = plan.instances
     exec_argv, env = parse_unit(inst.text)
@@ -100,11 +101,11 @@ def test_gpu_data_must_pin_vllm_and_rbln_data_its_sdk() -> None:
     data["sdk_pins"] = ["vllm==0.30.0"]
     with pytest.raises(DataError, match="sdk_pins: rebel-compiler must be pinned"):
         settings_from(data.get, {})
-    assert platform_for(RECIPE).required_pins() == ("vllm",)
+    assert [p.required_pins() for p in platforms_of(platform_for(RECIPE))] == [("vllm",)] * 2
 
 
 def test_a_build_host_is_refused_for_gpu_recipes() -> None:
-    with pytest.raises(DataError, match="serve_prewarm_host: gpu hosts do not compile"):
+    with pytest.raises(DataError, match="serve_prewarm_host: nvidia hosts do not compile"):
         plan_host(gpu_settings(), gpu_probe(), place=Place(builder=True))
 
 

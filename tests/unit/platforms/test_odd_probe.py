@@ -1,4 +1,4 @@
-"""Odd probe output (issue #18 finding 14): every kind's parser raises the project's own error in
+"""Odd probe output (issue #18 finding 14): every platform's parser raises the project's own error in
 one line (or reads no device), never a TypeError or AttributeError that would abort the run."""
 
 from __future__ import annotations
@@ -9,8 +9,16 @@ from typing import Any
 import pytest
 
 from servefleet.base.errors import ProbeError, ServefleetError
-from servefleet.kinds.rbln.kind import KIND as RBLN
+from servefleet.kinds import platforms_of
 from servefleet.kinds.vllm.kind import KIND as VLLM
+from servefleet.platforms import Hardware, detect
+from servefleet.platforms.rbln import PLATFORM as RBLN
+
+
+def gpu_hardware(probe: dict[str, Any]) -> Hardware:
+    """The devices a GPU host's probe shows, whichever GPU platform reads them."""
+    return detect(platforms_of(VLLM), probe)[1]
+
 
 ODD_SMI: list[Any] = [
     {"KMD_version": "3.5.1", "devices": [{"npu": None, "name": "RBLN-CR13"}]},
@@ -26,13 +34,13 @@ ODD_SMI: list[Any] = [
 @pytest.mark.parametrize("smi", ODD_SMI)
 def test_odd_rbln_smi_output_is_one_line(smi: Any) -> None:
     with pytest.raises(ProbeError) as e:
-        RBLN.hardware({"smi": smi, "pci": []})
+        RBLN.read({"smi": smi, "pci": []})
     assert str(e.value).startswith("rbln-smi -j: unexpected output") and "\n" not in str(e.value)
 
 
 def test_odd_lspci_output_is_one_line() -> None:
     with pytest.raises(ProbeError):
-        RBLN.hardware({"smi": None, "pci": [{"slot": 1}]})
+        RBLN.read({"smi": None, "pci": [{"slot": 1}]})
 
 
 ODD_AMD: list[Any] = [
@@ -43,7 +51,7 @@ ODD_AMD: list[Any] = [
 
 @pytest.mark.parametrize("data", ODD_AMD)
 def test_amd_smi_sections_it_cannot_read_are_no_crash(data: Any) -> None:
-    hw = VLLM.hardware({"gpus": [], "amd": [json.dumps(data)]})
+    hw = gpu_hardware({"gpus": [], "amd": [json.dumps(data)]})
     assert hw.devices == (0,) and hw.source == "amd-smi"
 
 
@@ -58,7 +66,7 @@ def test_amd_smi_sections_it_cannot_read_are_no_crash(data: Any) -> None:
 )
 def test_odd_gpu_probe_output_reads_no_gpu_or_one_line(probe: dict[str, Any]) -> None:
     try:
-        hw = VLLM.hardware(probe)
+        hw = gpu_hardware(probe)
     except ServefleetError as e:
         assert "\n" not in str(e)
     else:

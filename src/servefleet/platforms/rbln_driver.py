@@ -8,7 +8,7 @@ then ``rbln-smi -j`` must report ``driver_version`` (its ``KMD_version``). Pure:
 from __future__ import annotations
 
 from servefleet.base.remote.layout import RUNFILE_DIR
-from servefleet.kinds.base import DriverFile, DriverPlan, Wants
+from servefleet.platforms.base import DriverFile, DriverPlan, Wants
 
 # what reports the installed driver: rbln-smi's JSON names it KMD_version
 VERSION_CHECK = (("rbln-smi", "-j"), "KMD_version")
