@@ -50,7 +50,8 @@ OUT = Path.home() / ".cache" / "servefleet" / "ast-mutation"
 # ""). The tests are those that call the module in-process, with the slow ones (10 s and more
 # a test on this machine) left out by -k, so that one mutant takes seconds.
 _FLEET_FAST = (
-    "not serve_iface and not headless_rank and not placeholders_bound and not multi_node_selection"
+    "not serve_iface_names and not headless_rank and not placeholders_bound"
+    " and not multi_node_selection"
 )
 MODULES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "lock": (

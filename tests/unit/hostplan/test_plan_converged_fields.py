@@ -12,11 +12,12 @@ probe with every field current. The API key file is
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from host_inputs import converged_probe, settings
+from host_inputs import SMI, converged_probe, probe, probed_units, settings
 
 from servefleet.hostplan.plan import plan_host
 from servefleet.hostplan.types import HostPlan
@@ -90,3 +91,40 @@ def test_one_stale_field_is_not_converged(field: str) -> None:
     want = {"first": [False] + [True] * (len(each) - 1), "all": [False] * len(each),
             "none": [True] * len(each)}[which]  # fmt: skip
     assert each == want, field
+
+
+def _routed(router: Callable[[Any], dict[str, Any]]) -> HostPlan:
+    """A host with ``serve_router = "host"`` the data converged, its router as ``router(the
+    first plan's router)`` says."""
+    s = settings(serve_router="host")
+    first = plan_host(s, probe(smi=SMI))
+    r = first.router
+    assert r is not None
+    state = probe(smi=SMI, releases=[first.release.id, r.release.id], current=first.release.id,
+                  current_pins=dict(first.release.expect),
+                  warm=[first.spec.compile_fingerprint],
+                  models=list(first.spec.requirements.models), units=probed_units(first, {}),
+                  good=first.release.id, good_shas=[i.sha for i in first.restart_order],
+                  router=router(r))  # fmt: skip
+    return plan_host(s, state)
+
+
+def _router(r: Any, workers: list[str] | None, active: str = "active") -> dict[str, Any]:
+    return {"active": active, "running": r.sha, "workers": workers,
+            "file": hashlib.sha256(r.text.encode()).hexdigest()}  # fmt: skip
+
+
+def test_a_host_router_that_is_not_current_is_not_converged() -> None:
+    """Issue #52: ``(self.router is None or ...)`` dropped from ``converged`` survived
+    ``bench/ast_mutation.py``: a host whose router left an instance out of rotation (or does
+    not run) counted as converged, and nothing put it back."""
+    assert _routed(lambda r: _router(r, list(r.workers))).converged
+    for stale in (
+        lambda r: _router(r, list(r.workers)[1:]),  # one instance out of rotation
+        lambda r: _router(r, None),  # not answering
+        lambda r: _router(r, list(r.workers), "failed"),
+    ):
+        plan = _routed(stale)
+        assert all(i.converged and i.written for i in plan.instances)
+        assert plan.router is not None and not plan.router.converged
+        assert not plan.converged

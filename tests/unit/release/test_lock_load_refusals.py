@@ -65,3 +65,9 @@ def test_what_is_locked_but_unused_is_named_in_sorted_order(tmp_path: Path) -> N
     assert stacks == [f"stack {n}: locked but no host uses it" for n in sorted(names)]
     assert files == [f"file /etc/servefleet/files/f{i}: locked but no host ships it"
                      for i in range(10)]  # fmt: skip
+
+
+def test_a_lock_file_that_holds_no_object_is_refused(tmp_path: Path) -> None:
+    """``not isinstance(doc, dict) or`` dropped (``bool``): a JSON list was a traceback."""
+    (tmp_path / LOCK_FILE).write_text("[]\n")
+    assert _refused(tmp_path).endswith("not a servefleet lock (lock_version 1)")
