@@ -5,7 +5,8 @@ without ``self.group_exists and`` (``bool``, ``drop``: no group created) or with
 ``self.account`` for ``self.account or {}`` (a host without the user: a traceback);
 ``preflight_needed`` without ``bool(self.instances)`` (a host with no server ran a pre-flight);
 ``from_wheelhouse`` matching ``(kind,)`` or ``(name,)`` alone (``elt``), or over
-``sorted(self.wheelhouse)`` (``sorted``: copies do not order)."""
+``sorted(self.wheelhouse)`` (``sorted``: copies do not order); ``desired_state`` without each
+instance's fingerprint; ``preflight_key``'s and ``state_dir``'s return dropped (``drop``)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,22 @@ def test_a_wheelhouse_copy_is_found_by_its_step_and_its_name() -> None:
     assert p.from_wheelhouse("models", "org/m") is held[2]
     assert p.from_wheelhouse("driver", "org/m") is None
     assert p.from_wheelhouse("release", "3.5.1") is None
+
+
+def test_the_desired_state_gives_each_instance_the_compile_fingerprint() -> None:
+    """``self.spec.compile_fingerprint or "-"`` made ``"-"`` (``bool``) survived: the converge
+    would mark and look up the warm cache under ``-`` for every selection."""
+    p = _plan()
+    fp = p.spec.compile_fingerprint
+    assert fp and len(fp) == 64
+    assert [i["fingerprint"] for i in p.desired_state()["instances"]] == [fp] * len(p.instances)
+    assert p.desired_state()["root"] == p.settings.serve_root
+    assert p.state_dir == f"{p.settings.serve_root}/state"
+
+
+def test_the_preflight_key_follows_the_release_and_each_command_line() -> None:
+    p = _plan()
+    key = p.preflight_key
+    assert isinstance(key, str) and len(key) == 16
+    moved = dataclasses.replace(p, instances=p.instances[:1])
+    assert moved.preflight_key != key
