@@ -5,9 +5,11 @@ usage: python tests/realvllm/gen_registries.py [--check]     # with the project'
 Runs itself (``--dump``) under each real venv that ``build.py`` built (``upstream``: vLLM's
 CpuPlatform, what GPU hosts run; ``rbln``: vllm-rbln's RblnPlatform, what CR13 hosts run) and
 writes the tool-call parser names and reasoning parser names each registers, sorted, to the
-simulator's ``flags/vllm-0.30.0-parsers.json``. On each platform the registries are read after
-``vllm serve``'s parser is built as ``vllm/entrypoints/cli/main.py`` builds it and after vLLM's
-general plugins are loaded (vllm-rbln is one), so a name a plugin registers is counted.
+version's reference data, ``src/servefleet/reference/vllm/0.30.0/vllm-0.30.0-parsers.json`` (the
+lab's build copies it into the simulated vllm's ``flags/``). On each platform the registries are
+read after ``vllm serve``'s parser is built as ``vllm/entrypoints/cli/main.py`` builds it and
+after vLLM's general plugins are loaded (vllm-rbln is one), so a name a plugin registers is
+counted.
 ``--check`` writes nothing and exits 1 when the committed file differs.
 """
 
@@ -21,7 +23,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-OUT = REPO / "src/servefleet/fleet/lab/simulator/packages/vllm/flags/vllm-0.30.0-parsers.json"
+OUT = REPO / "src/servefleet/reference/vllm/0.30.0/vllm-0.30.0-parsers.json"
 PLATFORMS = ("rbln", "upstream")
 
 

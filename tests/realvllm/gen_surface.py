@@ -4,8 +4,9 @@ usage: python tests/realvllm/gen_surface.py [--check]      # any python: writes 
        REAL_PYTHON tests/realvllm/gen_surface.py --extract OUT.json [--platform NAME]
 
 The first form runs the second under the real-wheel tier's upstream interpreter
-(``build.py``; ``./setup.sh`` builds it) and writes, next to the simulator's flag dumps in
-``src/servefleet/fleet/lab/simulator/packages/vllm/flags/``:
+(``build.py``; ``./setup.sh`` builds it) and writes, into the version's reference data in
+``src/servefleet/reference/vllm/<version>/`` (beside its flag dumps; the lab's build copies them
+into the simulated vllm's ``flags/``):
 
 - ``vllm-0.30.0-metrics.json``: every Prometheus metric vLLM's v1 stat logger declares
   (``vllm/v1/metrics/loggers.py`` ``PrometheusStatLogger.__init__`` and the loggers it builds:
@@ -47,11 +48,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-FLAGS = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator" / "packages" / "vllm" / "flags"
-METRICS_FILE = FLAGS / "vllm-0.30.0-metrics.json"
-ROUTES_FILE = FLAGS / "vllm-0.30.0-routes.json"
-ENVS_FILE = FLAGS / "vllm-0.30.0-envs.json"
 VERSION = "0.30.0"
+FLAGS = REPO / "src" / "servefleet" / "reference" / "vllm" / VERSION  # the version's reference data
+METRICS_FILE = FLAGS / f"vllm-{VERSION}-metrics.json"
+ROUTES_FILE = FLAGS / f"vllm-{VERSION}-routes.json"
+ENVS_FILE = FLAGS / f"vllm-{VERSION}-envs.json"
 MODEL = "served-model"  # the served model name the extraction builds its logger and app with
 
 

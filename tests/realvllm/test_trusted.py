@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 import build  # noqa: E402
 import gen_surface  # noqa: E402
-from lab_sim_support import load_sim, serve_in_process  # noqa: E402
+from lab_sim_support import load_sim, serve_in_process, sim_vllm  # noqa: E402
 
 SIM_PACKAGE = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator" / "packages" / "vllm"
 SERVEFLEET = REPO / "src" / "servefleet"
@@ -489,7 +489,7 @@ def test_a_failed_start_exits_and_says_what_vllm_does(platform: str, tmp_path: P
     )
     site, root = tmp_path / "site", tmp_path / "root"
     (site / "vllm-0.30.0+cpu.dist-info").mkdir(parents=True)
-    (site / "vllm").symlink_to(SIM_PACKAGE, target_is_directory=True)
+    (site / "vllm").symlink_to(sim_vllm(), target_is_directory=True)
     (site / "vllm-0.30.0+cpu.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0+cpu\n"
     )

@@ -1,24 +1,24 @@
-"""vLLM's ``vllm serve`` flags as the flag table has them (flags.py's dump of vllm-rbln 0.12.0's
-parser), and two settings of each made from what the table says it takes, for the fingerprint's
+"""vLLM's ``vllm serve`` flags as the flag table has them (flags.py's dump of vllm-rbln's parser,
+the reference data's ``rbln`` table), and two settings of each made from what the table says it takes, for the fingerprint's
 tests (test_compile_table_vs_flags.py, test_fingerprint_property.py)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from servefleet.base import flags
-from servefleet.base.shipped import VLLM_FLAGS_DIR
+from servefleet.base.vllm_reference import reference
 
 
-def dump(name: str) -> Any:
-    """A dump of the flag table's directory (the configs dump starts with vLLM's log line)."""
-    text = (VLLM_FLAGS_DIR / name).read_text(encoding="utf-8")
+def dump(path: Path) -> Any:
+    """A dump of the reference data (the configs dump starts with vLLM's log line)."""
+    text = path.read_text(encoding="utf-8")
     return json.loads(text[text.index("{") :])
 
 
-FLAGS = [e for e in dump(flags._FILES["rbln"])["flags"] if e["action"] != "_HelpAction"]
+FLAGS = [e for e in dump(reference().tables["rbln"].flags)["flags"] if e["action"] != "_HelpAction"]
 
 
 def spelling(entry: dict[str, Any]) -> str:

@@ -5,7 +5,9 @@ server (one request, a stream read event by event)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import importlib.util
 import itertools
 import json
@@ -15,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -27,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from servefleet.base.vllm_reference import reference
 
 REPO = Path(__file__).resolve().parents[2]
 SIMULATOR = REPO / "src" / "servefleet" / "fleet" / "lab" / "simulator"
@@ -64,10 +69,29 @@ def load(path: Path, name: str) -> ModuleType:
     return module
 
 
+@functools.cache
+def sim_vllm() -> Path:
+    """The simulated vllm package laid out as its wheel has it: the sources of
+    ``packages/vllm`` and, in ``flags/``, the reference data the build copies there
+    (``servefleet/reference/vllm/<version>``); links, in a directory removed at exit."""
+    top = Path(tempfile.mkdtemp(prefix="servefleet-sim-vllm-"))
+    atexit.register(shutil.rmtree, top, True)
+    package = top / "vllm"
+    package.mkdir()
+    for entry in sorted((SIMULATOR / "packages" / "vllm").iterdir()):
+        if entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    (package / "flags").mkdir()
+    for path in reference().files():
+        (package / "flags" / path.name).symlink_to(path)
+    return package
+
+
 def load_sim(name: str) -> ModuleType:
     """The simulated server's entry module ``vllm.sim``, its package (the simulated vllm, whose
-    modules import each other relatively) imported under the private name ``name``."""
-    package = SIMULATOR / "packages" / "vllm"
+    modules import each other relatively; :func:`sim_vllm`) imported under the private name
+    ``name``."""
+    package = sim_vllm()
     spec = importlib.util.spec_from_file_location(
         name, package / "__init__.py", submodule_search_locations=[str(package)]
     )

@@ -1,11 +1,11 @@
 """The real ``vllm serve`` flag table, and the data's extra arguments and environment checked
 against it and merged into a server's argv and env.
 
-The table is the one the lab's simulated vLLM parses with: the dumps of vLLM 0.30.0's real
-parser that the simulator ships (``lab/simulator/packages/vllm/flags/``, verbatim copies of
-``shared/reference/vllm-serve-flags``), one per platform (``rbln``: vllm-rbln 0.12.0's, what
-CR13 hosts run; ``upstream``: GPU hosts), and the ``VLLM_*`` variables vLLM knows. Pure, no I/O
-beyond reading those files once.
+The table is the one the lab's simulated vLLM parses with: the dumps of the real parser in the
+vLLM version's reference data (:mod:`servefleet.base.vllm_reference`; its build copies them into
+the simulated wheel), one per platform (``rbln``: with the vllm-rbln plugin, what CR13 hosts
+run; ``upstream``: GPU hosts), and the ``VLLM_*`` variables vLLM knows. Pure, no I/O beyond
+reading those files once.
 
 A flag is known by its ``dest`` (argparse's): ``--enable-x`` and ``--no-enable-x``, ``-tp`` and
 ``--tensor-parallel-size``, ``--max_num_seqs`` and ``--max-num-seqs``, ``--a.b v`` (a sub-key)
@@ -21,16 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servefleet.base.errors import DataError
-from servefleet.base.shipped import VLLM_FLAGS_DIR
 from servefleet.base.vllm_args import is_flag
+from servefleet.base.vllm_reference import reference
 
-# The shipped dumps by table name: what a kind's ``flag_table`` names (``rbln``: vLLM with the
-# vllm-rbln plugin; ``upstream``: vLLM alone)
-_FILES = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
-_ENVS = "vllm-0.30.0-envs.json"
-_SHOWN = {"rbln": "vLLM 0.30.0 with vllm-rbln 0.12.0", "upstream": "vLLM 0.30.0"}
-# the groups of the envs dump whose VLLM_* variables each table's servers know
-_ENV_GROUPS = {"rbln": ("vllm", "vllm_rbln"), "upstream": ("vllm",)}
+# A table by name is what a kind's ``flag_table`` names (``rbln``: vLLM with the vllm-rbln
+# plugin; ``upstream``: vLLM alone): its dump, name in messages and variables are the reference's
 _NO_VALUE = ("_StoreTrueAction", "BooleanOptionalAction", "_StoreRblnBool", "_HelpAction")
 _OBJECT_TYPES = ("loads", "parse_dataclass", "union_dict_and_str")  # take ``--flag.sub v``
 
@@ -100,7 +95,7 @@ class Table:
 
     @property
     def shown(self) -> str:
-        return _SHOWN[self.name]
+        return reference().tables[self.name].shown
 
 
 def _values(entry: Mapping[str, object]) -> str:
@@ -112,7 +107,9 @@ def _values(entry: Mapping[str, object]) -> str:
 @functools.cache
 def table(name: str) -> Table:
     """A flag table by name (``rbln`` or ``upstream``: a kind's ``flag_table``)."""
-    dump = json.loads((VLLM_FLAGS_DIR / _FILES[name]).read_text(encoding="utf-8"))
+    ref = reference()
+    files = ref.tables[name]
+    dump = json.loads(files.flags.read_text(encoding="utf-8"))
     flags: dict[str, Flag] = {}
     for entry in dump["flags"]:
         raw = entry["choices"]
@@ -121,8 +118,8 @@ def table(name: str) -> Table:
         flag = Flag(entry["dest"], spelling, _values(entry), choices, entry["type"])
         for each in entry["flags"]:
             flags[each] = flag
-    envs = json.loads((VLLM_FLAGS_DIR / _ENVS).read_text(encoding="utf-8"))
-    known = [var for group in _ENV_GROUPS[name] for var in envs[group]]
+    envs = json.loads(ref.envs.read_text(encoding="utf-8"))
+    known = [var for group in files.env_groups for var in envs[group]]
     return Table(name, flags, frozenset(known))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from servefleet.base.vllm_reference import reference
 from servefleet.hostplan.types import HostPlan
 from servefleet.kinds.roles import rendezvous_ports
 from servefleet.router.plan import LOOPBACK
@@ -38,6 +39,21 @@ class Listener:
     outside: bool = True
 
 
+def keyed_prefixes(open_paths: tuple[str, ...]) -> list[str]:
+    """The paths vLLM's API key guards (the version's routes: the prefixes its key check
+    matches) that a request through ``open_paths`` can reach.
+
+    + open_paths: ``serve_open_paths`` (one ending in ``/``: every path under it)
+    """
+    return [
+        prefix
+        for prefix in reference().guarded_prefixes
+        if any(
+            o.startswith(prefix) or (o.endswith("/") and prefix.startswith(o)) for o in open_paths
+        )
+    ]
+
+
 def exposes(plan: HostPlan) -> list[dict[str, Any]]:
     """The ports ``plan`` makes listen, by port (see the module's text).
 
@@ -48,11 +64,13 @@ def exposes(plan: HostPlan) -> list[dict[str, Any]]:
     bound = s.instance_host or EVERY
     for inst in () if plan.builder else plan.instances:
         if inst.serves:
+            keyed = keyed_prefixes(s.serve_open_paths)
             to = (
                 LOOPBACK_ONLY
                 if bound == LOOPBACK
                 else f"anyone who reaches it: only {' '.join(s.serve_open_paths)} (any other "
-                "path 404, the path guard), /v1 with the API key when one is set"
+                "path 404, the path guard)"
+                + (f", {' '.join(keyed)} with the API key when one is set" if keyed else "")
             )
             out.append(Listener(inst.port, bound, inst.unit, to, bound != LOOPBACK))
         if plan.group is not None:

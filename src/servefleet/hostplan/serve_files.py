@@ -13,13 +13,12 @@ from collections.abc import Sequence
 
 from servefleet.base.errors import DataError
 from servefleet.base.remote.layout import RELEASE_FILES
-from servefleet.base.shipped import VLLM_FLAGS_DIR
+from servefleet.base.vllm_reference import reference
 from servefleet.release.plan import ReleasePlan
 
 # The options whose value names a file the server reads (vLLM resolves a relative one from its
 # working directory; a chat template also among the wheel's own)
 FILE_OPTIONS = ("--chat-template", "--tool-parser-plugin")
-CHAT_TEMPLATES = VLLM_FLAGS_DIR / "vllm-0.30.0-chat-templates.txt"  # what the vllm wheel ships
 
 
 def shipped_paths(args: Sequence[str], release: ReleasePlan) -> list[str]:
@@ -59,4 +58,6 @@ def _refuse_unshipped(flag: str, path: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _wheel_templates() -> frozenset[str]:
-    return frozenset(x.strip() for x in CHAT_TEMPLATES.read_text().splitlines() if x.strip())
+    """The chat templates the vllm wheel ships (the version's reference data)."""
+    text = reference().chat_templates.read_text()
+    return frozenset(x.strip() for x in text.splitlines() if x.strip())

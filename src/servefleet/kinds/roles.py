@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from servefleet.base.errors import RecipeError
+from servefleet.base.vllm_reference import reference
 from servefleet.spec import Server, ServeSpec
 
 MAIN = "main"
@@ -42,12 +43,10 @@ VLLM_DEFAULT_PORT = "8000"  # what vllm serve listens on without --port
 HEAD_IP = "HEAD_IP"
 IFACE_NAME = "IFACE_NAME"
 GROUP_PLACEHOLDERS = (HEAD_IP, IFACE_NAME)
-# The ports a group's ranks listen on for each other (vLLM 0.30.0), by the flag that moves each:
-# torch.distributed's TCPStore (``--master-port``, the flag table's default), the DP
-# coordinator's handshake (``--data-parallel-rpc-port``: ParallelConfig.data_parallel_rpc_port,
-# the flag's default is None) and the DP process group's store (no flag:
-# ParallelConfig.data_parallel_master_port)
-RENDEZVOUS_PORTS = {"--master-port": 29501, "--data-parallel-rpc-port": 29550, "": 29500}
+# The ports a group's ranks listen on for each other, by the flag that moves each ("": none):
+# torch.distributed's TCPStore, the DP coordinator's handshake and the DP process group's store,
+# a fact of the vLLM version (its reference data, base/vllm_reference.py)
+RENDEZVOUS_PORTS = reference().rendezvous_ports
 
 # The placeholders a resolved selection may hold, as the recipes site names them.
 PLACEHOLDER = re.compile(

@@ -1,6 +1,6 @@
 """Which index each owned package comes from on a host, by the host's glibc (pure).
 
-Upstream's ``vllm==0.30.0+cpu`` wheel is ``manylinux_2_39`` only: a host with an older glibc
+Upstream's CPU build of vllm (``+cpu``) is ``manylinux_2_39`` only: a host with an older glibc
 cannot install it ("no wheels with a matching platform tag"), and RBLN's workaround is a second
 source of that wheel built for older glibc (rbln.md §3.1). So an entry of ``pip_indexes`` may
 say ``"glibc": "2.39"``, the lowest glibc its wheels need, and a package may be owned by several

@@ -7,7 +7,7 @@ from typing import Any
 
 from host_inputs import probe, settings
 
-from servefleet.hostplan.exposure import EVERY, exposes
+from servefleet.hostplan.exposure import EVERY, exposes, keyed_prefixes
 from servefleet.hostplan.plan import plan_host
 
 
@@ -22,6 +22,17 @@ def test_without_a_router_the_servers_answer_every_address_on_their_open_paths_o
     assert [e["port"] for e in got] == [i.port for i in plan.instances]
     assert all(e["address"] == EVERY and e["outside"] for e in got)
     assert all("only /v1/ /health (any other path 404" in e["to"] for e in got)
+    assert all(e["to"].endswith(", /v1 with the API key when one is set") for e in got)
+
+
+def test_the_key_is_named_on_the_guarded_paths_a_server_opens() -> None:
+    """Which open paths the API key guards is the vLLM version's (its routes' guarded
+    prefixes); none open, none named."""
+    assert keyed_prefixes(("/v1/", "/health", "/metrics", "/version")) == ["/v1"]
+    assert keyed_prefixes(("/",)) == ["/v1", "/v2", "/inference", "/cohere"]
+    assert keyed_prefixes(("/health", "/v2/models")) == ["/v2"]
+    plan = plan_host(settings(serve_open_paths=["/health"]), probe())
+    assert all(e["to"].endswith("(any other path 404, the path guard)") for e in exposes(plan))
 
 
 def test_behind_the_hosts_router_only_its_proxy_and_metrics_face_the_network() -> None:

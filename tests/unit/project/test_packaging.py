@@ -8,6 +8,7 @@ it the test skips, except in CI (``CI=true``), where it fails.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from wheel_venv import clean_env, run, wheel_venv
 
+from servefleet.base.vllm_reference import MANIFEST, known, reference
 from servefleet.entry.cli import main
 from servefleet.fleet.datadoc import data_table
 from servefleet.kinds import list_recipes
@@ -103,3 +105,27 @@ def test_installed_defaults_reach_a_deploy(venv: Path, tmp_path: Path) -> None:
     assert "host_settings: base_port=8000" in out
     assert "servefleet deploys hold data_defaults: []" in out
     assert "inside a deploy: serve_base_port=8000" in out
+
+
+REFERENCE_FILES = """
+import hashlib
+from servefleet.base.vllm_reference import MANIFEST, known, reference
+for version in known():
+    ref = reference(version)
+    for path in (ref.root / MANIFEST, *ref.files()):
+        print(version, path.relative_to(ref.root.parent), hashlib.sha256(path.read_bytes()).hexdigest())
+print(reference().root)
+"""
+
+
+def test_the_wheel_ships_the_vllm_reference_data(venv: Path, tmp_path: Path) -> None:
+    """Every vLLM version's reference data is in the wheel (package data ``reference/**``), and
+    the installed package reads its own copy, byte for byte the tree's."""
+    out = installed(venv, tmp_path, "python", "-c", REFERENCE_FILES).splitlines()
+    assert Path(out[-1]).is_relative_to(venv)
+    tree = [
+        f"{v} {p.relative_to(reference(v).root.parent)} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+        for v in known()
+        for p in (reference(v).root / MANIFEST, *reference(v).files())
+    ]
+    assert out[:-1] == tree and len(tree) == 10 * len(known())

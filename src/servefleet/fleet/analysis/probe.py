@@ -3,8 +3,8 @@ HTTP/1.1, chunked bodies, server-sent events) that sends the same prompts to two
 the canary's and the baseline's, in the same time window, and records each request's time to
 first token, inter-token gaps, output tokens per second or error. It also reads each instance's
 ``/metrics`` before and after and reports the deltas of vLLM's counters and histograms: the
-names and types vLLM 0.30.0 declares (``vllm-0.30.0-metrics.json``, generated from the real
-wheel, shipped beside the simulator's flag tables).
+names and types vLLM declares (the metrics of the version's reference data, generated from
+the real wheel: :mod:`servefleet.base.vllm_reference`).
 
 Bounded: ``requests`` per target, ``concurrency`` in flight per target, every request within
 ``request_timeout`` and the whole probe within ``timeout`` (a request still running then is
@@ -37,10 +37,10 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from servefleet.base.errors import ServefleetError
-from servefleet.base.shipped import VLLM_FLAGS_DIR
+from servefleet.base.vllm_reference import reference
 from servefleet.fleet.analysis.stats import Samples
 
-METRICS_FILE = VLLM_FLAGS_DIR / "vllm-0.30.0-metrics.json"
+METRICS_FILE = reference().metrics
 MAX_HEAD = 65536  # bytes of a response's status line and headers
 MAX_BODY = 16 << 20  # bytes of a response's body
 PATH = "/v1/completions"
@@ -52,7 +52,7 @@ WORDS = ("the of and to in is it that for on as with was at by be this from or a
 
 
 def declared() -> dict[str, str]:
-    """Every metric vLLM 0.30.0 declares: its name as a scrape shows it -> its type."""
+    """Every metric vLLM declares (the reference's): its name as a scrape shows it -> its type."""
     data = json.loads(METRICS_FILE.read_text(encoding="utf-8"))
     return {m["name"]: m["type"] for m in data["metrics"]}
 
@@ -91,7 +91,7 @@ def _split(origin: str) -> tuple[str, int]:
 @dataclass
 class Side:
     """What the probe found of one target: its samples, the first errors (at most 5, each
-    once), its /metrics deltas, vLLM names it scraped that 0.30.0 does not declare."""
+    once), its /metrics deltas, vLLM names it scraped that its version does not declare."""
 
     target: Target
     model: str | None = None
@@ -517,7 +517,7 @@ def _finite(name: str, change: dict[str, Any]) -> dict[str, Any]:
 
 
 def undeclared_names(scrape: Mapping[str, Any], types: Mapping[str, str]) -> list[str]:
-    """The ``vllm:`` series of a scrape that belong to no metric vLLM 0.30.0 declares."""
+    """The ``vllm:`` series of a scrape that belong to no metric vLLM declares (``types``)."""
     return sorted(s for s in scrape if s.startswith("vllm:") and family(s, types) is None)
 
 

@@ -15,7 +15,7 @@ from servefleet.fleet.analysis.probe import Load, Side
 from servefleet.fleet.analysis.stats import Measure, quantile
 from servefleet.fleet.fleetview import table as text_table
 
-# the server's own metrics the report shows (a unit test holds each to vLLM 0.30.0's names)
+# the server's own metrics the report shows (a unit test holds each to the reference's names)
 SERVER_METRICS = {
     "vllm:time_to_first_token_seconds": "histogram",
     "vllm:inter_token_latency_seconds": "histogram",

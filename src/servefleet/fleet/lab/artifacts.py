@@ -38,15 +38,19 @@ def simulator_sources() -> Path:
 
 
 def sources_key(sources: Path) -> str:
-    """Hash of every file under the simulator sources (names and contents).
+    """Hash of every file under the simulator sources and of the vLLM reference data its build
+    copies into the simulated vllm (``reference/`` of the servefleet package around it), names
+    and contents.
 
     + sources: the simulator sources directory
     """
     digest = hashlib.sha256()
-    for path in sorted(sources.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(sources)).encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
+    reference = sources.parents[2] / "reference"  # servefleet/fleet/lab/simulator -> servefleet
+    for top, prefix in ((sources, ""), (reference, "../reference/")):
+        for path in sorted(top.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update((prefix + str(path.relative_to(top))).encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 

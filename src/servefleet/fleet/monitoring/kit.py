@@ -2,7 +2,8 @@
 ``monitoring_thresholds`` (:func:`rules`), the Grafana dashboard (:func:`dashboard`), an example
 ``prometheus.yml`` (:func:`prometheus_config`), a fleet repository's ``monitoring/``
 (:func:`kit_files`), and every metric name they may read with what exposes it
-(:func:`exposed`): vLLM 0.30.0 (the names, types and buckets generated from its wheel),
+(:func:`exposed`): vLLM (the names, types and buckets generated from its wheel, in the
+version's reference data),
 vllm-router (``router-metrics.json``, from its source and binary), servefleet's own
 ``status --textfile`` metrics and Prometheus's ``up`` of the targets ``status --prometheus``
 writes.
@@ -19,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from servefleet.base.errors import DataError
-from servefleet.base.shipped import VLLM_FLAGS_DIR
+from servefleet.base.vllm_reference import reference
 from servefleet.fleet.statusview import TEXTFILE_METRICS
 from servefleet.settings.checks import Refused
 from servefleet.settings.table import MONITORING, Settings
 
 HERE = Path(str(files("servefleet.fleet.monitoring")))
 KEY = "monitoring_thresholds"
-VLLM_METRICS = VLLM_FLAGS_DIR / "vllm-0.30.0-metrics.json"  # generated from the real wheel
+VLLM_METRICS = reference().metrics  # generated from the real wheel
 ROUTER_METRICS = HERE / "router-metrics.json"
 _WINDOW = re.compile(r"[1-9][0-9]{0,4}[smh]")  # a Prometheus duration the rules' rates take
 _PLACEHOLDER = re.compile(r"@[A-Z0-9_]+@")
@@ -83,6 +84,7 @@ def rules(thresholds: Mapping[str, Any] | None = None, window: str = "5m") -> st
     return _filled(
         HERE / "rules.yml.tmpl",
         {
+            "VLLM": reference().shown,  # the version whose metrics the rules read
             "FOR": f"{t['for_seconds']}s",
             "WINDOW": window,
             "TTFT_P95_SECONDS": _decimal(t["ttft_p95_ms"], 1000),
@@ -193,7 +195,7 @@ def _names(metric: Mapping[str, Any]) -> list[str]:
 def exposed() -> dict[str, str]:
     """Every metric name the rules and the dashboard may read -> what exposes it."""
     out = {"up": "Prometheus, for each target of status --prometheus"}
-    for path, who in ((VLLM_METRICS, "vLLM 0.30.0"), (ROUTER_METRICS, "vllm-router")):
+    for path, who in ((VLLM_METRICS, reference().shown), (ROUTER_METRICS, "vllm-router")):
         for metric in json.loads(path.read_text())["metrics"]:
             out.update(dict.fromkeys(_names(metric), who))
     out.update(dict.fromkeys(TEXTFILE_METRICS, "servefleet status --textfile"))

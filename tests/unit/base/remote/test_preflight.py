@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import SIMULATOR
+from lab_sim_support import sim_vllm
 from preflight_cases import FIXTURES, PREFLIGHT, fixture_command, run_preflight
 
 from servefleet.base.remote import REMOTE
@@ -39,7 +39,7 @@ KEY_LINE = (
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A site directory holding the simulator's vllm package as vllm 0.30.0+cpu."""
     root = tmp_path_factory.mktemp("site")
-    (root / "vllm").symlink_to(SIMULATOR / "packages" / "vllm", target_is_directory=True)
+    (root / "vllm").symlink_to(sim_vllm(), target_is_directory=True)
     info = root / "vllm-0.30.0+cpu.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0+cpu\n")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fake_host import FakeSystemd, Stub, running
-from lab_sim_support import SIMULATOR
+from lab_sim_support import sim_vllm
 from preflight_cases import PREFLIGHT, fixture_command
 from repo_paths import REPO
 
@@ -412,7 +412,7 @@ def vllm_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A release's site: the simulator's vllm package as vllm 0.30.0+cpu, on the upstream
     table (an H200's)."""
     root = tmp_path_factory.mktemp("site")
-    (root / "vllm").symlink_to(SIMULATOR / "packages" / "vllm", target_is_directory=True)
+    (root / "vllm").symlink_to(sim_vllm(), target_is_directory=True)
     info = root / "vllm-0.30.0+cpu.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0+cpu\n")

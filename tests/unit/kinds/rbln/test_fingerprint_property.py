@@ -26,7 +26,7 @@ from flag_settings import FLAGS, dump, settings, spelling
 from lab_sim_support import load_sim
 from rbln_cases import COMPILER
 
-from servefleet.base import flags
+from servefleet.base.vllm_reference import reference
 from servefleet.kinds.rbln import compile_table, fingerprint as fpm
 
 BASE = ["vllm", "serve", "m/x"]
@@ -34,7 +34,7 @@ ENV = {"RBLN_VISIBLE_DEVICES": "0"}
 SIM = load_sim("servefleet_lab_vllm_sim_fingerprint")
 
 
-CONFIGS = dump(flags._FILES["rbln"].replace(".json", "-configs.json"))
+CONFIGS = dump(reference().tables["rbln"].configs)
 
 
 def _field_settings(flag: str) -> list[str]:

@@ -74,7 +74,7 @@ from .fetched import (  # noqa: E402
     real_wheels,
     setuptools_wheel,
 )
-from .inputs import RECIPES, SERVEFLEET, SIMULATOR  # noqa: E402
+from .inputs import RECIPES, REFERENCE, SERVEFLEET, SIMULATOR  # noqa: E402
 from .runfiles import build_runfiles  # noqa: E402
 from .sdist import build_sdist  # noqa: E402
 from .store import build_store, is_model_id, recipe_models  # noqa: E402
@@ -84,13 +84,14 @@ FORMAT = 2  # bump when the output layout changes
 
 
 def source_key(models: Sequence[str] = ()) -> str:
-    """Hash of everything the output depends on: simulator sources, recipes, kernel release, the
-    models added to the store."""
+    """Hash of everything the output depends on: simulator sources, recipes, the vLLM reference
+    data, kernel release, the models added to the store."""
     added = ",".join(sorted(set(models)))
     uv = ",".join(host_uv_versions())
     h = hashlib.sha256(f"format={FORMAT} kernel={kernel_release()} models={added} uv={uv}".encode())
     paths = [p for p in SIMULATOR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     paths += [p for p in RECIPES.rglob("*") if p.is_file()]
+    paths += [p for p in REFERENCE.rglob("*") if p.is_file()]
     for path in sorted(paths):
         h.update(str(path.relative_to(SERVEFLEET)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

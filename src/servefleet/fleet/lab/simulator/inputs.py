@@ -1,15 +1,19 @@
 """Where the lab builder's inputs are: the simulator sources (this directory), the packages'
-sources under ``packages/``, the recipes the servefleet package ships; and a package's sources
-read with its version filled in."""
+sources under ``packages/``, the recipes and the vLLM reference data the servefleet package
+ships; and a package's sources read with its version filled in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 SIMULATOR = Path(__file__).resolve().parent
 SERVEFLEET = SIMULATOR.parents[2]  # the servefleet package directory (fleet/lab/simulator)
 PACKAGES = SIMULATOR / "packages"
 RECIPES = SERVEFLEET / "_files" / "recipes"  # the package ships them
+# servefleet's reference data of each vLLM release (one directory a version, its files named by
+# its reference.json): the simulated vllm carries its version's files in vllm/flags/
+REFERENCE = SERVEFLEET / "reference" / "vllm"
 
 
 def package_files(
@@ -32,3 +36,18 @@ def package_files(
             text = text.replace('"""', '"""SQUATTER (not from the RBLN index). ', 1)
         out[path.relative_to(PACKAGES).as_posix()] = text
     return out
+
+
+def reference_files(version: str) -> dict[str, bytes]:
+    """The reference data files of vLLM ``version`` that a simulated vllm wheel carries, by
+    their archive path (``vllm/flags/<name>``, where the simulator reads them), verbatim and in
+    the order of their names.
+
+    + version: a directory under :data:`REFERENCE` (``X.Y.Z``)
+    """
+    root = REFERENCE / version
+    manifest = json.loads((root / "reference.json").read_text())
+    names = {manifest[what] for what in ("envs", "metrics", "routes", "parsers", "chat_templates")}
+    for table in manifest["tables"].values():
+        names |= {table["flags"], table["configs"]}
+    return {f"vllm/flags/{name}": (root / name).read_bytes() for name in sorted(names)}

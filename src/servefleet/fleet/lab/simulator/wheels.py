@@ -13,12 +13,14 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from .inputs import PACKAGES, package_files
+from .inputs import package_files, reference_files
 
 SDK_VERSIONS = ["0.12.0", "0.12.1"]
 VLLM_VERSION = "0.30.0+cpu"
 TORCH_VERSION = "2.13.0+cpu"
 CUDA_VLLM_VERSIONS = ["0.30.0", "0.30.1"]  # PyPI's vllm and torch: CUDA builds, no local version
+# the vLLM reference data every simulated vllm carries (0.30.1's too): servefleet's reference/vllm
+REFERENCE_VERSION = VLLM_VERSION.partition("+")[0]
 CUDA_TORCH_VERSION = "2.13.0"
 NIXL_VERSION = "1.5.1"  # PyPI's nixl, which upstream vLLM's NixlConnector imports
 HUB_DEPENDENCY = "huggingface-hub>=0.33.0"  # vllm's own (it downloads models); the real one
@@ -202,8 +204,7 @@ def build_wheels(index: Path) -> None:
     ]
     for outdir, version, torch, build, tag in vllm_builds:
         vllm_files: dict[str, str | bytes] = {**package_files("vllm", version)}
-        for path in sorted((PACKAGES / "vllm" / "flags").iterdir()):  # verbatim data
-            vllm_files[path.relative_to(PACKAGES).as_posix()] = path.read_bytes()
+        vllm_files.update(reference_files(REFERENCE_VERSION))  # verbatim data, in vllm/flags/
         vllm_files["vllm/build.json"] = json.dumps(build, sort_keys=True) + "\n"  # see vllm.common
         if build["device"] == "cuda":
             vllm_files["vllm/__init__.py"] = str(vllm_files["vllm/__init__.py"]).replace(

@@ -29,6 +29,8 @@ from lab_sim_support import (
 from preflight_cases import run_preflight
 from sim_fixtures import DRAFT, MODEL, all_prereqs, run_runfile, serve, vllm
 
+from servefleet.base.vllm_reference import reference
+
 LMCACHE = '{"kv_connector": "RBLNLMCacheConnectorV1", "kv_role": "kv_both"}'
 SUFFIX = '{"method": "suffix", "num_speculative_tokens": 3}'
 
@@ -146,10 +148,11 @@ def test_other_wheels_metadata_and_record(out: Path) -> None:
 
 
 def test_vllm_wheel_carries_the_flag_dumps(out: Path) -> None:
-    flags = SIMULATOR / "packages" / "vllm" / "flags"
+    """The simulated vllm carries its version's reference data (servefleet/reference/vllm),
+    verbatim, where the simulator reads it (vllm/flags/)."""
     with zipfile.ZipFile(_wheel(out / "index/vllm", "vllm-0.30.0+cpu")) as zf:
         carried = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/flags/")}
-    assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in flags.iterdir()}
+    assert carried == {f"vllm/flags/{p.name}": p.read_bytes() for p in reference().files()}
     # two flag tables, the env vars, two config schemas, chat templates, the parser registries,
     # the real metrics and routes
     assert len(carried) == 9

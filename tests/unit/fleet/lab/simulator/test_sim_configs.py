@@ -1,6 +1,6 @@
 """The simulator's config arguments and chat templates against vLLM 0.30.0's dumps
-(lab/simulator/packages/vllm/flags: each JSON-object argument's config class and JSON schema,
-the chat templates the wheel ships): unknown keys, enum values and types refused in pydantic's
+(the version's reference data, which the simulated vllm carries in flags/: each JSON-object
+argument's config class and JSON schema, the chat templates the wheel ships): unknown keys, enum values and types refused in pydantic's
 words inside argparse's error, as vLLM's parser refuses them, and what fits the classes
 accepted; a path-like chat template found as given or among the wheel's, else vLLM's message.
 Recipe fixtures of our own (tests/unit/recipes/preflight) render the forms vLLM's recipes use;
@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_sim_support import SIMULATOR, load_sim, upstream_root
+from lab_sim_support import load_sim, upstream_root
 from preflight_cases import FIXTURES, fixture_command
 
+from servefleet.base.vllm_reference import reference
 from servefleet.kinds.vllm import load_vllm_recipe
 
 SIM = load_sim("servefleet_lab_vllm_sim_configs")
@@ -30,7 +31,7 @@ PKG = SIM.__name__.rpartition(".")[0]
 SERVE_ARGS = importlib.import_module(f"{PKG}.serve_args")
 FLAG_TABLE = importlib.import_module(f"{PKG}.flag_table")
 VLLM_VALIDATION_ERROR = importlib.import_module(f"{PKG}.exceptions").VLLMValidationError
-FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
+FLAGS = reference().root
 CONFIGS = {
     "rbln": "vllm-0.30.0-rbln-0.12.0-configs.json",
     "upstream": "vllm-0.30.0-upstream-configs.json",

@@ -1,5 +1,6 @@
 """The simulator's ``vllm serve`` flag table against the dumps of the real parser's argparse
-actions (lab/simulator/packages/vllm/flags, verbatim copies of the reference dumps): every
+actions (the version's reference data, servefleet/reference/vllm/<version>, verbatim copies of
+the shared reference dumps, which the lab's build copies into the simulated vllm's flags/): every
 spelling and no invented one, the same action kinds, dests, nargs and choices, on both
 platforms; values accepted and refused as vLLM 0.30.0's value parsers do; every command line the
 product renders parses."""
@@ -15,11 +16,12 @@ from typing import Any
 
 import pytest
 from hypothesis import event, given, settings, strategies as st
-from lab_sim_support import REPO, SIMULATOR, load_sim
+from lab_sim_support import REPO, load_sim
 from rbln_cases import COMPILER, combinations, seed
 
 from servefleet.base.errors import RecipeError
 from servefleet.base.shipped import FILES
+from servefleet.base.vllm_reference import MANIFEST, reference
 from servefleet.kinds.rbln.resolve import resolve_rbln
 from servefleet.kinds.vllm import (
     load_vllm_recipe,
@@ -29,7 +31,7 @@ from servefleet.kinds.vllm import (
 )
 
 SIM = load_sim("servefleet_lab_vllm_sim_flags")
-FLAGS = SIMULATOR / "packages" / "vllm" / "flags"
+FLAGS = reference().root  # what the simulated wheel carries in vllm/flags (test_lab_sim.py)
 REFERENCE = REPO.parent / "shared" / "reference" / "vllm-serve-flags"  # shared/ beside the repo
 PLATFORMS = {"rbln": "vllm-0.30.0-rbln-0.12.0.json", "upstream": "vllm-0.30.0-upstream.json"}
 # the config classes' schemas and the wheel's chat templates (test_sim_configs.py beside this)
@@ -95,6 +97,9 @@ def run(platform: str, argv: list[str]) -> str:
 
 def test_vendored_dumps_are_the_platform_tables() -> None:
     assert SIM.PLATFORMS == PLATFORMS and SIM.DEFAULT_PLATFORM == "rbln"
+    assert {n: t.flags.name for n, t in reference().tables.items()} == PLATFORMS
+    assert {n: t.configs.name for n, t in reference().tables.items()} == CONFIGS
+    assert reference().chat_templates.name == CHAT_TEMPLATES
     assert {p.name for p in FLAGS.glob("vllm-0.30.0-*.json")} == {
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
@@ -103,7 +108,9 @@ def test_vendored_dumps_are_the_platform_tables() -> None:
         "vllm-0.30.0-routes.json",
         *CONFIGS.values(),
     }
+    assert {p.name for p in reference().files()} == {p.name for p in FLAGS.iterdir()} - {MANIFEST}
     assert {p.name for p in FLAGS.iterdir()} == {
+        MANIFEST,
         *PLATFORMS.values(),
         "vllm-0.30.0-envs.json",
         "vllm-0.30.0-parsers.json",

@@ -25,6 +25,8 @@ import pytest
 from lab_sim_support import REPO, SIMULATOR, free_port, http
 from sim_fixtures import MODEL, gpu_root
 
+from servefleet.base.vllm_reference import reference
+
 sys.path.insert(0, str(REPO / "tests" / "realvllm"))
 import build as realvllm  # noqa: E402  (the real-wheel tier's venvs)
 
@@ -258,7 +260,7 @@ def test_the_parallel_hash_and_defaults_are_the_real_wheels(plan_mod: Any) -> No
         for n in ast.walk(hash_fn)
         if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "ignored_factors"
     )
-    table = json.loads((PACKAGE / "flags/vllm-0.30.0-upstream.json").read_text())
+    table = json.loads(reference().tables["upstream"].flags.read_text())
     dests = {e["dest"] for e in table["flags"]}
     real = [f for f in fields if f not in ignored and f in dests and f != "world_size"]
     assert list(plan_mod.PARALLEL_HASH_FIELDS) == real
