@@ -5,7 +5,9 @@ survivors of ``bench/ast_mutation.py`` on ``fleetplan.py``, each killed here: ``
 without ``not p.converged`` (every host taken out of rotation) or ``not p.router_host``;
 ``fleet_workers`` without ``not p.router_host``; ``prefills`` without ``i.worker``;
 ``routers`` without its ``router_fleet`` check (``drop``); ``group_outside``'s statements
-dropped (a run over part of a group allowed, or its line without the ranks). The plans are
+dropped (a run over part of a group allowed, or its line without the ranks); ``place``'s
+``router_host`` without ``settings.router_fleet and`` (a host in the router group served
+nothing); the prefills by name (``sorted``). The plans are
 stand-ins with only what these read."""
 
 from __future__ import annotations
@@ -83,6 +85,16 @@ def test_a_host_behind_no_fleet_router_has_no_fleet_routers() -> None:
     assert not s.router_fleet
     assert f.routers(s) == ()
     assert f.place("h1", s).fleet_routers == ()
+    assert not f.place("r2", s).router_host  # in the group, but no fleet router: it serves
+
+
+def test_the_prefills_are_in_inventory_order() -> None:
+    """``sorted(self._joined())`` (``sorted``) survived: the prefills by host name."""
+    f = _run(
+        b=_plan(True, False, False, ("http://b:8000", "prefill")),
+        a=_plan(True, False, False, ("http://a:8000", "prefill")),
+    )
+    assert f.prefills() == ["http://b:8000", "http://a:8000"]
 
 
 def test_a_run_over_part_of_a_serving_group_is_named_with_the_ranks_it_misses() -> None:
