@@ -6,17 +6,20 @@ without ``self.group_exists and`` (``bool``, ``drop``: no group created) or with
 ``preflight_needed`` without ``bool(self.instances)`` (a host with no server ran a pre-flight);
 ``from_wheelhouse`` matching ``(kind,)`` or ``(name,)`` alone (``elt``), or over
 ``sorted(self.wheelhouse)`` (``sorted``: copies do not order); ``desired_state`` without each
-instance's fingerprint; ``preflight_key``'s and ``state_dir``'s return dropped (``drop``)."""
+instance's fingerprint; ``preflight_key``'s, ``state_dir``'s, ``lib``'s and ``digest``'s
+return and ``group_json``'s first statement dropped (``drop``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 
 import pytest
 from host_inputs import converged_probe, probe, settings
 
 from servefleet.hostplan.plan import plan_host
-from servefleet.hostplan.types import NOLOGIN, HostPlan
+from servefleet.hostplan.types import NOLOGIN, GroupPlace, HostPlan
 from servefleet.release.wheelhouse import Copy
 
 
@@ -88,3 +91,23 @@ def test_the_preflight_key_follows_the_release_and_each_command_line() -> None:
     assert isinstance(key, str) and len(key) == 16
     moved = dataclasses.replace(p, instances=p.instances[:1])
     assert moved.preflight_key != key
+
+
+def test_a_files_digest_is_its_sha256_and_a_secrets_its_hmac() -> None:
+    """``digest``'s ``return hashlib.sha256(data).hexdigest()`` dropped (``drop``) survived:
+    every file but a secret would differ from the probe's, and be written on every run."""
+    p = dataclasses.replace(_plan(), secret_key=b"k" * 32)
+    assert p.digest("/opt/servefleet/lib/x.py", b"abc") == hashlib.sha256(b"abc").hexdigest()
+    secret = p.digest("/etc/servefleet/secrets/netrc", b"abc")
+    assert secret == hmac.new(b"k" * 32, b"abc", "sha256").hexdigest()
+    assert p.lib == f"{p.settings.serve_root}/lib"
+
+
+def test_the_group_json_is_the_ranks_place() -> None:
+    """``group_json``'s ``g = self.group`` dropped (``drop``) survived: the converge of every
+    serving group's rank would fail on it."""
+    place = GroupPlace(name="g1", rank=1, nodes=2, head="10.0.0.1", sha="0" * 16,
+                       hosts=("h1", "h2"), addresses=("10.0.0.1", "10.0.0.2"))  # fmt: skip
+    p = dataclasses.replace(_plan(), group=place)
+    assert p.group_json() == {"name": "g1", "rank": 1, "sha": "0" * 16, "hosts": ["h1", "h2"]}
+    assert p.desired_state()["group"] == p.group_json()
