@@ -71,3 +71,28 @@ def test_a_lock_file_that_holds_no_object_is_refused(tmp_path: Path) -> None:
     """``not isinstance(doc, dict) or`` dropped (``bool``): a JSON list was a traceback."""
     (tmp_path / LOCK_FILE).write_text("[]\n")
     assert _refused(tmp_path).endswith("not a servefleet lock (lock_version 1)")
+
+
+UV = {"version": "0.9.9", "file": "uv-0.9.9-py3-none-manylinux_2_17_x86_64.whl",
+      "url": "https://pypi.example/files/uv-0.9.9.whl", "sha256": "a" * 64}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "uv",
+    [
+        {k: v for k, v in UV.items() if k != "url"},
+        {k: v for k, v in UV.items() if k != "version"},
+        {**UV, "sha256": "not-a-hash"},
+        {**UV, "file": "../uv.whl"},
+        ["uv"],
+    ],
+    ids=["no-url", "no-version", "sha256", "file", "list"],
+)
+def test_a_malformed_uv_entry_is_refused(tmp_path: Path, uv: object) -> None:
+    """The ``uv`` entry's check dropped (``bool``) or without ``url`` among its keys (``elt``)
+    survived: a lock naming a uv wheel without a URL, or with a sha256 that is no hash, was
+    read, and the hosts would take uv from it."""
+    _edit(_written(tmp_path), uv=UV)
+    assert load_lock(tmp_path).uv == UV
+    _edit(tmp_path, uv=uv)
+    assert _refused(tmp_path).endswith("uv: malformed (version, file, url, sha256)")
