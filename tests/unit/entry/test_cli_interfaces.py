@@ -339,7 +339,7 @@ def test_lock_json_is_what_the_lock_holds(tmp_path: Path, monkeypatch: pytest.Mo
     shutil.copytree(REPO / "locks" / "lab", lock)
     monkeypatch.setattr(lockfleet, "fleet_lock", lambda *_a: _FleetLock(lock))
     monkeypatch.setattr(
-        lockfleet, "make_lock", lambda fl, echo, move_uv: echo(f"wrote {fl.lock_dir}")
+        lockfleet, "make_lock", lambda fl, echo, move_uv, progress: echo(f"wrote {fl.lock_dir}")
     )
     result = invoke("lock", "inv.py", "--json")
     assert result.exit_code == 0, result.output
