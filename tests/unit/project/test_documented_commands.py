@@ -1,4 +1,4 @@
-"""#32: every ``servefleet ...`` and ``pyinfra ...`` command that README.md, docs/real-fleet.md
+"""#32, #50: every ``servefleet ...`` and ``pyinfra ...`` command that README.md, docs/*.md
 and the files `servefleet init` writes show is run against the installed package (an editable
 install here): to the end where it needs no host (``resolve``, ``recipes``, ``keys``, ``init``,
 ``-h``/``-V``), else through click's own parser, every option and argument converted as the
@@ -29,7 +29,7 @@ from servefleet.entry.cli import main
 from servefleet.fleet.scaffold import files as scaffold_files
 
 DOCS = {"README.md": (REPO / "README.md").read_text(),
-        "docs/real-fleet.md": (REPO / "docs" / "real-fleet.md").read_text()}  # fmt: skip
+        **{f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}}  # fmt: skip
 SCAFFOLD = {f"init: {rel}": text for rel, text in scaffold_files().items()}
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
@@ -37,7 +37,7 @@ SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 CUT = re.compile(r"&&|\|\||;|\||\$\(|\)|\(|\s{3,}")
 PROGRAMS = ("servefleet", "pyinfra")
 # what runs to the end with no host and no network (the rest is parsed only)
-OFFLINE = ("resolve", "recipes", "keys", "init", "-h", "--help", "-V", "--version")
+OFFLINE = ("resolve", "recipes", "keys", "docs", "init", "-h", "--help", "-V", "--version")
 
 
 def _markdown_code(text: str) -> Iterator[str]:
@@ -74,6 +74,8 @@ def commands(text: str, python: bool = False) -> list[list[str]]:
             except ValueError:
                 argv = words
             argv = [a for a in argv if not re.match(r"\d*>", a) and a != "..."]  # redirections
+            if any(w.endswith(":") for w in argv[:2]):  # a line servefleet prints, not a command
+                continue
             found.append([argv[0].rsplit("/", 1)[-1], *argv[1:]])
     return found
 
@@ -157,7 +159,24 @@ def _help(program: click.Command, words: list[str]) -> None:
     assert result.exit_code == 0 and result.output.startswith("Usage: "), result.output
 
 
-SOURCES = {**DOCS, **SCAFFOLD}
+def help_examples() -> dict[str, str]:
+    """Each command's ``-h`` text (its docstring), the lines that are commands as a code block."""
+    out: dict[str, str] = {}
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        lines = [x.strip() for x in (command.help or "").splitlines()]
+        shown = [x for x in lines if x.split(" ", 1)[0] in PROGRAMS]
+        if shown:
+            out[f"-h: {' '.join(path)}"] = "```\n" + "\n".join(shown) + "\n```\n"
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(main, ["servefleet"])
+    return out
+
+
+HELP = help_examples()
+SOURCES = {**DOCS, **SCAFFOLD, **HELP}
 
 
 def shown(source: str) -> list[list[str]]:
@@ -196,6 +215,7 @@ def test_the_documents_show_the_commands_an_operator_runs() -> None:
     assert ["servefleet", "lock", "inventories/prod.py", "--lock-dir", "locks/prod"] in scaffold
     assert ["servefleet", "rollout", "inventories/prod.py", "--canary", "1"] in scaffold
     assert sum(1 for s in SOURCES for _ in shown(s)) > 60
+    assert ["servefleet", "docs", "real-fleet"] in shown("-h: servefleet docs")  # -h examples
 
 
 @pytest.mark.parametrize(
