@@ -142,3 +142,10 @@ def test_a_file_not_locked_and_one_no_host_ships_are_named(tmp_path: Path) -> No
     other = "/etc/servefleet/files/u.jinja"
     out = _check(tmp_path, files={other: {"sha256": "1" * 64, "name": "u.jinja"}})
     assert out == [f"file {other}: not locked", f"file {path}: locked but no host ships it"]
+
+
+def test_a_model_the_data_pins_that_is_not_locked_is_named(tmp_path: Path) -> None:
+    """Issue #52, a survivor of ``bench/ast_mutation.py``: the pins compared before the ``not
+    locked`` check (``swap``) raised on a model the lock lacks and the data pins."""
+    out = _check(tmp_path, models={**PINNED, "org/n": {"revision": "r9", "sha256": "h9"}})
+    assert out == ["model org/n: not locked"]
