@@ -11,6 +11,7 @@ from faults import run
 from labhelpers import on_host
 from test_plan_status import cli
 
+NO_CHANGES = "no unit changes on the 3 host(s) planned"  # plan --diff over the whole lab
 UNIT = "/etc/systemd/system/servefleet-vllm-2.service"
 
 
@@ -18,7 +19,7 @@ def test_plan_diff_shows_a_hand_edited_unit_and_changes_nothing(lab: dict[str, A
     assert run(lab).returncode == 0
     clean = cli(lab, "plan", "inventories/lab.py", "--diff")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert clean.stdout.rstrip().endswith("no unit changes")
+    assert clean.stdout.rstrip().endswith(NO_CHANGES)
     on_host(lab, "lab2", f"sed -i 's/^RestartSec=5/RestartSec=6/' {UNIT}")
     edited = on_host(lab, "lab2", f"cat {UNIT}").stdout
     shown = cli(lab, "plan", "inventories/lab.py", "--diff")
@@ -34,5 +35,5 @@ def test_plan_diff_shows_a_hand_edited_unit_and_changes_nothing(lab: dict[str, A
     assert on_host(lab, "lab2", f"cat {UNIT}").stdout == edited  # plan changed nothing
     assert run(lab, "--limit", "lab2").returncode == 0  # the deploy puts it back
     assert (
-        cli(lab, "plan", "inventories/lab.py", "--diff").stdout.rstrip().endswith("no unit changes")
+        cli(lab, "plan", "inventories/lab.py", "--diff").stdout.rstrip().endswith(NO_CHANGES)
     )

@@ -35,6 +35,7 @@ SIM_ONLY = {
     "vllm.http_api",
     "vllm.kv_transfer",
     "vllm.lifecycle",
+    "vllm.middleware",  # --middleware as vLLM's register.py applies it, around the sim's routes
     "vllm.parallel_plan",
     "vllm.registries",
     "vllm.rendezvous",

@@ -27,6 +27,9 @@ import pytest
 from corpus import PLATFORMS, corpus
 from edge_cases import edge_cases
 
+sys.path.insert(0, str(build.HERE.parents[1] / "tests" / "unit"))
+from lab_sim_support import sim_vllm  # noqa: E402
+
 JUDGE = build.HERE / "judge_real.py"
 SIMULATED_VLLM = build.HERE.parents[1] / "src/servefleet/fleet/lab/simulator/packages/vllm"
 TIMEOUT = 600  # one judge run: importing the real vLLM takes some 10 s
@@ -57,7 +60,7 @@ def simulated_site(where: Path) -> Path:
     """A site directory holding the simulator's vllm package as vllm 0.30.0+cpu."""
     site = where / "site"
     site.mkdir()
-    (site / "vllm").symlink_to(SIMULATED_VLLM, target_is_directory=True)
+    (site / "vllm").symlink_to(sim_vllm(), target_is_directory=True)  # as its wheel lays it out
     info = site / f"vllm-{SIM_VERSION}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {SIM_VERSION}\n")
